@@ -1,0 +1,1 @@
+//! LSE's kernels in LOOM.

@@ -1,0 +1,1 @@
+//! LOOM IR to LLVM.

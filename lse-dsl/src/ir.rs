@@ -1,0 +1,311 @@
+//! The typed LOOM IR: what the front end produces and every lowering consumes.
+//!
+//! The IR is structured (blocks, `if`, `for`, `while`), not a CFG: both the GPU lowering
+//! (LLVM text for AMDGPU) and the CPU work-item-loop transform want the source's loop and
+//! branch structure, and a structured IR keeps the uniformity facts checked by the front end
+//! meaningful downstream. Every expression carries its type; there are no implicit
+//! conversions, so lowerings never guess.
+//!
+//! Semantics every backend must follow (the differential tests hold them to it):
+//! - Integer `+ - *` wrap (two's complement). Shifts take the shift amount modulo 32.
+//!   Integer division or remainder by zero is undefined (the CPU reference panics).
+//! - Float to integer casts saturate and map NaN to 0 (Rust `as`, LLVM `fptosi.sat`).
+//! - `max`/`min` on floats ignore a NaN operand (IEEE maxNum/minNum, Rust `f32::max`).
+//! - `&&`, `||` and `Select` evaluate lazily: the untaken side is never evaluated, so
+//!   `i < n && x[i] > 0.0` never reads out of bounds.
+//! - Collectives: `reduce_sum` combines in a fixed pairwise tree over work-item ids
+//!   (stride `wg/2, wg/4, …, 1`: `a[i] = a[i] + a[i + s]`), on every backend, so the CPU
+//!   lowerings agree bit for bit. `argmax` picks the largest value, ties to the lower index,
+//!   and a NaN value never wins over a number.
+
+use serde::{Deserialize, Serialize};
+
+/// The type of a value inside a kernel.
+///
+/// `Bf16` and `F16` are storage types: values of these types come from loads of 16-bit
+/// buffers and can only be stored or converted (`bf16_to_f32`, `f32_to_bf16`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Ty {
+    F32,
+    I32,
+    U32,
+    Bool,
+    Bf16,
+    F16,
+}
+
+impl Ty {
+    /// The name a kernel author writes for this type.
+    pub fn rust_name(self) -> &'static str {
+        match self {
+            Ty::F32 => "f32",
+            Ty::I32 => "i32",
+            Ty::U32 => "u32",
+            Ty::Bool => "bool",
+            Ty::Bf16 => "bf16",
+            Ty::F16 => "f16",
+        }
+    }
+
+    /// Size in bytes when stored in a buffer or shared array.
+    pub fn size_bytes(self) -> u32 {
+        match self {
+            Ty::F32 | Ty::I32 | Ty::U32 => 4,
+            Ty::Bf16 | Ty::F16 => 2,
+            Ty::Bool => 1,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        self == Ty::F32
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(self, Ty::I32 | Ty::U32)
+    }
+}
+
+/// Whether a kernel may write a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// A kernel parameter, in declaration order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Param {
+    /// A global buffer: `&[T]` (read) or `&mut [T]` (read-write), T in f32/bf16/f16/u32/i32.
+    Buffer { name: String, elem: Ty, access: Access },
+    /// A scalar passed by value: f32, i32 or u32.
+    Scalar { name: String, ty: Ty },
+}
+
+impl Param {
+    pub fn name(&self) -> &str {
+        match self {
+            Param::Buffer { name, .. } | Param::Scalar { name, .. } => name,
+        }
+    }
+}
+
+/// A workgroup-shared array (LDS on AMDGPU), declared with `shared::<T>(LEN)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedArray {
+    pub name: String,
+    /// f32, i32 or u32.
+    pub elem: Ty,
+    pub len: u32,
+}
+
+/// A `let` binding or `for` loop variable. Names may repeat (shadowing); ids do not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Local {
+    pub name: String,
+    pub ty: Ty,
+}
+
+/// Index into [`Kernel::locals`].
+pub type VarId = u32;
+/// Index into [`Kernel::params`]; the parameter is a buffer or a scalar as the use requires.
+pub type ParamId = u32;
+/// Index into [`Kernel::shared`].
+pub type SharedId = u32;
+
+/// One LOOM kernel after the front end: typed, checked, with comptime constants folded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// The Rust function name; also the base of every symbol emitted for the kernel.
+    pub fn_name: String,
+    /// Stable name, e.g. `logits.lse_pick`.
+    pub name: String,
+    /// Version; the full id is `{name}.v{version}`.
+    pub version: u32,
+    /// Work-items per workgroup (1-D, a power of two, at most 1024).
+    pub workgroup_size: u32,
+    /// AMDGPU architectures to build code objects for, e.g. `gfx1201`.
+    pub targets: Vec<String>,
+    pub params: Vec<Param>,
+    pub shared: Vec<SharedArray>,
+    pub locals: Vec<Local>,
+    pub body: Block,
+}
+
+impl Kernel {
+    /// `name.vN`, the id users and metadata see.
+    pub fn id(&self) -> String {
+        format!("{}.v{}", self.name, self.version)
+    }
+
+    /// Bytes of shared memory the kernel declares (not counting collective scratch).
+    pub fn shared_bytes(&self) -> u32 {
+        self.shared.iter().map(|s| s.elem.size_bytes() * s.len).sum()
+    }
+}
+
+pub type Block = Vec<Stmt>;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Stmt {
+    /// Declares `var` and initialises it.
+    Let { var: VarId, value: Expr },
+    /// Assigns to a `let mut` variable declared earlier.
+    Assign { var: VarId, value: Expr },
+    /// `buf[index] = value` on a read-write buffer; `index` is u32.
+    Store { buf: ParamId, index: Expr, value: Expr },
+    /// `arr[index] = value` on a shared array; `index` is u32.
+    SharedStore { array: SharedId, index: Expr, value: Expr },
+    If { cond: Expr, then_body: Block, else_body: Block },
+    /// `for var in start..end` (step 1) or `for var in (start..end).step_by(step)`; `var` is
+    /// i32 or u32 like the bounds, `end` is evaluated once before the first iteration.
+    For { var: VarId, start: Expr, end: Expr, step: Expr, body: Block },
+    While { cond: Expr, body: Block },
+    /// Leaves the innermost loop. Only allowed in loops free of barriers and collectives.
+    Break,
+    /// Next iteration of the innermost loop. Same restriction as `Break`.
+    Continue,
+    /// Workgroup barrier with workgroup-scope memory ordering for shared and global memory.
+    Barrier,
+    /// A workgroup collective. Every work-item contributes `args` and receives the result in
+    /// `dst` (one variable, or two for `Argmax`: value then index).
+    Collective { op: CollectiveOp, dst: Vec<VarId>, args: Vec<Expr> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CollectiveOp {
+    /// `reduce_sum(x)`; f32, i32 or u32.
+    ReduceSum,
+    /// `reduce_max(x)`; f32 (NaN ignored), i32 or u32.
+    ReduceMax,
+    /// `reduce_min(x)`; f32 (NaN ignored), i32 or u32.
+    ReduceMin,
+    /// `argmax(value: f32, index: u32) -> (f32, u32)`; ties to the lower index.
+    Argmax,
+    /// `broadcast(x, lane: u32)`: the value of `x` on work-item `lane`.
+    Broadcast,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Ty,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ExprKind {
+    /// A constant; the payload is the value's bits (f32 bits, i32 as u32, bool as 0/1).
+    Const(u32),
+    Var(VarId),
+    /// A scalar parameter.
+    Param(ParamId),
+    /// `buf[index]`; the type is the buffer's element type.
+    Load { buf: ParamId, index: Box<Expr> },
+    /// `arr[index]` on a shared array.
+    SharedLoad { array: SharedId, index: Box<Expr> },
+    Builtin(Builtin),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `expr as T` between f32, i32, u32 (and bool to an integer).
+    Cast(Box<Expr>),
+    Math(MathFn, Vec<Expr>),
+    /// `if cond { a } else { b }` as an expression; lazily evaluated.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Builtin {
+    /// `local_id()`: the work-item's index in its workgroup (u32). The only divergent builtin.
+    LocalId,
+    /// `group_id()`, `group_id_y()`, `group_id_z()` (u32).
+    GroupId(u8),
+    /// `num_groups()`, `num_groups_y()`, `num_groups_z()` (u32).
+    NumGroups(u8),
+    /// `group_size()`: the workgroup size (u32 constant).
+    GroupSize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnOp {
+    /// `-x` (f32, i32).
+    Neg,
+    /// `!x` (bool: logical not; integers: bitwise not).
+    Not,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    /// Lazy `&&` on bool.
+    And,
+    /// Lazy `||` on bool.
+    Or,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl BinOp {
+    /// Comparisons and logical ops produce `bool`.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MathFn {
+    /// e^x (f32).
+    Exp,
+    /// Natural log (f32).
+    Log,
+    Sqrt,
+    /// 1/sqrt(x).
+    Rsqrt,
+    /// `fma(a, b, c)` = a*b+c with one rounding.
+    Fma,
+    /// f32 (NaN-ignoring), i32, u32.
+    Max,
+    Min,
+    Abs,
+    /// bf16 -> f32 (exact).
+    Bf16ToF32,
+    /// f16 -> f32 (exact).
+    F16ToF32,
+    /// f32 -> bf16, round to nearest even (NaN stays NaN).
+    F32ToBf16,
+    /// f32 -> f16, round to nearest even.
+    F32ToF16,
+}
+
+impl Expr {
+    pub fn new(kind: ExprKind, ty: Ty) -> Expr {
+        Expr { kind, ty }
+    }
+
+    pub fn const_u32(v: u32) -> Expr {
+        Expr::new(ExprKind::Const(v), Ty::U32)
+    }
+
+    pub fn const_i32(v: i32) -> Expr {
+        Expr::new(ExprKind::Const(v as u32), Ty::I32)
+    }
+
+    pub fn const_f32(v: f32) -> Expr {
+        Expr::new(ExprKind::Const(v.to_bits()), Ty::F32)
+    }
+
+    pub fn const_bool(v: bool) -> Expr {
+        Expr::new(ExprKind::Const(v as u32), Ty::Bool)
+    }
+}
