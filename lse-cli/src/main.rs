@@ -1,1 +1,44 @@
-fn main() {}
+//! `lse`: LSE's command line.
+
+mod kernels_cmd;
+mod perplexity_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "lse", version, about = "Score text with Qwen3.5 hybrid models through LOOM kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect the LOOM kernels built into this binary.
+    #[command(subcommand)]
+    Kernels(kernels_cmd::KernelsCommand),
+    /// Score a text's perplexity (and KL divergence against a base), as llama-perplexity does.
+    Perplexity(Box<perplexity_cmd::PerplexityArgs>),
+}
+
+fn main() -> ExitCode {
+    // Ctrl-C leaves no partial output: remove in-flight temporary files, then exit.
+    let _ = ctrlc::set_handler(|| {
+        lse_runtime::scoring::remove_in_flight_temp_files();
+        std::process::exit(130);
+    });
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Kernels(cmd) => kernels_cmd::run(cmd),
+        Command::Perplexity(args) => perplexity_cmd::run(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("lse: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

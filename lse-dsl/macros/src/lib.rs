@@ -1,1 +1,115 @@
-//! `#[loom::kernel(...)]`.
+//! `#[loom::kernel(...)]`: turns a LOOM kernel `fn` into a module describing the compiled
+//! kernel.
+//!
+//! ```ignore
+//! #[loom::kernel(name = "example.scale", version = 1, workgroup = 256)]
+//! fn scale(x: &[f32], out: &mut [f32], n: u32, factor: f32) { ... }
+//! ```
+//!
+//! expands to `pub mod scale { pub fn scale(..) {..} pub static KERNEL: KernelDef = ..;
+//! pub const BUILD_IR_HASH: &str = ..; }`. The front end (`lse_dsl::frontend`) parses and
+//! checks the body at expansion time (errors point at the offending span); the work-item-loop
+//! transform and the Rust lowering (`lse_dsl::rustgen`) produce `scale::scale`, the CPU
+//! reference entry that `KERNEL.cpu` points to.
+//!
+//! The LLVM artifacts (host code and AMDGPU code objects) come from the crate's build script,
+//! which writes them under `$OUT_DIR/loom/<fn_name>/`; the expansion embeds them with
+//! `include_bytes!`/`include_str!` by absolute path. A crate without that build script (no
+//! `OUT_DIR`, or no `$OUT_DIR/loom/<fn_name>/build.hash`) still gets a working kernel for the
+//! CPU reference: `host` and `gpu` are empty and `BUILD_IR_HASH` is `""`.
+
+mod artifacts;
+
+use proc_macro::TokenStream;
+use proc_macro2::{Literal, TokenStream as TokenStream2};
+use quote::quote;
+
+use lse_dsl::ir::{Access, Kernel, Param};
+
+/// Defines a LOOM kernel. See the crate documentation and `lse-dsl/LOOM.md`.
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item_fn = match syn::parse::<syn::ItemFn>(item) {
+        Ok(f) => f,
+        Err(e) => return e.to_compile_error().into(),
+    };
+    match expand(attr.into(), &item_fn) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand(attr: TokenStream2, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
+    let k = lse_dsl::frontend::parse_kernel(attr, item_fn)?;
+    let w = lse_dsl::wil::transform(&k);
+    let fn_ident = &item_fn.sig.ident;
+    let cpu_fn = lse_dsl::rustgen::cpu_entry_tokens(&w, fn_ident);
+    let rust_src = lse_dsl::rustgen::cpu_entry_source(&w, &k.fn_name);
+    let ir_text = lse_dsl::text::ir_text(&k);
+    let ir_hash = lse_dsl::text::ir_hash(&k);
+    let id = k.id();
+    let fn_name = &k.fn_name;
+    let wg = Literal::u32_suffixed(k.workgroup_size);
+    let shared_bytes = Literal::u32_suffixed(k.shared_bytes());
+    let params = param_infos(&k);
+    let docs = item_fn.attrs.iter().filter(|a| a.path().is_ident("doc"));
+
+    let art = artifacts::locate(&k, fn_ident.span())?;
+    let host = art.host_tokens(&k);
+    let gpu = art.gpu_tokens(&k);
+    let build_hash = art.build_hash_tokens();
+
+    Ok(quote! {
+        #(#docs)*
+        pub mod #fn_ident {
+            #cpu_fn
+
+            /// Everything the runtime needs to run this kernel.
+            pub static KERNEL: ::lse_dsl::rt::KernelDef = ::lse_dsl::rt::KernelDef {
+                fn_name: #fn_name,
+                id: #id,
+                ir_hash: #ir_hash,
+                ir_text: #ir_text,
+                rust_src: #rust_src,
+                workgroup_size: #wg,
+                shared_bytes: #shared_bytes,
+                params: &[#(#params),*],
+                cpu: #fn_ident,
+                host: #host,
+                gpu: #gpu,
+            };
+
+            /// The IR hash the build script compiled the artifacts from (`""` when the crate
+            /// has no LOOM build script). Equal to `KERNEL.ir_hash` when both saw the same IR.
+            pub const BUILD_IR_HASH: &str = #build_hash;
+        }
+    })
+}
+
+/// `ParamInfo` literals in parameter order.
+fn param_infos(k: &Kernel) -> Vec<TokenStream2> {
+    k.params
+        .iter()
+        .map(|p| match p {
+            Param::Buffer { name, elem, access } => {
+                let elem = elem.rust_name();
+                let writable = *access == Access::ReadWrite;
+                quote! {
+                    ::lse_dsl::rt::ParamInfo {
+                        name: #name,
+                        kind: ::lse_dsl::rt::ParamKind::Buffer { elem: #elem, writable: #writable },
+                    }
+                }
+            }
+            Param::Scalar { name, ty } => {
+                let ty = ty.rust_name();
+                quote! {
+                    ::lse_dsl::rt::ParamInfo {
+                        name: #name,
+                        kind: ::lse_dsl::rt::ParamKind::Scalar { ty: #ty },
+                    }
+                }
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,68 @@
+//! The LM head: logits = hidden · Wᵀ, with W `[vocab, hidden]` in its stored dtype and f32
+//! accumulation.
+//!
+//! Two forms, because scoring and serving have different shapes:
+//! - matrix (`lm_head.matrix`): up to 128 hidden rows at once (scoring's `head_rows`). Each
+//!   work-item owns one vocabulary column and a tile of 4 rows, so every weight element read
+//!   is used 4 times from a register.
+//! - matrix-vector (`lm_head.matvec`): one hidden row (serving's decode step). Each work-item
+//!   owns one column.
+//!
+//! In both, a work-item reads its weight row contiguously, and `fma` keeps one rounding per
+//! multiply-add, as the plain-Rust reference does.
+
+use loom::kernel;
+
+/// `hidden`: `[rows, dim]` f32; `w`: `[vocab, dim]` bf16; `out`: `[rows, vocab]` f32.
+/// Grid: x = ceil(vocab / 256) column blocks, y = ceil(rows / 4) row tiles.
+#[kernel(name = "lm_head.matrix_bf16", version = 1, workgroup = 256)]
+fn lm_head_matrix_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
+    const TILE: u32 = 4;
+    let col = group_id() * group_size() + local_id();
+    let r0 = group_id_y() * TILE;
+    // Rows past the end re-read the last row; their results are not stored.
+    let last = rows - 1;
+    let h0 = min(r0, last) * dim;
+    let h1 = min(r0 + 1, last) * dim;
+    let h2 = min(r0 + 2, last) * dim;
+    let h3 = min(r0 + 3, last) * dim;
+    if col < vocab {
+        let wrow = col * dim;
+        let mut a0 = 0.0;
+        let mut a1 = 0.0;
+        let mut a2 = 0.0;
+        let mut a3 = 0.0;
+        for k in 0..dim {
+            let wk = bf16_to_f32(w[wrow + k]);
+            a0 = fma(hidden[h0 + k], wk, a0);
+            a1 = fma(hidden[h1 + k], wk, a1);
+            a2 = fma(hidden[h2 + k], wk, a2);
+            a3 = fma(hidden[h3 + k], wk, a3);
+        }
+        out[r0 * vocab + col] = a0;
+        if r0 + 1 < rows {
+            out[(r0 + 1) * vocab + col] = a1;
+        }
+        if r0 + 2 < rows {
+            out[(r0 + 2) * vocab + col] = a2;
+        }
+        if r0 + 3 < rows {
+            out[(r0 + 3) * vocab + col] = a3;
+        }
+    }
+}
+
+/// `hidden`: `[dim]` f32; `w`: `[vocab, dim]` bf16; `out`: `[vocab]` f32.
+/// Grid: x = ceil(vocab / 256).
+#[kernel(name = "lm_head.matvec_bf16", version = 1, workgroup = 256)]
+fn lm_head_matvec_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], vocab: u32, dim: u32) {
+    let col = group_id() * group_size() + local_id();
+    if col < vocab {
+        let wrow = col * dim;
+        let mut acc = 0.0;
+        for k in 0..dim {
+            acc = fma(hidden[k], bf16_to_f32(w[wrow + k]), acc);
+        }
+        out[col] = acc;
+    }
+}

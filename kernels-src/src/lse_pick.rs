@@ -1,0 +1,51 @@
+//! `logits.lse_pick.v1`: per-row log-sum-exp pieces and picked logits.
+//!
+//! Scoring never copies a vocabulary-sized row off the device. For each row of logits this
+//! kernel returns the row's maximum `m`, the sum of `exp(logit - m)`, and the logits at a
+//! list of requested ids (the next token, plus a KL-divergence base's top-k ids). The host
+//! then forms `log p(id) = logit(id) - m - ln(sum)` in double precision.
+//!
+//! One workgroup per row. Each work-item strides over the row; two workgroup reductions
+//! (max, then sum) combine the partial results. A row whose every logit is -inf has
+//! `m = -inf` and sum 0.
+
+use loom::kernel;
+
+/// `logits`: `[rows, vocab]`; `ids`: `[rows, n_ids]`, every id `< vocab` (the launcher checks);
+/// `stats`: `[rows, 2]` = (max, sum of exp(logit - max)); `picked`: `[rows, n_ids]`.
+#[kernel(name = "logits.lse_pick", version = 1, workgroup = 256)]
+fn lse_pick(
+    logits: &[f32],
+    ids: &[u32],
+    stats: &mut [f32],
+    picked: &mut [f32],
+    vocab: u32,
+    n_ids: u32,
+) {
+    let row = group_id();
+    let lid = local_id();
+    let base = row * vocab;
+
+    let mut m = f32::NEG_INFINITY;
+    for v in (lid..vocab).step_by(group_size()) {
+        m = m.max(logits[base + v]);
+    }
+    let row_max = reduce_max(m);
+
+    let mut s = 0.0;
+    if row_max > f32::NEG_INFINITY {
+        for v in (lid..vocab).step_by(group_size()) {
+            s += (logits[base + v] - row_max).exp();
+        }
+    }
+    let total = reduce_sum(s);
+
+    if lid == 0 {
+        stats[row * 2] = row_max;
+        stats[row * 2 + 1] = total;
+    }
+    for j in (lid..n_ids).step_by(group_size()) {
+        let at = row * n_ids + j;
+        picked[at] = logits[base + ids[at]];
+    }
+}

@@ -1,0 +1,168 @@
+//! `lse perplexity`: the brief's perplexity mode. Loads the model, scores, writes the JSON,
+//! exits; no network port.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use lse_runtime::device::Pool;
+use lse_runtime::perplexity::{Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request};
+use lse_runtime::scoring::{self, Method};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum MethodArg {
+    Chunks,
+    Sliding,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum KvDtypeArg {
+    Bf16,
+    F16,
+    F32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Dialect {
+    Loom,
+}
+
+/// Options of `lse perplexity`: the serving options, then the scoring ones.
+#[derive(Args)]
+pub struct PerplexityArgs {
+    /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long)]
+    model: PathBuf,
+    /// Device: host (LLVM-compiled LOOM kernels on this CPU), cpu (generated Rust), hip:N / hrx:N.
+    #[arg(long, default_value = "host")]
+    pool: Pool,
+    /// Kernel dialect (LOOM is the only one).
+    #[arg(long, value_enum, default_value = "loom")]
+    dialect: Dialect,
+    /// Logical batch: most tokens per decode call.
+    #[arg(long, default_value_t = 2048)]
+    batch_size: usize,
+    /// Physical batch: most tokens per compute pass.
+    #[arg(long, default_value_t = 512)]
+    ubatch_size: usize,
+    /// KV cache element type.
+    #[arg(long, value_enum, default_value = "bf16")]
+    kv_cache_dtype: KvDtypeArg,
+    /// KV cache capacity in tokens; each chunk or window must fit.
+    #[arg(long, default_value_t = 8192)]
+    kv_len: usize,
+    /// Accepted for serving compatibility; scoring never uses MTP.
+    #[arg(long)]
+    no_mtp: bool,
+    /// Sparse prefill attention: on or off (default: the engine decides).
+    #[arg(long = "FlashPrefillV2", value_enum)]
+    flash_prefill_v2: Option<OnOff>,
+    /// Fail instead of running any operation on the CPU backend (also LSE_REQUIRE_DEVICE_KERNELS=1).
+    #[arg(long)]
+    no_cpu_fallback: bool,
+
+    /// UTF-8 text to score, tokenized whole like a prompt (no chat template).
+    #[arg(long = "perplexity", value_name = "FILE", required_unless_present = "tokens_file", conflicts_with = "tokens_file")]
+    text_file: Option<PathBuf>,
+    /// A JSON array of token ids to score instead of text.
+    #[arg(long = "perplexity-tokens", value_name = "FILE")]
+    tokens_file: Option<PathBuf>,
+    /// chunks (llama.cpp's method) or sliding.
+    #[arg(long = "perplexity-method", value_enum, default_value = "chunks")]
+    method: MethodArg,
+    /// Tokens per chunk or window (llama.cpp's -c).
+    #[arg(long = "perplexity-ctx", default_value_t = 512)]
+    ctx: usize,
+    /// sliding only: tokens between window starts (default: the ctx).
+    #[arg(long = "perplexity-stride")]
+    stride: Option<usize>,
+    /// Score only the first N chunks or windows.
+    #[arg(long = "perplexity-chunks")]
+    chunks: Option<usize>,
+    /// Record a KL-divergence base here.
+    #[arg(long = "perplexity-kld-base-out", value_name = "FILE")]
+    kld_base_out: Option<PathBuf>,
+    /// Token ids recorded per scored token in a base (1 to 32).
+    #[arg(long = "perplexity-kld-top-k", default_value_t = 32)]
+    kld_top_k: usize,
+    /// Compare against a recorded base.
+    #[arg(long = "perplexity-kld", value_name = "FILE")]
+    kld_base: Option<PathBuf>,
+    /// Where to write the JSON (default: standard output).
+    #[arg(long = "perplexity-output", value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// Include the token ids in the JSON.
+    #[arg(long = "perplexity-token-ids")]
+    token_ids: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn read_input(args: &PerplexityArgs) -> Result<Input, String> {
+    if let Some(path) = &args.tokens_file {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let ids: Vec<u32> = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: expected a JSON array of token ids (non-negative integers): {e}", path.display()))?;
+        return Ok(Input::Tokens(ids));
+    }
+    let path = args.text_file.as_ref().expect("clap requires --perplexity or --perplexity-tokens");
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| format!("{}: not valid UTF-8 (at byte {})", path.display(), e.utf8_error().valid_up_to()))?;
+    Ok(Input::Text(text))
+}
+
+pub fn run(args: PerplexityArgs) -> Result<(), String> {
+    let Dialect::Loom = args.dialect;
+    // Fail on an unwritable output before any work.
+    for path in [&args.output, &args.kld_base_out].into_iter().flatten() {
+        scoring::check_writable(path).map_err(|e| e.to_string())?;
+    }
+    let input = read_input(&args)?;
+
+    let mut settings = EngineSettings::new(args.model.clone());
+    settings.pool = args.pool;
+    settings.batch_size = args.batch_size;
+    settings.ubatch_size = args.ubatch_size;
+    settings.kv_cache_dtype = match args.kv_cache_dtype {
+        KvDtypeArg::Bf16 => KvDtype::Bf16,
+        KvDtypeArg::F16 => KvDtype::F16,
+        KvDtypeArg::F32 => KvDtype::F32,
+    };
+    settings.kv_len = args.kv_len;
+    settings.flash_prefill = match args.flash_prefill_v2 {
+        None => FlashPrefill::Auto,
+        Some(OnOff::On) => FlashPrefill::On,
+        Some(OnOff::Off) => FlashPrefill::Off,
+    };
+    settings.no_cpu_fallback |= args.no_cpu_fallback;
+
+    let mut request = Request::new(input);
+    request.method = match args.method {
+        MethodArg::Chunks => Method::Chunks,
+        MethodArg::Sliding => Method::Sliding,
+    };
+    request.ctx = args.ctx;
+    request.stride = args.stride;
+    request.chunks = args.chunks;
+    request.kld_base_out = args.kld_base_out.clone();
+    request.kld_top_k = args.kld_top_k;
+    request.kld_base = args.kld_base.clone();
+    request.include_token_ids = args.token_ids;
+
+    let engine = Engine::open(settings).map_err(|e| e.to_string())?;
+    let report = engine.perplexity(&request, &Progress::stderr(args.quiet)).map_err(|e| e.to_string())?;
+    let json = report.to_json().map_err(|e| format!("could not serialise the report: {e}"))?;
+    match &args.output {
+        Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes()).map_err(|e| e.to_string()),
+        None => {
+            println!("{json}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! AMDGPU lowering: one `amdgpu_kernel` function per LOOM kernel, code object v5.
+//!
+//! Buffers are `ptr addrspace(1)` kernargs, scalars by-value kernargs, both in declaration
+//! order. Shared arrays are internal LDS globals. Barriers are workgroup-scope release fence,
+//! `s_barrier`, workgroup-scope acquire fence. Collectives go through an LDS scratch array of
+//! WG words and the fixed reduction tree of `lse_dsl::ir`.
+
+use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts};
+use lse_dsl::ir::{Access, CollectiveOp, Kernel, Param, Stmt, Ty};
+
+const RED_V: &str = "@loom_red_v";
+const RED_I: &str = "@loom_red_i";
+
+/// Lowers `k` to an LLVM module for `arch`; `data_layout` comes from the target machine.
+pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<String, String> {
+    let wg = k.workgroup_size;
+    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
+        return Err(format!(
+            "workgroup size {wg} is not a power of two in 1..=1024"
+        ));
+    }
+    let mut e = Emitter::new(
+        k,
+        "ptr addrspace(5)",
+        "ptr addrspace(1)",
+        "ptr addrspace(3)",
+    );
+    let mut params = Vec::new();
+    for (i, p) in k.params.iter().enumerate() {
+        let name = format!("%p{i}");
+        match p {
+            Param::Buffer { elem, access, .. } => {
+                let ro = if *access == Access::Read {
+                    " readonly"
+                } else {
+                    ""
+                };
+                params.push(format!(
+                    "ptr addrspace(1) noalias{ro} align {} {name}",
+                    elem.size_bytes()
+                ));
+                e.bufs[i] = Some(name);
+            }
+            Param::Scalar { ty, .. } => {
+                params.push(format!("{} {name}", lty(*ty)));
+                e.scalars[i] = Some(name);
+            }
+        }
+    }
+    let mut globals = String::new();
+    for (i, s) in k.shared.iter().enumerate() {
+        globals.push_str(&format!(
+            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
+            s.len,
+            lty(s.elem)
+        ));
+        e.shared.push(format!("@loom_shared_{i}"));
+    }
+    for l in &k.locals {
+        let loc = e.scalar_var(l.ty);
+        e.vars.push(loc);
+    }
+    e.lid = e.b.call("i32", "llvm.amdgcn.workitem.id.x", &[]);
+    for d in 0..3 {
+        let axis = ["x", "y", "z"][d];
+        e.group_id[d] =
+            e.b.call("i32", &format!("llvm.amdgcn.workgroup.id.{axis}"), &[]);
+    }
+    let dp =
+        e.b.call("ptr addrspace(4)", "llvm.amdgcn.dispatch.ptr", &[]);
+    for d in 0..3 {
+        let off = 12 + 4 * d;
+        let p = e.b.op(format!(
+            "getelementptr inbounds i8, ptr addrspace(4) {dp}, i64 {off}"
+        ));
+        let grid = e.b.op(format!(
+            "load i32, ptr addrspace(4) {p}, align 4, !invariant.load !2"
+        ));
+        e.num_groups[d] = e.b.op(format!("udiv i32 {grid}, {wg}"));
+    }
+    let mut gpu = GpuSync {
+        wg,
+        uses_red_v: false,
+        uses_red_i: false,
+    };
+    e.block(&mut gpu, &k.body);
+    e.b.ins("ret void");
+    if let Some(err) = e.error.take() {
+        return Err(err);
+    }
+    if gpu.uses_red_v {
+        globals.push_str(&format!(
+            "{RED_V} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
+        ));
+    }
+    if gpu.uses_red_i {
+        globals.push_str(&format!(
+            "{RED_I} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
+        ));
+    }
+
+    let mut out = String::new();
+    out.push_str(&format!(
+        "; LOOM kernel {} ({}) for {arch}\n",
+        k.id(),
+        k.fn_name
+    ));
+    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
+    out.push_str(&format!(
+        "target triple = \"{}\"\n\n",
+        crate::llvm::AMDGPU_TRIPLE
+    ));
+    out.push_str(&globals);
+    out.push_str(&format!(
+        "\ndefine amdgpu_kernel void @{}({}) #0 !reqd_work_group_size !0 {{\nentry:\n",
+        k.fn_name,
+        params.join(", ")
+    ));
+    out.push_str(&e.b.allocas);
+    out.push_str(&e.b.body);
+    out.push_str("}\n\n");
+    for d in &e.b.decls {
+        out.push_str(d);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nattributes #0 = {{ nounwind \"amdgpu-flat-work-group-size\"=\"1,{wg}\" \
+         \"uniform-work-group-size\"=\"true\" \"target-cpu\"=\"{arch}\" }}\n\n"
+    ));
+    out.push_str("!llvm.module.flags = !{!1}\n");
+    out.push_str(&format!("!0 = !{{i32 {wg}, i32 1, i32 1}}\n"));
+    out.push_str("!1 = !{i32 1, !\"amdhsa_code_object_version\", i32 500}\n");
+    out.push_str("!2 = !{}\n");
+    for m in &e.b.metadata {
+        out.push_str(m);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Barriers and collectives on AMDGPU.
+struct GpuSync {
+    wg: u32,
+    uses_red_v: bool,
+    uses_red_i: bool,
+}
+
+fn barrier(e: &mut Emitter) {
+    e.b.ins("fence syncscope(\"workgroup\") release");
+    e.b.declare("declare void @llvm.amdgcn.s.barrier()");
+    e.b.ins("call void @llvm.amdgcn.s.barrier()");
+    e.b.ins("fence syncscope(\"workgroup\") acquire");
+}
+
+/// `&scratch[idx]` in LDS.
+fn slot(e: &mut Emitter, arr: &str, ty: Ty, idx: &str) -> String {
+    e.b.op(format!(
+        "getelementptr inbounds {}, ptr addrspace(3) {arr}, i32 {idx}",
+        lty(ty)
+    ))
+}
+
+fn load(e: &mut Emitter, arr: &str, ty: Ty, idx: &str) -> String {
+    let p = slot(e, arr, ty, idx);
+    e.b.op(format!("load {}, ptr addrspace(3) {p}, align 4", lty(ty)))
+}
+
+fn store(e: &mut Emitter, arr: &str, ty: Ty, idx: &str, v: &str) {
+    let p = slot(e, arr, ty, idx);
+    e.b.ins(format!(
+        "store {} {v}, ptr addrspace(3) {p}, align 4",
+        lty(ty)
+    ));
+}
+
+impl GpuSync {
+    /// The tree: for s = WG/2 .. 1, work-items `lid < s` combine slots `lid` and `lid + s`,
+    /// with a barrier after every step.
+    fn tree(&mut self, e: &mut Emitter, mut step: impl FnMut(&mut Emitter, &str, &str)) {
+        let mut s = self.wg / 2;
+        while s >= 1 {
+            let lid = e.lid.clone();
+            let c = e.b.op(format!("icmp ult i32 {lid}, {s}"));
+            let (go, next) = (e.b.label("tree.step"), e.b.label("tree.next"));
+            e.b.cbr(&c, &go, &next);
+            e.b.start(&go);
+            let other = e.b.op(format!("add i32 {lid}, {s}"));
+            step(e, &lid, &other);
+            e.b.br(&next);
+            e.b.start(&next);
+            barrier(e);
+            s /= 2;
+        }
+    }
+}
+
+impl TargetStmts for GpuSync {
+    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
+        let Stmt::Collective { op, dst, args } = s else {
+            barrier(e);
+            return;
+        };
+        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
+            2
+        } else {
+            1
+        };
+        let want_dst = if *op == CollectiveOp::Argmax { 2 } else { 1 };
+        if args.len() != want || dst.len() != want_dst {
+            e.fail(format!(
+                "{op:?} takes {want} arguments and {want_dst} results"
+            ));
+            return;
+        }
+        let ty = args[0].ty;
+        if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
+            e.fail(format!("{op:?} on {}", ty.rust_name()));
+            return;
+        }
+        let lid = e.lid.clone();
+        self.uses_red_v = true;
+        match op {
+            CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
+                let v = e.expr(&args[0]);
+                store(e, RED_V, ty, &lid, &v);
+                barrier(e);
+                let mut bad = false;
+                self.tree(e, |e, i, j| {
+                    let a = load(e, RED_V, ty, i);
+                    let b = load(e, RED_V, ty, j);
+                    match combine(&mut e.b, *op, ty, &a, &b) {
+                        Some(r) => store(e, RED_V, ty, i, &r),
+                        None => bad = true,
+                    }
+                });
+                if bad {
+                    e.fail(format!("{op:?} on {}", ty.rust_name()));
+                }
+                let r = load(e, RED_V, ty, "0");
+                barrier(e);
+                e.write_var(dst[0], &r);
+            }
+            CollectiveOp::Argmax => {
+                self.uses_red_i = true;
+                let v = e.expr(&args[0]);
+                let idx = e.expr(&args[1]);
+                store(e, RED_V, Ty::F32, &lid, &v);
+                store(e, RED_I, Ty::U32, &lid, &idx);
+                barrier(e);
+                self.tree(e, |e, i, j| {
+                    let (av, ai) = (load(e, RED_V, Ty::F32, i), load(e, RED_I, Ty::U32, i));
+                    let (bv, bi) = (load(e, RED_V, Ty::F32, j), load(e, RED_I, Ty::U32, j));
+                    let (v, x) = combine_argmax(&mut e.b, &av, &ai, &bv, &bi);
+                    store(e, RED_V, Ty::F32, i, &v);
+                    store(e, RED_I, Ty::U32, i, &x);
+                });
+                let v = load(e, RED_V, Ty::F32, "0");
+                let x = load(e, RED_I, Ty::U32, "0");
+                barrier(e);
+                e.write_var(dst[0], &v);
+                e.write_var(dst[1], &x);
+            }
+            CollectiveOp::Broadcast => {
+                let v = e.expr(&args[0]);
+                let lane = e.expr(&args[1]);
+                store(e, RED_V, ty, &lid, &v);
+                barrier(e);
+                let r = load(e, RED_V, ty, &lane);
+                barrier(e);
+                e.write_var(dst[0], &r);
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The combining step of the collectives' reduction tree, shared by both targets so they
+//! agree bit for bit with each other and with the generated Rust.
+
+use super::Builder;
+use lse_dsl::ir::{CollectiveOp, Ty};
+
+/// `op(a, b)` for `ReduceSum`/`ReduceMax`/`ReduceMin` on `ty`; `None` if unsupported.
+pub(crate) fn combine(
+    b: &mut Builder,
+    op: CollectiveOp,
+    ty: Ty,
+    a: &str,
+    c: &str,
+) -> Option<String> {
+    Some(match (op, ty) {
+        (CollectiveOp::ReduceSum, Ty::F32) => b.op(format!("fadd float {a}, {c}")),
+        (CollectiveOp::ReduceSum, Ty::I32 | Ty::U32) => b.op(format!("add i32 {a}, {c}")),
+        (CollectiveOp::ReduceMax, Ty::F32) => {
+            b.call("float", "llvm.maxnum.f32", &[("float", a), ("float", c)])
+        }
+        (CollectiveOp::ReduceMin, Ty::F32) => {
+            b.call("float", "llvm.minnum.f32", &[("float", a), ("float", c)])
+        }
+        (CollectiveOp::ReduceMax, Ty::I32) => {
+            b.call("i32", "llvm.smax.i32", &[("i32", a), ("i32", c)])
+        }
+        (CollectiveOp::ReduceMin, Ty::I32) => {
+            b.call("i32", "llvm.smin.i32", &[("i32", a), ("i32", c)])
+        }
+        (CollectiveOp::ReduceMax, Ty::U32) => {
+            b.call("i32", "llvm.umax.i32", &[("i32", a), ("i32", c)])
+        }
+        (CollectiveOp::ReduceMin, Ty::U32) => {
+            b.call("i32", "llvm.umin.i32", &[("i32", a), ("i32", c)])
+        }
+        _ => return None,
+    })
+}
+
+/// Argmax step: returns the winning `(value, index)` of `(av, ai)` and `(bv, bi)`. `b` wins
+/// if it is larger, equal with a lower index, or `a` is NaN and `b` is a number or has the
+/// lower index; a NaN `b` never beats a number.
+pub(crate) fn combine_argmax(
+    b: &mut Builder,
+    av: &str,
+    ai: &str,
+    bv: &str,
+    bi: &str,
+) -> (String, String) {
+    let gt = b.op(format!("fcmp ogt float {bv}, {av}"));
+    let eq = b.op(format!("fcmp oeq float {bv}, {av}"));
+    let lower = b.op(format!("icmp ult i32 {bi}, {ai}"));
+    let a_nan = b.op(format!("fcmp uno float {av}, 0.0"));
+    let b_num = b.op(format!("fcmp ord float {bv}, 0.0"));
+    let tie = b.op(format!("and i1 {eq}, {lower}"));
+    let nan_case0 = b.op(format!("or i1 {b_num}, {lower}"));
+    let nan_case = b.op(format!("and i1 {a_nan}, {nan_case0}"));
+    let w0 = b.op(format!("or i1 {gt}, {tie}"));
+    let take = b.op(format!("or i1 {w0}, {nan_case}"));
+    let v = b.op(format!("select i1 {take}, float {bv}, float {av}"));
+    let i = b.op(format!("select i1 {take}, i32 {bi}, i32 {ai}"));
+    (v, i)
+}

@@ -1,0 +1,332 @@
+//! Expression lowering: every LOOM expression becomes straight-line LLVM IR, except the
+//! lazy operators (`&&`, `||`, `Select`), which branch and join with a `phi`.
+
+use super::{align_of, constant, lty, Emitter};
+use lse_dsl::ir::{BinOp, Builtin, Expr, ExprKind, MathFn, Ty, UnOp};
+
+impl Emitter<'_> {
+    /// Lowers `e`, returning the LLVM operand holding its value.
+    pub fn expr(&mut self, e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Const(bits) => constant(&mut self.b, *bits, e.ty),
+            ExprKind::Var(v) => self.read_var(*v),
+            ExprKind::Param(p) => match self.scalars.get(*p as usize).cloned().flatten() {
+                Some(v) => v,
+                None => {
+                    self.fail(format!("parameter {p} is used as a scalar but is not one"));
+                    "poison".into()
+                }
+            },
+            ExprKind::Load { buf, index } => {
+                let p = self.buf_elem_ptr(*buf, index, e.ty);
+                let md = self.mem_md.clone();
+                self.b.op(format!(
+                    "load {}, {} {p}, align {}{md}",
+                    lty(e.ty),
+                    self.buf_ptr,
+                    align_of(e.ty)
+                ))
+            }
+            ExprKind::SharedLoad { array, index } => {
+                let p = self.shared_elem_ptr(*array, index, e.ty);
+                let md = self.mem_md.clone();
+                self.b.op(format!(
+                    "load {}, {} {p}, align {}{md}",
+                    lty(e.ty),
+                    self.shared_ptr,
+                    align_of(e.ty)
+                ))
+            }
+            ExprKind::Builtin(b) => match b {
+                Builtin::LocalId => self.lid.clone(),
+                Builtin::GroupId(d) => self.group_id[(*d as usize).min(2)].clone(),
+                Builtin::NumGroups(d) => self.num_groups[(*d as usize).min(2)].clone(),
+                Builtin::GroupSize => self.k.workgroup_size.to_string(),
+            },
+            ExprKind::Unary(op, a) => {
+                let v = self.expr(a);
+                match (op, a.ty) {
+                    (UnOp::Neg, Ty::F32) => self.b.op(format!("fneg float {v}")),
+                    (UnOp::Neg, Ty::I32 | Ty::U32) => self.b.op(format!("sub i32 0, {v}")),
+                    (UnOp::Not, Ty::Bool) => self.b.op(format!("xor i1 {v}, true")),
+                    (UnOp::Not, Ty::I32 | Ty::U32) => self.b.op(format!("xor i32 {v}, -1")),
+                    (op, t) => {
+                        self.fail(format!("unary {op:?} on {}", t.rust_name()));
+                        "poison".into()
+                    }
+                }
+            }
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b),
+            ExprKind::Cast(a) => self.cast(a, e.ty),
+            ExprKind::Math(f, args) => self.math(*f, args, e.ty),
+            ExprKind::Select(c, a, b) => {
+                let cv = self.expr(c);
+                let (lt, lf, end) = (
+                    self.b.label("sel.t"),
+                    self.b.label("sel.f"),
+                    self.b.label("sel.end"),
+                );
+                self.b.cbr(&cv, &lt, &lf);
+                self.b.start(&lt);
+                let av = self.expr(a);
+                let from_a = self.b.cur.clone();
+                self.b.br(&end);
+                self.b.start(&lf);
+                let bv = self.expr(b);
+                let from_b = self.b.cur.clone();
+                self.b.br(&end);
+                self.b.start(&end);
+                self.b.op(format!(
+                    "phi {} [ {av}, %{from_a} ], [ {bv}, %{from_b} ]",
+                    lty(e.ty)
+                ))
+            }
+        }
+    }
+
+    /// `zext` of a u32 index to i64.
+    fn index64(&mut self, index: &Expr) -> String {
+        let i = self.expr(index);
+        self.b.op(format!("zext i32 {i} to i64"))
+    }
+
+    /// Address of `buf[index]`.
+    pub fn buf_elem_ptr(&mut self, buf: u32, index: &Expr, ty: Ty) -> String {
+        let base = match self.bufs.get(buf as usize).cloned().flatten() {
+            Some(b) => b,
+            None => {
+                self.fail(format!("parameter {buf} is indexed but is not a buffer"));
+                "poison".into()
+            }
+        };
+        let i = self.index64(index);
+        self.b.op(format!(
+            "getelementptr inbounds {}, {} {base}, i64 {i}",
+            lty(ty),
+            self.buf_ptr
+        ))
+    }
+
+    /// Address of `arr[index]` on a shared array.
+    pub fn shared_elem_ptr(&mut self, array: u32, index: &Expr, ty: Ty) -> String {
+        let base = match self.shared.get(array as usize).cloned() {
+            Some(b) => b,
+            None => {
+                self.fail(format!("shared array {array} is not declared"));
+                "poison".into()
+            }
+        };
+        let i = self.expr(index);
+        self.b.op(format!(
+            "getelementptr inbounds {}, {} {base}, i32 {i}",
+            lty(ty),
+            self.shared_ptr
+        ))
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> String {
+        if matches!(op, BinOp::And | BinOp::Or) {
+            return self.lazy_logic(op == BinOp::And, a, b);
+        }
+        let t = a.ty;
+        let av = self.expr(a);
+        let bv = self.expr(b);
+        let ty = lty(t);
+        let signed = t == Ty::I32;
+        let inst: String = match (op, t) {
+            (BinOp::Add, Ty::F32) => "fadd".into(),
+            (BinOp::Sub, Ty::F32) => "fsub".into(),
+            (BinOp::Mul, Ty::F32) => "fmul".into(),
+            (BinOp::Div, Ty::F32) => "fdiv".into(),
+            (BinOp::Rem, Ty::F32) => "frem".into(),
+            (BinOp::Add, Ty::I32 | Ty::U32) => "add".into(),
+            (BinOp::Sub, Ty::I32 | Ty::U32) => "sub".into(),
+            (BinOp::Mul, Ty::I32 | Ty::U32) => "mul".into(),
+            (BinOp::Div, Ty::I32 | Ty::U32) => if signed { "sdiv" } else { "udiv" }.into(),
+            (BinOp::Rem, Ty::I32 | Ty::U32) => if signed { "srem" } else { "urem" }.into(),
+            (BinOp::BitAnd, Ty::I32 | Ty::U32 | Ty::Bool) => "and".into(),
+            (BinOp::BitOr, Ty::I32 | Ty::U32 | Ty::Bool) => "or".into(),
+            (BinOp::BitXor, Ty::I32 | Ty::U32 | Ty::Bool) => "xor".into(),
+            (BinOp::Shl | BinOp::Shr, Ty::I32 | Ty::U32) => {
+                let amt = self.b.op(format!("and i32 {bv}, 31"));
+                let i = match op {
+                    BinOp::Shl => "shl",
+                    _ if signed => "ashr",
+                    _ => "lshr",
+                };
+                return self.b.op(format!("{i} i32 {av}, {amt}"));
+            }
+            (op, Ty::F32) if op.is_comparison() => {
+                let p = match op {
+                    BinOp::Lt => "olt",
+                    BinOp::Le => "ole",
+                    BinOp::Gt => "ogt",
+                    BinOp::Ge => "oge",
+                    BinOp::Eq => "oeq",
+                    _ => "une",
+                };
+                return self.b.op(format!("fcmp {p} float {av}, {bv}"));
+            }
+            (op, Ty::I32 | Ty::U32 | Ty::Bool | Ty::Bf16 | Ty::F16) if op.is_comparison() => {
+                let s = if signed { "s" } else { "u" };
+                let p = match op {
+                    BinOp::Lt => format!("{s}lt"),
+                    BinOp::Le => format!("{s}le"),
+                    BinOp::Gt => format!("{s}gt"),
+                    BinOp::Ge => format!("{s}ge"),
+                    BinOp::Eq => "eq".into(),
+                    _ => "ne".into(),
+                };
+                return self.b.op(format!("icmp {p} {ty} {av}, {bv}"));
+            }
+            (op, t) => {
+                self.fail(format!("binary {op:?} on {}", t.rust_name()));
+                return "poison".into();
+            }
+        };
+        self.b.op(format!("{inst} {ty} {av}, {bv}"))
+    }
+
+    /// `a && b` / `a || b`, evaluating `b` only when needed.
+    fn lazy_logic(&mut self, is_and: bool, a: &Expr, b: &Expr) -> String {
+        let av = self.expr(a);
+        let from_a = self.b.cur.clone();
+        let (rhs, end) = (self.b.label("logic.rhs"), self.b.label("logic.end"));
+        if is_and {
+            self.b.cbr(&av, &rhs, &end);
+        } else {
+            self.b.cbr(&av, &end, &rhs);
+        }
+        self.b.start(&rhs);
+        let bv = self.expr(b);
+        let from_b = self.b.cur.clone();
+        self.b.br(&end);
+        self.b.start(&end);
+        let short = if is_and { "false" } else { "true" };
+        self.b.op(format!(
+            "phi i1 [ {short}, %{from_a} ], [ {bv}, %{from_b} ]"
+        ))
+    }
+
+    fn cast(&mut self, a: &Expr, to: Ty) -> String {
+        let v = self.expr(a);
+        match (a.ty, to) {
+            (x, y) if x == y => v,
+            (Ty::I32 | Ty::U32, Ty::I32 | Ty::U32) => v,
+            (Ty::F32, Ty::I32) => self
+                .b
+                .call("i32", "llvm.fptosi.sat.i32.f32", &[("float", &v)]),
+            (Ty::F32, Ty::U32) => self
+                .b
+                .call("i32", "llvm.fptoui.sat.i32.f32", &[("float", &v)]),
+            (Ty::I32, Ty::F32) => self.b.op(format!("sitofp i32 {v} to float")),
+            (Ty::U32, Ty::F32) => self.b.op(format!("uitofp i32 {v} to float")),
+            (Ty::Bool, Ty::I32 | Ty::U32) => self.b.op(format!("zext i1 {v} to i32")),
+            (Ty::Bool, Ty::F32) => self.b.op(format!("uitofp i1 {v} to float")),
+            (from, to) => {
+                self.fail(format!(
+                    "cast from {} to {}",
+                    from.rust_name(),
+                    to.rust_name()
+                ));
+                "poison".into()
+            }
+        }
+    }
+
+    fn math(&mut self, f: MathFn, args: &[Expr], ty: Ty) -> String {
+        let vals: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+        let arg_ty = args.first().map(|a| a.ty).unwrap_or(ty);
+        let want = match f {
+            MathFn::Fma => 3,
+            MathFn::Max | MathFn::Min => 2,
+            _ => 1,
+        };
+        if vals.len() != want {
+            self.fail(format!("{f:?} takes {want} arguments, got {}", vals.len()));
+            return "poison".into();
+        }
+        let x = vals[0].as_str();
+        let b = &mut self.b;
+        match (f, arg_ty) {
+            (MathFn::Exp, Ty::F32) => b.call("float", "llvm.exp.f32", &[("float", x)]),
+            (MathFn::Log, Ty::F32) => b.call("float", "llvm.log.f32", &[("float", x)]),
+            (MathFn::Sqrt, Ty::F32) => b.call("float", "llvm.sqrt.f32", &[("float", x)]),
+            (MathFn::Rsqrt, Ty::F32) => {
+                let s = b.call("float", "llvm.sqrt.f32", &[("float", x)]);
+                b.op(format!("fdiv float 1.0, {s}"))
+            }
+            (MathFn::Fma, Ty::F32) => b.call(
+                "float",
+                "llvm.fma.f32",
+                &[("float", x), ("float", &vals[1]), ("float", &vals[2])],
+            ),
+            (MathFn::Max, Ty::F32) => b.call(
+                "float",
+                "llvm.maxnum.f32",
+                &[("float", x), ("float", &vals[1])],
+            ),
+            (MathFn::Min, Ty::F32) => b.call(
+                "float",
+                "llvm.minnum.f32",
+                &[("float", x), ("float", &vals[1])],
+            ),
+            (MathFn::Max, Ty::I32) => {
+                b.call("i32", "llvm.smax.i32", &[("i32", x), ("i32", &vals[1])])
+            }
+            (MathFn::Min, Ty::I32) => {
+                b.call("i32", "llvm.smin.i32", &[("i32", x), ("i32", &vals[1])])
+            }
+            (MathFn::Max, Ty::U32) => {
+                b.call("i32", "llvm.umax.i32", &[("i32", x), ("i32", &vals[1])])
+            }
+            (MathFn::Min, Ty::U32) => {
+                b.call("i32", "llvm.umin.i32", &[("i32", x), ("i32", &vals[1])])
+            }
+            (MathFn::Abs, Ty::F32) => b.call("float", "llvm.fabs.f32", &[("float", x)]),
+            (MathFn::Abs, Ty::I32) => b.call("i32", "llvm.abs.i32", &[("i32", x), ("i1", "false")]),
+            (MathFn::Abs, Ty::U32) => x.to_string(),
+            (MathFn::Bf16ToF32, Ty::Bf16) => bf16_to_f32(b, x),
+            (MathFn::F32ToBf16, Ty::F32) => f32_to_bf16(b, x),
+            (MathFn::F16ToF32, Ty::F16) => {
+                let h = b.op(format!("bitcast i16 {x} to half"));
+                b.op(format!("fpext half {h} to float"))
+            }
+            (MathFn::F32ToF16, Ty::F32) => {
+                let h = b.op(format!("fptrunc float {x} to half"));
+                b.op(format!("bitcast half {h} to i16"))
+            }
+            (f, t) => {
+                self.fail(format!("{f:?} on {}", t.rust_name()));
+                "poison".into()
+            }
+        }
+    }
+}
+
+/// bf16 bits -> f32, exactly as `half::bf16::to_f32` (a NaN gets its quiet bit set).
+fn bf16_to_f32(b: &mut super::Builder, x: &str) -> String {
+    let w = b.op(format!("zext i16 {x} to i32"));
+    let mag = b.op(format!("and i32 {w}, 32767"));
+    let nan = b.op(format!("icmp ugt i32 {mag}, 32640"));
+    let quiet = b.op(format!("or i32 {w}, 64"));
+    let sel = b.op(format!("select i1 {nan}, i32 {quiet}, i32 {w}"));
+    let bits = b.op(format!("shl i32 {sel}, 16"));
+    b.op(format!("bitcast i32 {bits} to float"))
+}
+
+/// f32 -> bf16 bits, exactly as `half::bf16::from_f32`: round to nearest even; a NaN keeps
+/// its high payload and gets the quiet bit.
+fn f32_to_bf16(b: &mut super::Builder, x: &str) -> String {
+    let bits = b.op(format!("bitcast float {x} to i32"));
+    let hi = b.op(format!("lshr i32 {bits}, 16"));
+    let nan_bits = b.op(format!("or i32 {hi}, 64"));
+    let lsb = b.op(format!("and i32 {hi}, 1"));
+    let bias = b.op(format!("add i32 {lsb}, 32767"));
+    let sum = b.op(format!("add i32 {bits}, {bias}"));
+    let rounded = b.op(format!("lshr i32 {sum}, 16"));
+    let mag = b.op(format!("and i32 {bits}, 2147483647"));
+    let nan = b.op(format!("icmp ugt i32 {mag}, 2139095040"));
+    let r = b.op(format!("select i1 {nan}, i32 {nan_bits}, i32 {rounded}"));
+    b.op(format!("trunc i32 {r} to i16"))
+}

@@ -1,0 +1,532 @@
+//! Host lowering of the work-item-loop form: one function with the `HostEntry` C ABI that
+//! runs workgroups `[group_begin, group_end)`, each phase of the schedule in turn.
+//!
+//! Every `Phase::Region` is a loop over `lid = 0..WG` whose memory accesses share one access
+//! group declared `llvm.loop.parallel_accesses` (work-items of a region never depend on each
+//! other without a barrier), with `llvm.loop.vectorize.enable`, so LLVM may vectorise across
+//! work-items. Private variables are scalar allocas (promoted by mem2reg), PerItem variables
+//! `[WG x T]` allocas, shared arrays per-call allocas. Regions holding `for` loops with
+//! workgroup-uniform bounds are interchanged so the work-item loop is innermost ([`split`]).
+
+mod split;
+
+use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts, VarLoc};
+use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
+use lse_dsl::wil::{Phase, VarStorage, WilKernel};
+
+/// Lowers `w` to an LLVM module for host `cpu`; `data_layout` comes from the target machine.
+pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result<String, String> {
+    let k = w.kernel;
+    let wg = k.workgroup_size;
+    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
+        return Err(format!(
+            "workgroup size {wg} is not a power of two in 1..=1024"
+        ));
+    }
+    if w.storage.len() != k.locals.len() {
+        return Err(format!(
+            "work-item-loop form has storage for {} variables, the kernel declares {}",
+            w.storage.len(),
+            k.locals.len()
+        ));
+    }
+    let mut e = Emitter::new(k, "ptr", "ptr", "ptr");
+    let (mut nbuf, mut nscalar) = (0u32, 0u32);
+    for (i, p) in k.params.iter().enumerate() {
+        match p {
+            Param::Buffer { .. } => {
+                let slot = e.b.op(format!(
+                    "getelementptr inbounds {{ ptr, i64 }}, ptr %bufs, i64 {nbuf}, i32 0"
+                ));
+                e.bufs[i] = Some(e.b.op(format!("load ptr, ptr {slot}, align 8")));
+                nbuf += 1;
+            }
+            Param::Scalar { ty, .. } => {
+                let slot = e.b.op(format!(
+                    "getelementptr inbounds i64, ptr %scalars, i64 {nscalar}"
+                ));
+                let raw = e.b.op(format!("load i64, ptr {slot}, align 8"));
+                let v = match ty {
+                    Ty::F32 => {
+                        let lo = e.b.op(format!("trunc i64 {raw} to i32"));
+                        e.b.op(format!("bitcast i32 {lo} to float"))
+                    }
+                    t => e.b.op(format!("trunc i64 {raw} to {}", lty(*t))),
+                };
+                e.scalars[i] = Some(v);
+                nscalar += 1;
+            }
+        }
+    }
+    for s in &k.shared {
+        let p = e.alloca(&format!("[{} x {}]", s.len, lty(s.elem)), 16);
+        e.shared.push(p);
+    }
+    for (l, st) in k.locals.iter().zip(&w.storage) {
+        let loc = match st {
+            VarStorage::PerItem => {
+                VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", lty(l.ty)), 16))
+            }
+            VarStorage::Private | VarStorage::Uniform => e.scalar_var(l.ty),
+        };
+        e.vars.push(loc);
+    }
+    for d in 0..3 {
+        let p =
+            e.b.op(format!("getelementptr inbounds i32, ptr %ng, i64 {d}"));
+        e.num_groups[d] = e.b.op(format!("load i32, ptr {p}, align 4"));
+    }
+    // Loop over linearised group ids, x fastest.
+    let (gbody, glatch, gexit) = (
+        e.b.label("group.body"),
+        e.b.label("group.latch"),
+        e.b.label("group.exit"),
+    );
+    let any = e.b.op("icmp ult i32 %group_begin, %group_end");
+    let pre = e.b.cur.clone();
+    e.b.cbr(&any, &gbody, &gexit);
+    e.b.start(&gbody);
+    let g = e.b.fresh();
+    let gnext = e.b.fresh();
+    e.b.ins(format!(
+        "{g} = phi i32 [ %group_begin, %{pre} ], [ {gnext}, %{glatch} ]"
+    ));
+    let (ngx, ngy) = (e.num_groups[0].clone(), e.num_groups[1].clone());
+    e.group_id[0] = e.b.op(format!("urem i32 {g}, {ngx}"));
+    let rest = e.b.op(format!("udiv i32 {g}, {ngx}"));
+    e.group_id[1] = e.b.op(format!("urem i32 {rest}, {ngy}"));
+    e.group_id[2] = e.b.op(format!("udiv i32 {rest}, {ngy}"));
+    let mut host = HostPhases {
+        wg,
+        storage: w.storage.clone(),
+    };
+    host.phases(&mut e, &w.phases);
+    e.b.br(&glatch);
+    e.b.start(&glatch);
+    e.b.ins(format!("{gnext} = add i32 {g}, 1"));
+    let more = e.b.op(format!("icmp ult i32 {gnext}, %group_end"));
+    e.b.cbr(&more, &gbody, &gexit);
+    e.b.start(&gexit);
+    e.b.ins("ret void");
+    if let Some(err) = e.error.take() {
+        return Err(err);
+    }
+
+    let sym = lse_dsl::rt::host_symbol(&k.fn_name, cpu);
+    let mut out = String::new();
+    out.push_str(&format!(
+        "; LOOM kernel {} ({}) for host cpu {cpu}\n",
+        k.id(),
+        k.fn_name
+    ));
+    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
+    out.push_str(&format!(
+        "target triple = \"{}\"\n\n",
+        crate::llvm::HOST_TRIPLE
+    ));
+    out.push_str(&format!(
+        "define void @{sym}(ptr noalias nocapture readonly %bufs, ptr noalias nocapture readonly %scalars, \
+         ptr noalias nocapture readonly %ng, i32 %group_begin, i32 %group_end) #0 {{\nentry:\n"
+    ));
+    out.push_str(&e.b.allocas);
+    out.push_str(&e.b.body);
+    out.push_str("}\n\n");
+    for d in &e.b.decls {
+        out.push_str(d);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" }}\n\n"
+    ));
+    for m in &e.b.metadata {
+        out.push_str(m);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Lowers phases; inside regions barriers and collectives cannot occur.
+struct HostPhases {
+    wg: u32,
+    storage: Vec<VarStorage>,
+}
+
+impl TargetStmts for HostPhases {
+    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
+        e.fail(format!(
+            "{} inside a work-item-loop region (the work-item-loop transform must split it out)",
+            if matches!(s, Stmt::Barrier) {
+                "barrier"
+            } else {
+                "collective"
+            }
+        ));
+    }
+}
+
+impl HostPhases {
+    fn phases(&mut self, e: &mut Emitter, phases: &[Phase]) {
+        for p in phases {
+            self.phase(e, p);
+        }
+    }
+
+    /// A loop `iv = 0..n` (n >= 1) whose memory accesses are independent across iterations;
+    /// `body` gets the induction variable.
+    /// `force_vectorize` adds `llvm.loop.vectorize.enable` (only for loop-free bodies:
+    /// with an inner loop the vectoriser cannot act on this loop and LLVM would warn).
+    fn parallel_loop(
+        &mut self,
+        e: &mut Emitter,
+        n: u32,
+        force_vectorize: bool,
+        body: impl FnOnce(&mut Self, &mut Emitter, &str),
+    ) {
+        let group = e.b.md("distinct !{}");
+        let par =
+            e.b.md(&format!("!{{!\"llvm.loop.parallel_accesses\", {group}}}"));
+        let lmd = if force_vectorize {
+            let vec = e.b.md("!{!\"llvm.loop.vectorize.enable\", i1 true}");
+            e.b.md(&format!("distinct !{{{{self}}, {par}, {vec}}}"))
+        } else {
+            e.b.md(&format!("distinct !{{{{self}}, {par}}}"))
+        };
+        let pre = e.b.cur.clone();
+        let (lbody, latch, exit) = (
+            e.b.label("wi.body"),
+            e.b.label("wi.latch"),
+            e.b.label("wi.exit"),
+        );
+        e.b.br(&lbody);
+        e.b.start(&lbody);
+        let iv = e.b.fresh();
+        let next = e.b.fresh();
+        e.b.ins(format!(
+            "{iv} = phi i32 [ 0, %{pre} ], [ {next}, %{latch} ]"
+        ));
+        let saved_md = std::mem::replace(&mut e.mem_md, format!(", !llvm.access.group {group}"));
+        body(self, e, &iv);
+        e.mem_md = saved_md;
+        e.b.br(&latch);
+        e.b.start(&latch);
+        e.b.ins(format!("{next} = add nuw i32 {iv}, 1"));
+        let more = e.b.op(format!("icmp ult i32 {next}, {n}"));
+        e.b.ins(format!(
+            "br i1 {more}, label %{lbody}, label %{exit}, !llvm.loop {lmd}"
+        ));
+        e.b.start(&exit);
+    }
+
+    /// Runs `body` once per work-item with `e.lid` set.
+    fn region(
+        &mut self,
+        e: &mut Emitter,
+        loop_free: bool,
+        body: impl FnOnce(&mut Self, &mut Emitter),
+    ) {
+        let wg = self.wg;
+        self.parallel_loop(e, wg, loop_free, |s, e, lid| {
+            let saved = std::mem::replace(&mut e.lid, lid.to_string());
+            body(s, e);
+            e.lid = saved;
+        });
+    }
+
+    /// Evaluates a uniform expression as work-item 0.
+    fn uniform(&mut self, e: &mut Emitter, x: &Expr) -> String {
+        let saved = std::mem::replace(&mut e.lid, "0".into());
+        let v = e.expr(x);
+        e.lid = saved;
+        v
+    }
+
+    fn phase(&mut self, e: &mut Emitter, p: &Phase) {
+        match p {
+            Phase::Region(block) if split::wants_split(block, &self.storage, &[]) => {
+                self.split_region(e, block)
+            }
+            Phase::Region(block) => self.region(e, !has_loop(block), |s, e| e.block(s, block)),
+            Phase::If {
+                cond,
+                then_phases,
+                else_phases,
+            } => {
+                let c = self.uniform(e, cond);
+                let (lt, le, end) = (
+                    e.b.label("ph.then"),
+                    e.b.label("ph.else"),
+                    e.b.label("ph.end"),
+                );
+                e.b.cbr(&c, &lt, &le);
+                e.b.start(&lt);
+                self.phases(e, then_phases);
+                e.b.br(&end);
+                e.b.start(&le);
+                self.phases(e, else_phases);
+                e.b.br(&end);
+                e.b.start(&end);
+            }
+            Phase::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                // Bounds and the loop variable are read as work-item 0; regions inside set
+                // their own work-item id.
+                let saved = std::mem::replace(&mut e.lid, "0".into());
+                e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body));
+                e.lid = saved;
+            }
+            Phase::While { cond, body } => {
+                let (head, lbody, exit) = (
+                    e.b.label("ph.head"),
+                    e.b.label("ph.body"),
+                    e.b.label("ph.exit"),
+                );
+                e.b.br(&head);
+                e.b.start(&head);
+                let c = self.uniform(e, cond);
+                e.b.cbr(&c, &lbody, &exit);
+                e.b.start(&lbody);
+                self.phases(e, body);
+                e.b.br(&head);
+                e.b.start(&exit);
+            }
+            Phase::Collective { op, dst, args } => self.collective(e, *op, dst, args),
+        }
+    }
+
+    /// Lowers a region whose uniform `for` loops run once per workgroup with work-item
+    /// loops inside (see [`split`]). Variables the region assigns move to per-work-item
+    /// slots, and divergent `if`s around such loops become per-work-item masks.
+    fn split_region(&mut self, e: &mut Emitter, block: &[Stmt]) {
+        let mut vars = Vec::new();
+        split::assigned_vars(block, &mut vars);
+        vars.sort_unstable();
+        vars.dedup();
+        for v in vars {
+            if self.storage.get(v as usize) == Some(&VarStorage::Private) {
+                let ty = e.k.locals[v as usize].ty;
+                let wg = self.wg;
+                e.vars[v as usize] =
+                    VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", lty(ty)), 16));
+            }
+        }
+        self.split_block(e, block, None, &mut Vec::new());
+    }
+
+    /// Lowers `block` of a split region for the work-items whose `mask` flag is set (all if
+    /// `None`); `hoisted` are the variables of the enclosing interchanged loops.
+    fn split_block(
+        &mut self,
+        e: &mut Emitter,
+        block: &[Stmt],
+        mask: Option<&str>,
+        hoisted: &mut Vec<VarId>,
+    ) {
+        let mut pending: Vec<&Stmt> = Vec::new();
+        for s in block {
+            match s {
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } if split::hoistable(s, &self.storage, hoisted) => {
+                    self.masked_region(e, &pending, mask);
+                    pending.clear();
+                    hoisted.push(*var);
+                    let saved = std::mem::replace(&mut e.lid, "0".into());
+                    e.for_loop(*var, start, end, step, &mut |e| {
+                        self.split_block(e, body, mask, hoisted)
+                    });
+                    e.lid = saved;
+                    hoisted.pop();
+                }
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } if split::wants_split(then_body, &self.storage, hoisted)
+                    || split::wants_split(else_body, &self.storage, hoisted) =>
+                {
+                    self.masked_region(e, &pending, mask);
+                    pending.clear();
+                    let wg = self.wg;
+                    let on_then = e.alloca(&format!("[{wg} x i1]"), 16);
+                    let on_else = e.alloca(&format!("[{wg} x i1]"), 16);
+                    self.region(e, true, |_, e| {
+                        let lid = e.lid.clone();
+                        let active = match mask {
+                            Some(m) => flag(e, m, &lid, None),
+                            None => "true".into(),
+                        };
+                        // The condition is evaluated only by active work-items.
+                        let from = e.b.cur.clone();
+                        let (eval, join) = (e.b.label("mask.eval"), e.b.label("mask.join"));
+                        e.b.cbr(&active, &eval, &join);
+                        e.b.start(&eval);
+                        let c = e.expr(cond);
+                        let from_eval = e.b.cur.clone();
+                        e.b.br(&join);
+                        e.b.start(&join);
+                        let t =
+                            e.b.op(format!("phi i1 [ false, %{from} ], [ {c}, %{from_eval} ]"));
+                        let not_c = e.b.op(format!("xor i1 {t}, true"));
+                        let f = e.b.op(format!("and i1 {active}, {not_c}"));
+                        flag(e, &on_then, &lid, Some(&t));
+                        flag(e, &on_else, &lid, Some(&f));
+                    });
+                    self.split_block(e, then_body, Some(&on_then), hoisted);
+                    self.split_block(e, else_body, Some(&on_else), hoisted);
+                }
+                _ => pending.push(s),
+            }
+        }
+        self.masked_region(e, &pending, mask);
+    }
+
+    /// A work-item loop running `stmts` for the work-items whose `mask` flag is set.
+    fn masked_region(&mut self, e: &mut Emitter, stmts: &[&Stmt], mask: Option<&str>) {
+        if stmts.is_empty() {
+            return;
+        }
+        let loop_free = !stmts.iter().any(|s| has_loop(std::slice::from_ref(*s)));
+        self.region(e, loop_free, |h, e| {
+            let skip = mask.map(|m| {
+                let lid = e.lid.clone();
+                let on = flag(e, m, &lid, None);
+                let (run, skip) = (e.b.label("masked.run"), e.b.label("masked.skip"));
+                e.b.cbr(&on, &run, &skip);
+                e.b.start(&run);
+                skip
+            });
+            for s in stmts {
+                e.stmt(h, s);
+            }
+            if let Some(skip) = skip {
+                e.b.br(&skip);
+                e.b.start(&skip);
+            }
+        });
+    }
+
+    fn collective(&mut self, e: &mut Emitter, op: CollectiveOp, dst: &[u32], args: &[Expr]) {
+        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
+            2
+        } else {
+            1
+        };
+        let want_dst = if op == CollectiveOp::Argmax { 2 } else { 1 };
+        if args.len() != want || dst.len() != want_dst {
+            e.fail(format!(
+                "{op:?} takes {want} arguments and {want_dst} results"
+            ));
+            return;
+        }
+        let ty = args[0].ty;
+        if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
+            e.fail(format!("{op:?} on {}", ty.rust_name()));
+            return;
+        }
+        let wg = self.wg;
+        let t = lty(ty);
+        let vals = e.alloca(&format!("[{wg} x {t}]"), 16);
+        let idxs = if op == CollectiveOp::Argmax {
+            e.alloca(&format!("[{wg} x i32]"), 16)
+        } else {
+            String::new()
+        };
+        let slot = |e: &mut Emitter, arr: &str, t: &str, i: &str| -> String {
+            e.b.op(format!("getelementptr inbounds {t}, ptr {arr}, i32 {i}"))
+        };
+        let load = |e: &mut Emitter, arr: &str, t: &str, i: &str| -> String {
+            let p = slot(e, arr, t, i);
+            let md = e.mem_md.clone();
+            e.b.op(format!("load {t}, ptr {p}, align 4{md}"))
+        };
+        let store = |e: &mut Emitter, arr: &str, t: &str, i: &str, v: &str| {
+            let p = slot(e, arr, t, i);
+            let md = e.mem_md.clone();
+            e.b.ins(format!("store {t} {v}, ptr {p}, align 4{md}"));
+        };
+        // Every work-item's arguments.
+        self.region(e, true, |_, e| {
+            let lid = e.lid.clone();
+            let v = e.expr(&args[0]);
+            store(e, &vals, t, &lid, &v);
+            if op == CollectiveOp::Argmax {
+                let x = e.expr(&args[1]);
+                store(e, &idxs, "i32", &lid, &x);
+            }
+        });
+        let (rv, ri) = if op == CollectiveOp::Broadcast {
+            let lane = self.uniform(e, &args[1]);
+            (load(e, &vals, t, &lane), String::new())
+        } else {
+            let mut s = wg / 2;
+            while s >= 1 {
+                self.parallel_loop(e, s, true, |_, e, i| {
+                    let j = e.b.op(format!("add i32 {i}, {s}"));
+                    if op == CollectiveOp::Argmax {
+                        let (av, ai) = (load(e, &vals, t, i), load(e, &idxs, "i32", i));
+                        let (bv, bi) = (load(e, &vals, t, &j), load(e, &idxs, "i32", &j));
+                        let (v, x) = combine_argmax(&mut e.b, &av, &ai, &bv, &bi);
+                        store(e, &vals, t, i, &v);
+                        store(e, &idxs, "i32", i, &x);
+                    } else {
+                        let a = load(e, &vals, t, i);
+                        let b = load(e, &vals, t, &j);
+                        match combine(&mut e.b, op, ty, &a, &b) {
+                            Some(r) => store(e, &vals, t, i, &r),
+                            None => e.fail(format!("{op:?} on {}", ty.rust_name())),
+                        }
+                    }
+                });
+                s /= 2;
+            }
+            let ri = if op == CollectiveOp::Argmax {
+                load(e, &idxs, "i32", "0")
+            } else {
+                String::new()
+            };
+            (load(e, &vals, t, "0"), ri)
+        };
+        self.region(e, true, |_, e| {
+            e.write_var(dst[0], &rv);
+            if op == CollectiveOp::Argmax {
+                e.write_var(dst[1], &ri);
+            }
+        });
+    }
+}
+
+/// Whether `block` contains a `for` or `while` loop.
+fn has_loop(block: &[Stmt]) -> bool {
+    block.iter().any(|s| match s {
+        Stmt::For { .. } | Stmt::While { .. } => true,
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => has_loop(then_body) || has_loop(else_body),
+        _ => false,
+    })
+}
+
+/// Loads (`value` = None) or stores a work-item's flag in a `[WG x i1]` mask array.
+fn flag(e: &mut Emitter, arr: &str, lid: &str, value: Option<&str>) -> String {
+    let p =
+        e.b.op(format!("getelementptr inbounds i1, ptr {arr}, i32 {lid}"));
+    let md = e.mem_md.clone();
+    match value {
+        Some(v) => {
+            e.b.ins(format!("store i1 {v}, ptr {p}, align 1{md}"));
+            String::new()
+        }
+        None => e.b.op(format!("load i1, ptr {p}, align 1{md}")),
+    }
+}

@@ -1,0 +1,98 @@
+//! The inkwell part: parse LLVM IR text, verify it, run `default<O3>` with the target machine
+//! attached, and emit assembly and an object file. Every failure is a `(Stage, message)`;
+//! nothing here lets an LLVM error reach `abort` on inputs we can check first.
+
+use crate::error::Stage;
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
+};
+use inkwell::OptimizationLevel;
+use std::sync::Once;
+
+/// Triple of AMDGPU code objects.
+pub(crate) const AMDGPU_TRIPLE: &str = "amdgcn-amd-amdhsa";
+/// Triple of host code.
+pub(crate) const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// Output of [`compile_text`].
+pub(crate) struct Compiled {
+    pub ir_opt: String,
+    pub asm: String,
+    pub object: Vec<u8>,
+}
+
+fn init_targets() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let cfg = InitializationConfig::default();
+        Target::initialize_amd_gpu(&cfg);
+        Target::initialize_x86(&cfg);
+    });
+}
+
+/// A PIC target machine for `triple`/`cpu` at `-O3`.
+pub(crate) fn target_machine(triple: &str, cpu: &str) -> Result<TargetMachine, (Stage, String)> {
+    init_targets();
+    let t = TargetTriple::create(triple);
+    let target = Target::from_triple(&t).map_err(|e| (Stage::Target, e.to_string()))?;
+    target
+        .create_target_machine(
+            &t,
+            cpu,
+            "",
+            OptimizationLevel::Aggressive,
+            RelocMode::PIC,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| {
+            (
+                Stage::Target,
+                format!("LLVM could not create a target machine for {triple} / {cpu}"),
+            )
+        })
+}
+
+/// The data layout string of `triple`/`cpu`, for the `target datalayout` line.
+pub(crate) fn data_layout(triple: &str, cpu: &str) -> Result<String, (Stage, String)> {
+    let tm = target_machine(triple, cpu)?;
+    let dl = tm.get_target_data().get_data_layout();
+    Ok(dl.as_str().to_string_lossy().into_owned())
+}
+
+/// Parses, verifies, optimises and emits `text` for `triple`/`cpu`. The assembly comes from
+/// a clone of the module because object emission rewrites the module in place.
+pub(crate) fn compile_text(
+    text: &str,
+    name: &str,
+    triple: &str,
+    cpu: &str,
+) -> Result<Compiled, (Stage, String)> {
+    let tm = target_machine(triple, cpu)?;
+    let ctx = Context::create();
+    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), name);
+    let module = ctx
+        .create_module_from_ir(buf)
+        .map_err(|e| (Stage::Parse, e.to_string()))?;
+    module
+        .verify()
+        .map_err(|e| (Stage::Verify, e.to_string()))?;
+    module
+        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .map_err(|e| (Stage::Passes, e.to_string()))?;
+    let ir_opt = module.print_to_string().to_string();
+    let asm_module = module.clone();
+    let asm = tm
+        .write_to_memory_buffer(&asm_module, FileType::Assembly)
+        .map_err(|e| (Stage::EmitObject, e.to_string()))?;
+    let object = tm
+        .write_to_memory_buffer(&module, FileType::Object)
+        .map_err(|e| (Stage::EmitObject, e.to_string()))?;
+    Ok(Compiled {
+        ir_opt,
+        asm: String::from_utf8_lossy(asm.as_slice()).into_owned(),
+        object: object.as_slice().to_vec(),
+    })
+}

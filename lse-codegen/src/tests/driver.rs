@@ -1,0 +1,64 @@
+//! `build_all`: the files it writes and the errors it reports.
+
+use super::kernels;
+use crate::{build_all, CodegenError};
+
+#[test]
+fn build_all_writes_every_artifact() {
+    let mut a = kernels::store_id();
+    a.targets = vec!["gfx1201".into()];
+    let b = kernels::reduce();
+    let dir = tempfile::tempdir().unwrap();
+    build_all(&[a.clone(), b.clone()], dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    for (k, archs) in [
+        (&a, vec!["gfx1201"]),
+        (&b, vec!["gfx1201", "gfx1100", "gfx942"]),
+    ] {
+        let d = dir.path().join("loom").join(&k.fn_name);
+        for arch in archs {
+            for ext in ["hsaco", "ll", "s", "json"] {
+                assert!(
+                    d.join(format!("{arch}.{ext}")).is_file(),
+                    "{} {arch}.{ext}",
+                    k.fn_name
+                );
+            }
+        }
+        assert!(!d.join("gfx1100.hsaco").is_file() || k.fn_name != a.fn_name);
+        for cpu in lse_dsl::rt::HOST_CPUS {
+            assert!(d.join(format!("host-{cpu}.ll")).is_file());
+            assert!(d.join(format!("host-{cpu}.s")).is_file());
+        }
+        let hash = std::fs::read_to_string(d.join("build.hash")).unwrap();
+        assert_eq!(hash, lse_dsl::text::ir_hash(k));
+    }
+    let lib = std::fs::read(dir.path().join("libloom_host.a")).unwrap();
+    assert!(lib.starts_with(b"!<arch>\n"));
+    let text = String::from_utf8_lossy(&lib);
+    for k in [&a, &b] {
+        for cpu in lse_dsl::rt::HOST_CPUS {
+            assert!(
+                text.contains(&lse_dsl::rt::host_symbol(&k.fn_name, cpu)),
+                "{} {cpu}",
+                k.fn_name
+            );
+        }
+    }
+}
+
+#[test]
+fn duplicate_names_and_bad_kernels_fail_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = kernels::store_id();
+    let e = build_all(&[k.clone(), k.clone()], dir.path()).unwrap_err();
+    assert_eq!(
+        e,
+        CodegenError::DuplicateKernel {
+            fn_name: k.fn_name.clone()
+        }
+    );
+    let mut bad = kernels::store_id();
+    bad.targets = vec!["gfx1234".into()];
+    let e = build_all(&[bad], dir.path()).unwrap_err();
+    assert!(e.to_string().contains("gfx1234"), "{e}");
+}

@@ -1,0 +1,360 @@
+//! Host: compile hand-built kernels for every host cpu, link each object into a shared
+//! library, load it and run it on real buffers.
+
+use super::kernels;
+use crate::{compile_host, host_llvm_text};
+use half::{bf16, f16};
+use lse_dsl::ir::{Kernel, Stmt};
+use lse_dsl::rt::{host_symbol, HostEntry, RawBuf, HOST_CPUS};
+use lse_dsl::wil::{Phase, VarStorage, WilKernel};
+use std::ffi::CString;
+
+/// A loaded shared library holding one host entry.
+struct Lib {
+    handle: *mut libc::c_void,
+    entry: HostEntry,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Lib {
+    fn drop(&mut self) {
+        // SAFETY: handle came from dlopen and no function pointer outlives `self`.
+        unsafe { libc::dlclose(self.handle) };
+    }
+}
+
+fn load(k: &Kernel, cpu: &str) -> (Lib, crate::CompiledHost) {
+    load_wil(k, &lse_dsl::wil::transform(k), cpu)
+}
+
+fn load_wil(k: &Kernel, w: &WilKernel, cpu: &str) -> (Lib, crate::CompiledHost) {
+    let c = compile_host(w, cpu).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let obj = dir.path().join("k.o");
+    let so = dir.path().join("libk.so");
+    std::fs::write(&obj, &c.object).unwrap();
+    let lld = crate::link::find_tool("ld.lld").unwrap();
+    let st = std::process::Command::new(lld)
+        .arg("-shared")
+        .arg(&obj)
+        .arg("-o")
+        .arg(&so)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let path = CString::new(so.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library we just linked; it has no initialisers.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null(), "dlopen failed for {cpu}: {:?}", unsafe {
+        std::ffi::CStr::from_ptr(libc::dlerror())
+    });
+    let sym = CString::new(host_symbol(&k.fn_name, cpu)).unwrap();
+    // SAFETY: the symbol is the host entry, which has the HostEntry ABI.
+    let entry = unsafe {
+        let p = libc::dlsym(handle, sym.as_ptr());
+        assert!(!p.is_null(), "symbol {sym:?} missing");
+        std::mem::transmute::<*mut libc::c_void, HostEntry>(p)
+    };
+    (
+        Lib {
+            handle,
+            entry,
+            _dir: dir,
+        },
+        c,
+    )
+}
+
+fn raw<T>(v: &mut [T]) -> RawBuf {
+    RawBuf {
+        ptr: v.as_mut_ptr() as *mut u8,
+        len: v.len(),
+    }
+}
+
+fn run(lib: &Lib, bufs: &[RawBuf], scalars: &[u64], groups: [u32; 3], begin: u32, end: u32) {
+    // SAFETY: buffers are live and sized for the launch; the entry follows the HostEntry ABI.
+    unsafe { (lib.entry)(bufs.as_ptr(), scalars.as_ptr(), groups.as_ptr(), begin, end) };
+}
+
+#[test]
+fn store_id_runs_on_every_cpu() {
+    let k = kernels::store_id();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let n = 200u32;
+        let mut out = vec![u32::MAX; 256];
+        let bufs = [raw(&mut out)];
+        // Two calls over disjoint group ranges, like the runtime's threads.
+        run(&lib, &bufs, &[n as u64, 3], [4, 1, 1], 0, 1);
+        run(&lib, &bufs, &[n as u64, 3], [4, 1, 1], 1, 4);
+        for (i, &v) in out.iter().enumerate() {
+            let want = if (i as u32) < n {
+                i as u32 * 3
+            } else {
+                u32::MAX
+            };
+            assert_eq!(v, want, "{cpu} out[{i}]");
+        }
+    }
+}
+
+#[test]
+fn reduce_runs_on_every_cpu() {
+    let k = kernels::reduce();
+    let wg = kernels::REDUCE_WG as usize;
+    let groups = 3;
+    let mut x: Vec<f32> = (0..wg * groups)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37)
+        .collect();
+    x[wg + 7] = f32::NAN; // group 1: NaN never wins argmax
+    x[2 * wg + 3] = 1000.0; // group 2: tie between two lanes, lower index wins
+    x[2 * wg + 9] = 1000.0;
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let mut xs = x.clone();
+        let (mut sums, mut maxes, mut idx, mut bc, mut maxv) = (
+            vec![0f32; groups],
+            vec![0f32; groups],
+            vec![0u32; groups],
+            vec![0f32; groups],
+            vec![0f32; groups],
+        );
+        let bufs = [
+            raw(&mut xs),
+            raw(&mut sums),
+            raw(&mut maxes),
+            raw(&mut idx),
+            raw(&mut bc),
+            raw(&mut maxv),
+        ];
+        run(&lib, &bufs, &[], [groups as u32, 1, 1], 0, groups as u32);
+        for g in 0..groups {
+            // w[lid] = tile[63 - lid] = x[g*64 + 63 - lid]; argmax index is 63 - lid.
+            let w: Vec<f32> = (0..wg).map(|l| x[g * wg + wg - 1 - l]).collect();
+            let mut a = w.clone();
+            let mut s = wg / 2;
+            while s > 0 {
+                for i in 0..s {
+                    a[i] += a[i + s];
+                }
+                s /= 2;
+            }
+            assert_eq!(sums[g].to_bits(), a[0].to_bits(), "{cpu} sum g{g}");
+            let mut best = (f32::NAN, u32::MAX);
+            for (l, &v) in w.iter().enumerate() {
+                let i = (wg - 1 - l) as u32;
+                let wins = if v.is_nan() {
+                    best.0.is_nan() && i < best.1
+                } else {
+                    best.0.is_nan() || v > best.0 || (v == best.0 && i < best.1)
+                };
+                if wins {
+                    best = (v, i);
+                }
+            }
+            assert_eq!((maxes[g], idx[g]), best, "{cpu} argmax g{g}");
+            assert_eq!(bc[g].to_bits(), w[5].to_bits(), "{cpu} broadcast g{g}");
+            assert_eq!(
+                maxv[g],
+                w.iter().copied().fold(f32::NAN, f32::max),
+                "{cpu} max g{g}"
+            );
+        }
+        assert_eq!(idx[2], 3, "tie goes to the lower index");
+    }
+}
+
+#[test]
+fn halves_match_the_half_crate() {
+    let k = kernels::halves();
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -2.5,
+        1.0e30,
+        -1.0e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        3.0e-39,
+        65504.0,
+        70000.0,
+    ];
+    let mut xb: Vec<u16> = specials
+        .iter()
+        .map(|&v| bf16::from_f32(v).to_bits())
+        .collect();
+    xb.extend([0x7fc1u16, 0xff81, 0x3f81, 0x0001, 0x8001]); // NaNs (quiet, signalling), odd values
+    xb.extend((0..45u16).map(|i| i.wrapping_mul(2731)));
+    let n = xb.len();
+    let xh: Vec<u16> = (0..n as u16)
+        .map(|i| i.wrapping_mul(1777) ^ 0x3c00)
+        .collect();
+    let s = 1.0f32 + 1.0 / 256.0; // exercises round-to-nearest-even on the way back
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let (mut x, mut h) = (xb.clone(), xh.clone());
+        let (mut of, mut ob, mut oh, mut oi) =
+            (vec![0f32; n], vec![0u16; n], vec![0u16; n], vec![0i32; n]);
+        let bufs = [
+            raw(&mut x),
+            raw(&mut h),
+            raw(&mut of),
+            raw(&mut ob),
+            raw(&mut oh),
+            raw(&mut oi),
+        ];
+        let groups = n.div_ceil(32) as u32;
+        run(
+            &lib,
+            &bufs,
+            &[n as u64, s.to_bits() as u64],
+            [groups, 1, 1],
+            0,
+            groups,
+        );
+        for i in 0..n {
+            let f = bf16::from_bits(xb[i]).to_f32() * s;
+            assert_eq!(
+                of[i].to_bits(),
+                f.to_bits(),
+                "{cpu} f[{i}] from {:#x}",
+                xb[i]
+            );
+            assert_eq!(
+                ob[i],
+                bf16::from_f32(f).to_bits(),
+                "{cpu} bf16[{i}] of {f:e}"
+            );
+            let hv = f16::from_bits(xh[i]).to_f32() + f;
+            let want_h = f16::from_f32(hv).to_bits();
+            if hv.is_nan() {
+                assert!(f16::from_bits(oh[i]).is_nan(), "{cpu} f16[{i}] NaN");
+            } else {
+                assert_eq!(oh[i], want_h, "{cpu} f16[{i}] of {hv:e}");
+            }
+            assert_eq!(oi[i], f as i32, "{cpu} i32[{i}] of {f:e}");
+        }
+    }
+}
+
+/// Runs a form of `kernels::dot_rows` (or `dot_rows_masked` when `masked`) on every cpu,
+/// checks it against a sequential reference, and returns the x86-64-v4 assembly.
+fn run_dot_rows(k: &Kernel, w: &WilKernel, masked: bool) -> String {
+    let (rows, k_len, n_rows) = (128usize, 40usize, 100usize);
+    let wv: Vec<u16> = (0..rows * k_len)
+        .map(|i| bf16::from_f32(((i * 13 % 29) as f32 - 14.0) * 0.125).to_bits())
+        .collect();
+    let x: Vec<f32> = (0..k_len).map(|i| (i as f32 - 20.0) * 0.5).collect();
+    let extra: Vec<u32> = (0..rows as u32).map(|r| r % 5).collect();
+    let mut v4 = String::new();
+    for cpu in HOST_CPUS {
+        let (lib, c) = load_wil(k, w, cpu);
+        let (mut wb, mut xb, mut out, mut eb) =
+            (wv.clone(), x.clone(), vec![0f32; rows], extra.clone());
+        let bufs = [raw(&mut wb), raw(&mut xb), raw(&mut out), raw(&mut eb)];
+        let nb = if masked { 4 } else { 3 };
+        run(
+            &lib,
+            &bufs[..nb],
+            &[k_len as u64, n_rows as u64],
+            [2, 1, 1],
+            0,
+            2,
+        );
+        for r in 0..rows {
+            let mut acc = 0f32;
+            for kk in 0..k_len {
+                acc += bf16::from_bits(wv[r * k_len + kk]).to_f32() * x[kk];
+            }
+            if masked {
+                for _ in 0..extra[r] {
+                    acc += 1.0;
+                }
+                if r >= n_rows {
+                    acc = -1.0;
+                }
+            }
+            assert_eq!(out[r].to_bits(), acc.to_bits(), "{cpu} row {r}");
+        }
+        if cpu == "x86-64-v4" {
+            v4 = c.asm;
+        }
+    }
+    v4
+}
+
+/// Packed single-precision arithmetic on ymm/zmm registers.
+fn has_packed_fp(asm: &str) -> bool {
+    asm.lines().any(|l| {
+        let l = l.trim_start();
+        (l.starts_with("vmulps") || l.starts_with("vaddps"))
+            && (l.contains("ymm") || l.contains("zmm"))
+    })
+}
+
+#[test]
+fn per_item_dot_products_vectorise_across_work_items() {
+    // A sequential f32 accumulation per work-item: only the interchange of the uniform `k`
+    // loop with the work-item loop lets LLVM vectorise it.
+    let k = kernels::dot_rows();
+    let asm = run_dot_rows(&k, &lse_dsl::wil::transform(&k), false);
+    assert!(has_packed_fp(&asm), "not vectorised:\n{asm}");
+    // The same under a divergent `if`, with a loop whose bound is loaded (not interchanged).
+    let k = kernels::dot_rows_masked();
+    let asm = run_dot_rows(&k, &lse_dsl::wil::transform(&k), true);
+    assert!(has_packed_fp(&asm), "masked form not vectorised:\n{asm}");
+}
+
+#[test]
+fn interchange_also_works_inside_a_uniform_phase_loop() {
+    // The `k` loop as a phase (as the transform would make it if it held a barrier).
+    let k = kernels::dot_rows();
+    let Stmt::For {
+        var,
+        start,
+        end,
+        step,
+        body,
+    } = &k.body[2]
+    else {
+        panic!("dot_rows shape")
+    };
+    let w = WilKernel {
+        kernel: &k,
+        storage: vec![
+            VarStorage::PerItem,
+            VarStorage::PerItem,
+            VarStorage::Uniform,
+        ],
+        phases: vec![
+            Phase::Region(k.body[..2].to_vec()),
+            Phase::For {
+                var: *var,
+                start: start.clone(),
+                end: end.clone(),
+                step: step.clone(),
+                body: vec![Phase::Region(body.clone())],
+            },
+            Phase::Region(k.body[3..].to_vec()),
+        ],
+    };
+    let asm = run_dot_rows(&k, &w, false);
+    assert!(has_packed_fp(&asm), "not vectorised:\n{asm}");
+}
+
+#[test]
+fn host_text_has_the_entry_abi() {
+    let k = kernels::store_id();
+    let w = lse_dsl::wil::transform(&k);
+    let t = host_llvm_text(&w, "x86-64-v3");
+    assert!(
+        t.contains("define void @loom_host_k_store_id_x86_64_v3(ptr noalias"),
+        "{t}"
+    );
+    assert!(t.contains("llvm.loop.parallel_accesses"));
+    assert!(t.contains("llvm.loop.vectorize.enable"));
+    assert!(host_llvm_text(&w, "pentium").starts_with("; LOOM emit error"));
+    assert!(compile_host(&w, "pentium").is_err());
+}

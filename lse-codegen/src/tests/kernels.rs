@@ -1,0 +1,386 @@
+//! Hand-built LOOM IR kernels for the codegen tests.
+
+use lse_dsl::ir::*;
+
+pub fn var(v: VarId, ty: Ty) -> Expr {
+    Expr::new(ExprKind::Var(v), ty)
+}
+pub fn param(p: ParamId, ty: Ty) -> Expr {
+    Expr::new(ExprKind::Param(p), ty)
+}
+pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+    let ty = if op.is_comparison() || matches!(op, BinOp::And | BinOp::Or) {
+        Ty::Bool
+    } else {
+        a.ty
+    };
+    Expr::new(ExprKind::Binary(op, Box::new(a), Box::new(b)), ty)
+}
+pub fn builtin(b: Builtin) -> Expr {
+    Expr::new(ExprKind::Builtin(b), Ty::U32)
+}
+pub fn load(buf: ParamId, index: Expr, ty: Ty) -> Expr {
+    Expr::new(
+        ExprKind::Load {
+            buf,
+            index: Box::new(index),
+        },
+        ty,
+    )
+}
+pub fn math(f: MathFn, args: Vec<Expr>, ty: Ty) -> Expr {
+    Expr::new(ExprKind::Math(f, args), ty)
+}
+pub fn local(name: &str, ty: Ty) -> Local {
+    Local {
+        name: name.into(),
+        ty,
+    }
+}
+pub fn buffer(name: &str, elem: Ty, access: Access) -> Param {
+    Param::Buffer {
+        name: name.into(),
+        elem,
+        access,
+    }
+}
+pub fn scalar(name: &str, ty: Ty) -> Param {
+    Param::Scalar {
+        name: name.into(),
+        ty,
+    }
+}
+fn kernel(
+    fn_name: &str,
+    wg: u32,
+    params: Vec<Param>,
+    shared: Vec<SharedArray>,
+    locals: Vec<Local>,
+    body: Block,
+) -> Kernel {
+    Kernel {
+        fn_name: fn_name.into(),
+        name: format!("test.{fn_name}"),
+        version: 1,
+        workgroup_size: wg,
+        targets: vec!["gfx1201".into(), "gfx1100".into(), "gfx942".into()],
+        params,
+        shared,
+        locals,
+        body,
+    }
+}
+
+/// `gid = group_id() * 64 + local_id(); if gid < n { out[gid] = gid * scale }`
+/// with params `(out: &mut [u32], n: u32, scale: u32)`.
+pub fn store_id() -> Kernel {
+    let gid = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Mul,
+            builtin(Builtin::GroupId(0)),
+            builtin(Builtin::GroupSize),
+        ),
+        builtin(Builtin::LocalId),
+    );
+    kernel(
+        "k_store_id",
+        64,
+        vec![
+            buffer("out", Ty::U32, Access::ReadWrite),
+            scalar("n", Ty::U32),
+            scalar("scale", Ty::U32),
+        ],
+        vec![],
+        vec![local("gid", Ty::U32)],
+        vec![
+            Stmt::Let { var: 0, value: gid },
+            Stmt::If {
+                cond: bin(BinOp::Lt, var(0, Ty::U32), param(1, Ty::U32)),
+                then_body: vec![Stmt::Store {
+                    buf: 0,
+                    index: var(0, Ty::U32),
+                    value: bin(BinOp::Mul, var(0, Ty::U32), param(2, Ty::U32)),
+                }],
+                else_body: vec![],
+            },
+        ],
+    )
+}
+
+/// Workgroup size of [`reduce`].
+pub const REDUCE_WG: u32 = 64;
+
+/// Per workgroup g (WG = 64): `v = x[g*64 + lid]`, `tile[lid] = v`, barrier,
+/// `w = tile[63 - lid]`, `s = reduce_sum(w)`, `(m, mi) = argmax(w, 63 - lid)`,
+/// `b = broadcast(w, 5)`, `mx = reduce_max(w)`; work-item 0 writes
+/// `sums[g] = s`, `maxes[g] = m`, `idx[g] = mi`, `bc[g] = b`, `maxv[g] = mx`.
+/// Params: `(x: &[f32], sums: &mut [f32], maxes: &mut [f32], idx: &mut [u32], bc: &mut [f32], maxv: &mut [f32])`.
+pub fn reduce() -> Kernel {
+    let wg = REDUCE_WG;
+    let lid = || builtin(Builtin::LocalId);
+    let g = || builtin(Builtin::GroupId(0));
+    let rev = || bin(BinOp::Sub, Expr::const_u32(wg - 1), lid());
+    let f = Ty::F32;
+    let w = || var(1, f);
+    let store0 = |buf: ParamId, value: Expr| Stmt::Store {
+        buf,
+        index: g(),
+        value,
+    };
+    kernel(
+        "k_reduce",
+        wg,
+        vec![
+            buffer("x", f, Access::Read),
+            buffer("sums", f, Access::ReadWrite),
+            buffer("maxes", f, Access::ReadWrite),
+            buffer("idx", Ty::U32, Access::ReadWrite),
+            buffer("bc", f, Access::ReadWrite),
+            buffer("maxv", f, Access::ReadWrite),
+        ],
+        vec![SharedArray {
+            name: "tile".into(),
+            elem: f,
+            len: wg,
+        }],
+        vec![
+            local("v", f),
+            local("w", f),
+            local("s", f),
+            local("m", f),
+            local("mi", Ty::U32),
+            local("b", f),
+            local("mx", f),
+        ],
+        vec![
+            Stmt::Let {
+                var: 0,
+                value: load(
+                    0,
+                    bin(BinOp::Add, bin(BinOp::Mul, g(), Expr::const_u32(wg)), lid()),
+                    f,
+                ),
+            },
+            Stmt::SharedStore {
+                array: 0,
+                index: lid(),
+                value: var(0, f),
+            },
+            Stmt::Barrier,
+            Stmt::Let {
+                var: 1,
+                value: Expr::new(
+                    ExprKind::SharedLoad {
+                        array: 0,
+                        index: Box::new(rev()),
+                    },
+                    f,
+                ),
+            },
+            Stmt::Collective {
+                op: CollectiveOp::ReduceSum,
+                dst: vec![2],
+                args: vec![w()],
+            },
+            Stmt::Collective {
+                op: CollectiveOp::Argmax,
+                dst: vec![3, 4],
+                args: vec![w(), rev()],
+            },
+            Stmt::Collective {
+                op: CollectiveOp::Broadcast,
+                dst: vec![5],
+                args: vec![w(), Expr::const_u32(5)],
+            },
+            Stmt::Collective {
+                op: CollectiveOp::ReduceMax,
+                dst: vec![6],
+                args: vec![w()],
+            },
+            Stmt::If {
+                cond: bin(BinOp::Eq, lid(), Expr::const_u32(0)),
+                then_body: vec![
+                    store0(1, var(2, f)),
+                    store0(2, var(3, f)),
+                    store0(3, var(4, Ty::U32)),
+                    store0(4, var(5, f)),
+                    store0(5, var(6, f)),
+                ],
+                else_body: vec![],
+            },
+        ],
+    )
+}
+
+/// `i = group_id() * 32 + local_id()`; if `i < n`:
+/// `f = bf16_to_f32(x[i]) * s`, `out_f[i] = f`, `out_b[i] = f32_to_bf16(f)`,
+/// `out_h[i] = f32_to_f16(f16_to_f32(h[i]) + f)`, `out_i[i] = f as i32` (saturating).
+/// Params `(x: &[bf16], h: &[f16], out_f: &mut [f32], out_b: &mut [bf16], out_h: &mut [f16],
+/// out_i: &mut [i32], n: u32, s: f32)`.
+pub fn halves() -> Kernel {
+    let i = || var(0, Ty::U32);
+    let f = || var(1, Ty::F32);
+    let gid = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Mul,
+            builtin(Builtin::GroupId(0)),
+            Expr::const_u32(32),
+        ),
+        builtin(Builtin::LocalId),
+    );
+    let x = math(MathFn::Bf16ToF32, vec![load(0, i(), Ty::Bf16)], Ty::F32);
+    let h = math(MathFn::F16ToF32, vec![load(1, i(), Ty::F16)], Ty::F32);
+    kernel(
+        "k_halves",
+        32,
+        vec![
+            buffer("x", Ty::Bf16, Access::Read),
+            buffer("h", Ty::F16, Access::Read),
+            buffer("out_f", Ty::F32, Access::ReadWrite),
+            buffer("out_b", Ty::Bf16, Access::ReadWrite),
+            buffer("out_h", Ty::F16, Access::ReadWrite),
+            buffer("out_i", Ty::I32, Access::ReadWrite),
+            scalar("n", Ty::U32),
+            scalar("s", Ty::F32),
+        ],
+        vec![],
+        vec![local("i", Ty::U32), local("f", Ty::F32)],
+        vec![
+            Stmt::Let { var: 0, value: gid },
+            Stmt::If {
+                cond: bin(BinOp::Lt, i(), param(6, Ty::U32)),
+                then_body: vec![
+                    Stmt::Let {
+                        var: 1,
+                        value: bin(BinOp::Mul, x, param(7, Ty::F32)),
+                    },
+                    Stmt::Store {
+                        buf: 2,
+                        index: i(),
+                        value: f(),
+                    },
+                    Stmt::Store {
+                        buf: 3,
+                        index: i(),
+                        value: math(MathFn::F32ToBf16, vec![f()], Ty::Bf16),
+                    },
+                    Stmt::Store {
+                        buf: 4,
+                        index: i(),
+                        value: math(MathFn::F32ToF16, vec![bin(BinOp::Add, h, f())], Ty::F16),
+                    },
+                    Stmt::Store {
+                        buf: 5,
+                        index: i(),
+                        value: Expr::new(ExprKind::Cast(Box::new(f())), Ty::I32),
+                    },
+                ],
+                else_body: vec![],
+            },
+        ],
+    )
+}
+
+/// LM-head-like product for the vectorisation check (WG = 64): work-item `lid` of group g
+/// computes `out[g*64+lid] = sum_k bf16_to_f32(w[(g*64+lid)*k_len + k]) * x[k]` with a
+/// sequential `for k in 0..k_len` loop. Params `(w: &[bf16], x: &[f32], out: &mut [f32], k_len: u32)`.
+pub fn dot_rows() -> Kernel {
+    let row = || var(0, Ty::U32);
+    let acc = || var(1, Ty::F32);
+    let k = || var(2, Ty::U32);
+    let gid = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Mul,
+            builtin(Builtin::GroupId(0)),
+            Expr::const_u32(64),
+        ),
+        builtin(Builtin::LocalId),
+    );
+    let wi = bin(BinOp::Add, bin(BinOp::Mul, row(), param(3, Ty::U32)), k());
+    let prod = bin(
+        BinOp::Mul,
+        math(MathFn::Bf16ToF32, vec![load(0, wi, Ty::Bf16)], Ty::F32),
+        load(1, k(), Ty::F32),
+    );
+    kernel(
+        "k_dot_rows",
+        64,
+        vec![
+            buffer("w", Ty::Bf16, Access::Read),
+            buffer("x", Ty::F32, Access::Read),
+            buffer("out", Ty::F32, Access::ReadWrite),
+            scalar("k_len", Ty::U32),
+        ],
+        vec![],
+        vec![
+            local("row", Ty::U32),
+            local("acc", Ty::F32),
+            local("k", Ty::U32),
+        ],
+        vec![
+            Stmt::Let { var: 0, value: gid },
+            Stmt::Let {
+                var: 1,
+                value: Expr::const_f32(0.0),
+            },
+            Stmt::For {
+                var: 2,
+                start: Expr::const_u32(0),
+                end: param(3, Ty::U32),
+                step: Expr::const_u32(1),
+                body: vec![Stmt::Assign {
+                    var: 1,
+                    value: bin(BinOp::Add, acc(), prod),
+                }],
+            },
+            Stmt::Store {
+                buf: 2,
+                index: row(),
+                value: acc(),
+            },
+        ],
+    )
+}
+
+/// [`dot_rows`] under a divergent `if`, with a second loop whose bound is loaded (so it
+/// cannot be interchanged): `if row < n_rows { acc = dot; for j in 0..extra[row] { acc += 1 };
+/// out[row] = acc } else { out[row] = -1 }`. Params `(w: &[bf16], x: &[f32], out: &mut [f32],
+/// k_len: u32, n_rows: u32, extra: &[u32])`.
+pub fn dot_rows_masked() -> Kernel {
+    let mut k = dot_rows();
+    k.fn_name = "k_dot_rows_masked".into();
+    k.name = "test.k_dot_rows_masked".into();
+    k.params.push(scalar("n_rows", Ty::U32));
+    k.params.push(buffer("extra", Ty::U32, Access::Read));
+    k.locals.push(local("j", Ty::U32));
+    let row = || var(0, Ty::U32);
+    let mut then_body = k.body[1..].to_vec();
+    let store = then_body.pop().expect("dot_rows ends with its store");
+    then_body.push(Stmt::For {
+        var: 3,
+        start: Expr::const_u32(0),
+        end: load(5, row(), Ty::U32),
+        step: Expr::const_u32(1),
+        body: vec![Stmt::Assign {
+            var: 1,
+            value: bin(BinOp::Add, var(1, Ty::F32), Expr::const_f32(1.0)),
+        }],
+    });
+    then_body.push(store);
+    k.body = vec![
+        k.body[0].clone(),
+        Stmt::If {
+            cond: bin(BinOp::Lt, row(), param(4, Ty::U32)),
+            then_body,
+            else_body: vec![Stmt::Store {
+                buf: 2,
+                index: row(),
+                value: Expr::const_f32(-1.0),
+            }],
+        },
+    ];
+    k
+}

@@ -1,0 +1,340 @@
+//! Runs kernels defined with `#[loom::kernel]` through their generated Rust CPU entry
+//! (`KERNEL.cpu`) on real buffers and checks the results against values computed here.
+//! This crate has no LOOM build script, so `host`/`gpu` are empty and `BUILD_IR_HASH` is "".
+
+use lse_dsl::rt::RawBuf;
+
+fn raw<T>(v: &mut [T]) -> RawBuf {
+    RawBuf {
+        ptr: v.as_mut_ptr().cast(),
+        len: v.len(),
+    }
+}
+
+fn f(x: f32) -> u64 {
+    x.to_bits() as u64
+}
+
+/// The pairwise tree every backend uses: `a[i] = op(a[i], a[i + s])` for s = n/2, .., 1.
+fn tree<T: Copy>(mut a: Vec<T>, op: impl Fn(T, T) -> T) -> T {
+    let mut s = a.len() / 2;
+    while s > 0 {
+        for i in 0..s {
+            a[i] = op(a[i], a[i + s]);
+        }
+        s /= 2;
+    }
+    a[0]
+}
+
+#[loom::kernel(name = "test.elementwise", version = 1, workgroup = 32)]
+fn elementwise(
+    x: &[f32],
+    xi: &[i32],
+    y: &mut [f32],
+    yi: &mut [i32],
+    yu: &mut [u32],
+    n: u32,
+    a: f32,
+) {
+    let i = group_id() * group_size() + local_id();
+    if i < n && x[i] == x[i] {
+        y[i] = fma(a, x[i], 1.0).max(-2.0);
+        yi[i] = xi[i] * 65536 + (x[i] as i32);
+        yu[i] = (xi[i] as u32) << 31u32 | (xi[i] as u32) >> 33u32;
+    }
+}
+
+#[test]
+fn elementwise_kernel_follows_ir_semantics() {
+    let n = 70u32;
+    let mut x: Vec<f32> = (0..n).map(|i| (i as f32 - 35.0) * 1.0e8).collect();
+    x[5] = f32::NAN; // skipped by `x[i] == x[i]`
+    let mut xi: Vec<i32> = (0..n as i32).map(|i| i * 40_000 - 1_000_000).collect();
+    let len = 96;
+    let (mut y, mut yi, mut yu) = (vec![7.0f32; len], vec![7i32; len], vec![7u32; len]);
+    let bufs = [
+        raw(&mut x),
+        raw(&mut xi),
+        raw(&mut y),
+        raw(&mut yi),
+        raw(&mut yu),
+    ];
+    (elementwise::KERNEL.cpu)(&bufs, &[n as u64, f(0.25)], [3, 1, 1], 0, 3);
+    for i in 0..len {
+        if i >= n as usize || i == 5 {
+            assert_eq!(
+                (y[i], yi[i], yu[i]),
+                (7.0, 7, 7),
+                "element {i} must be untouched"
+            );
+            continue;
+        }
+        assert_eq!(y[i], 0.25f32.mul_add(x[i], 1.0).max(-2.0), "y[{i}]");
+        assert_eq!(
+            yi[i],
+            xi[i].wrapping_mul(65536).wrapping_add(x[i] as i32),
+            "yi[{i}]"
+        );
+        let u = xi[i] as u32;
+        assert_eq!(
+            yu[i],
+            u.rotate_right(1),
+            "yu[{i}] (x << 31 | x >> 33: shift amounts are mod 32)"
+        );
+    }
+}
+
+#[loom::kernel(name = "test.reverse", version = 1, workgroup = 16)]
+fn reverse(x: &[u32], out: &mut [u32]) {
+    let tile = shared::<u32>(16);
+    let lid = local_id();
+    let base = group_id() * group_size();
+    tile[lid] = x[base + lid];
+    barrier();
+    out[base + lid] = tile[group_size() - 1 - lid];
+}
+
+#[test]
+fn shared_memory_and_barrier_reverse_each_workgroup() {
+    let mut x: Vec<u32> = (0..64).map(|i| i * 3 + 1).collect();
+    let mut out = vec![0u32; 64];
+    let bufs = [raw(&mut x), raw(&mut out)];
+    // Groups 1..4 only: group 0 stays zero, proving the group range is honoured.
+    (reverse::KERNEL.cpu)(&bufs, &[], [4, 1, 1], 1, 4);
+    for g in 0..4 {
+        for l in 0..16 {
+            let want = if g == 0 { 0 } else { x[g * 16 + 15 - l] };
+            assert_eq!(out[g * 16 + l], want, "group {g} lane {l}");
+        }
+    }
+    assert_eq!(reverse::KERNEL.shared_bytes, 64);
+    assert!(reverse::KERNEL.host.is_empty() && reverse::KERNEL.gpu.is_empty());
+    assert_eq!(reverse::BUILD_IR_HASH, "");
+}
+
+#[loom::kernel(name = "test.collectives", version = 1, workgroup = 16)]
+fn collectives(
+    x: &[f32],
+    xi: &[i32],
+    xu: &[u32],
+    out: &mut [f32],
+    outi: &mut [i32],
+    outu: &mut [u32],
+    bcast: &mut [f32],
+) {
+    let lid = local_id();
+    let g = group_id();
+    let i = g * group_size() + lid;
+    let v = x[i];
+    let sum = reduce_sum(v);
+    let mx = reduce_max(v);
+    let mn = reduce_min(v);
+    let (best, at) = argmax(v, 15 - lid);
+    let b = broadcast(v * 2.0, g + 1);
+    let isum = reduce_sum(xi[i]);
+    let imax = reduce_max(xi[i]);
+    let umin = reduce_min(xu[i]);
+    let usum = reduce_sum(xu[i]);
+    bcast[i] = b;
+    if lid == 0 {
+        out[g * 4] = sum;
+        out[g * 4 + 1] = mx;
+        out[g * 4 + 2] = mn;
+        out[g * 4 + 3] = best;
+        outi[g * 2] = isum;
+        outi[g * 2 + 1] = imax;
+        outu[g * 3] = at;
+        outu[g * 3 + 1] = umin;
+        outu[g * 3 + 2] = usum;
+    }
+}
+
+#[test]
+fn collectives_combine_in_tree_order_with_ties_and_nan() {
+    let groups = 3usize;
+    let mut x: Vec<f32> = (0..16 * groups)
+        .map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1)
+        .collect();
+    // Group 0: NaN at lanes 0 and 5, maximum 9.5 at lanes 3 and 9 (argmax index 15 - lane:
+    // 12 and 6, so the tie goes to lane 9). Group 1: every value NaN except lane 7.
+    x[0] = f32::NAN;
+    x[5] = f32::NAN;
+    x[3] = 9.5;
+    x[9] = 9.5;
+    for l in 0..16 {
+        x[16 + l] = if l == 7 { -3.0 } else { f32::NAN };
+    }
+    let mut xi: Vec<i32> = (0..16 * groups as i32).map(|i| i32::MAX - i * 3).collect();
+    let mut xu: Vec<u32> = (0..16 * groups as u32).map(|i| u32::MAX - i * 5).collect();
+    let mut out = vec![0.0f32; 4 * groups];
+    let mut outi = vec![0i32; 2 * groups];
+    let mut outu = vec![0u32; 3 * groups];
+    let mut bcast = vec![0.0f32; 16 * groups];
+    let bufs = [
+        raw(&mut x),
+        raw(&mut xi),
+        raw(&mut xu),
+        raw(&mut out),
+        raw(&mut outi),
+        raw(&mut outu),
+        raw(&mut bcast),
+    ];
+    (collectives::KERNEL.cpu)(&bufs, &[], [groups as u32, 1, 1], 0, groups as u32);
+    for g in 0..groups {
+        let xs = x[g * 16..g * 16 + 16].to_vec();
+        let sum = tree(xs.clone(), |a, b| a + b);
+        let want = [sum, tree(xs.clone(), f32::max), tree(xs.clone(), f32::min)];
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(
+                out[g * 4 + k].to_bits(),
+                w.to_bits(),
+                "group {g} reduction {k}"
+            );
+        }
+        let is = xi[g * 16..g * 16 + 16].to_vec();
+        assert_eq!(
+            outi[g * 2],
+            tree(is.clone(), i32::wrapping_add),
+            "group {g} isum"
+        );
+        assert_eq!(outi[g * 2 + 1], *is.iter().max().unwrap(), "group {g} imax");
+        let us = xu[g * 16..g * 16 + 16].to_vec();
+        assert_eq!(outu[g * 3 + 1], *us.iter().min().unwrap(), "group {g} umin");
+        assert_eq!(
+            outu[g * 3 + 2],
+            tree(us, u32::wrapping_add),
+            "group {g} usum"
+        );
+        for l in 0..16 {
+            let b = x[g * 16 + g + 1] * 2.0;
+            assert_eq!(
+                bcast[g * 16 + l].to_bits(),
+                b.to_bits(),
+                "group {g} lane {l} broadcast"
+            );
+        }
+    }
+    // Sums with NaN inputs are NaN; max and min ignore NaN.
+    assert!(out[0].is_nan());
+    assert_eq!(
+        (out[1], out[3], outu[0]),
+        (9.5, 9.5, 6),
+        "argmax tie -> lower index"
+    );
+    assert_eq!((out[4 + 1], out[4 + 2]), (-3.0, -3.0));
+    assert_eq!(
+        (out[4 + 3], outu[3]),
+        (-3.0, 8),
+        "a lone number beats every NaN"
+    );
+    // Group 2: a unique maximum.
+    let xs = &x[32..48];
+    let (best_lane, best) = xs
+        .iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |acc, (l, &v)| {
+            if v > acc.1 || (v == acc.1 && 15 - l < 15 - acc.0) {
+                (l, v)
+            } else {
+                acc
+            }
+        });
+    assert_eq!((out[8 + 3], outu[6]), (best, 15 - best_lane as u32));
+}
+
+#[loom::kernel(name = "test.scan", version = 1, workgroup = 32)]
+fn scan(x: &[u32], out: &mut [u32], halves: &mut [u32]) {
+    let t = shared::<u32>(32);
+    let lid = local_id();
+    let base = group_id() * group_size();
+    t[lid] = x[base + lid];
+    barrier();
+    for k in 0..5u32 {
+        let off = 1u32 << k;
+        let v = if lid >= off { t[lid - off] } else { 0 };
+        barrier();
+        t[lid] = t[lid] + v;
+        barrier();
+    }
+    out[base + lid] = t[lid];
+    // A uniform while loop with a barrier: halve the scan until one value is left.
+    let mut s = group_size() / 2;
+    while s > 0 {
+        if lid < s {
+            t[lid] = t[lid] + t[lid + s];
+        }
+        barrier();
+        s = s / 2;
+    }
+    if lid == 0 {
+        halves[group_id()] = t[0];
+    }
+}
+
+#[test]
+fn uniform_loops_with_barriers_compute_a_scan() {
+    let mut x: Vec<u32> = (0..64u32).map(|i| i * i % 17 + 1).collect();
+    let mut out = vec![0u32; 64];
+    let mut halves = vec![0u32; 2];
+    let bufs = [raw(&mut x), raw(&mut out), raw(&mut halves)];
+    (scan::KERNEL.cpu)(&bufs, &[], [2, 1, 1], 0, 2);
+    for g in 0..2 {
+        let mut acc = 0;
+        let mut prefix = Vec::new();
+        for l in 0..32 {
+            acc += x[g * 32 + l];
+            prefix.push(acc);
+            assert_eq!(out[g * 32 + l], acc, "group {g} lane {l}");
+        }
+        assert_eq!(halves[g], prefix.iter().sum::<u32>(), "group {g}");
+    }
+}
+
+#[test]
+fn kernel_def_metadata_is_filled_in() {
+    let k = &collectives::KERNEL;
+    assert_eq!(k.id, "test.collectives.v1");
+    assert_eq!(k.fn_name, "collectives");
+    assert_eq!(k.workgroup_size, 16);
+    assert_eq!(k.params.len(), 7);
+    assert_eq!(k.params[0].name, "x");
+    assert_eq!(
+        k.params[3].kind,
+        lse_dsl::rt::ParamKind::Buffer {
+            elem: "f32",
+            writable: true
+        }
+    );
+    assert!(k.rust_src.contains("pub fn collectives("), "{}", k.rust_src);
+    assert!(!k.ir_text.is_empty());
+    assert_eq!(k.ir_hash.len(), 64);
+    assert_ne!(k.ir_hash, scan::KERNEL.ir_hash);
+}
+
+#[loom::kernel(name = "test.grid", version = 1, workgroup = 2)]
+fn grid(out: &mut [u32]) {
+    let linear = (group_id_z() * num_groups_y() + group_id_y()) * num_groups() + group_id();
+    out[linear * 2 + local_id()] = group_id() + 10 * group_id_y() + 100 * group_id_z();
+}
+
+#[test]
+fn group_ids_linearise_x_fastest() {
+    let (nx, ny, nz) = (3u32, 4u32, 2u32);
+    let total = nx * ny * nz;
+    let mut out = vec![u32::MAX; total as usize * 2];
+    let bufs = [raw(&mut out)];
+    // Two launches over halves of the range, as the runtime splits work over threads.
+    (grid::KERNEL.cpu)(&bufs, &[], [nx, ny, nz], 0, 7);
+    (grid::KERNEL.cpu)(&bufs, &[], [nx, ny, nz], 7, total);
+    for g in 0..total {
+        let (x, y, z) = (g % nx, g / nx % ny, g / (nx * ny));
+        for l in 0..2 {
+            assert_eq!(
+                out[(g * 2 + l) as usize],
+                x + 10 * y + 100 * z,
+                "group {g} lane {l}"
+            );
+        }
+    }
+}

@@ -1,0 +1,10 @@
+use loom::kernel;
+
+#[kernel(name = "ui.test", version = 1, workgroup = 64)]
+fn k(x: &[f32], out: &mut [f32], n: u32, s: f32) {
+    let i = local_id();
+    x[i] = s;
+    out[i] = s;
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+use loom::kernel;
+
+#[kernel(name = "ui.test", version = 1, workgroup = 64)]
+fn k(x: &[f32], out: &mut [f32], n: u32, s: f32) {
+    if n == 0 {
+        return;
+    }
+    out[0] = x[0];
+}
+
+fn main() {}

@@ -1,0 +1,263 @@
+//! The `#[loom::kernel(name = "...", version = N, workgroup = N, targets = [...])]` attribute.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, Lit, MetaNameValue, Token};
+
+use super::DEFAULT_TARGETS;
+
+/// The attribute's settings, validated.
+#[derive(Debug, PartialEq)]
+pub(super) struct KernelAttr {
+    pub name: String,
+    pub version: u32,
+    pub workgroup: u32,
+    pub targets: Vec<String>,
+}
+
+const KEYS: &str = "`name`, `version`, `workgroup` or `targets`";
+
+/// Parses and validates the attribute's tokens. `at` is where errors about missing keys point
+/// (the attribute itself when the tokens are empty).
+pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr> {
+    let at = attr
+        .clone()
+        .into_iter()
+        .next()
+        .map(|t| t.span())
+        .unwrap_or(at);
+    let metas = Punctuated::<MetaNameValue, Token![,]>::parse_terminated
+        .parse2(attr)
+        .map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                format!("bad #[loom::kernel] attribute: {e}; expected `key = value` pairs with keys {KEYS}"),
+            )
+        })?;
+    let mut name = None;
+    let mut version = None;
+    let mut workgroup = None;
+    let mut targets = None;
+    for m in &metas {
+        let key = m
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
+        let seen = match key.as_str() {
+            "name" => name.replace(parse_name(&m.value)?).is_some(),
+            "version" => version.replace(parse_u32(&m.value, "version")?).is_some(),
+            "workgroup" => workgroup.replace(parse_workgroup(&m.value)?).is_some(),
+            "targets" => targets.replace(parse_targets(&m.value)?).is_some(),
+            _ => {
+                let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(&m.path));
+                return Err(syn::Error::new(
+                    m.path.span(),
+                    format!("unknown #[loom::kernel] key `{shown}`; expected {KEYS}"),
+                ));
+            }
+        };
+        if seen {
+            return Err(syn::Error::new(
+                m.path.span(),
+                format!("`{key}` is given twice"),
+            ));
+        }
+    }
+    let missing = |k: &str, example: &str| {
+        syn::Error::new(
+            at,
+            format!("#[loom::kernel] needs `{k}` (for example `{k} = {example}`)"),
+        )
+    };
+    Ok(KernelAttr {
+        name: name.ok_or_else(|| missing("name", "\"logits.lse_pick\""))?,
+        version: version.ok_or_else(|| missing("version", "1"))?,
+        workgroup: workgroup.ok_or_else(|| missing("workgroup", "256"))?,
+        targets: targets.unwrap_or_else(|| DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()),
+    })
+}
+
+fn lit(e: &Expr) -> Option<&Lit> {
+    match e {
+        Expr::Lit(l) => Some(&l.lit),
+        Expr::Group(g) => lit(&g.expr),
+        _ => None,
+    }
+}
+
+fn parse_name(e: &Expr) -> syn::Result<String> {
+    let Some(Lit::Str(s)) = lit(e) else {
+        return Err(syn::Error::new(
+            e.span(),
+            "`name` must be a string, like \"logits.lse_pick\"",
+        ));
+    };
+    let v = s.value();
+    let ok_chars = v
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if v.is_empty() || !ok_chars || v.starts_with('.') || v.ends_with('.') || v.contains("..") {
+        return Err(syn::Error::new(
+            s.span(),
+            format!(
+                "bad kernel name {v:?}: use dot-separated parts of letters, digits and `_`, like \"logits.lse_pick\""
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_u32(e: &Expr, key: &str) -> syn::Result<u32> {
+    match lit(e) {
+        Some(Lit::Int(i)) if i.suffix().is_empty() || i.suffix() == "u32" => i
+            .base10_parse::<u32>()
+            .map_err(|_| syn::Error::new(i.span(), format!("`{key}` must fit in a u32"))),
+        _ => Err(syn::Error::new(
+            e.span(),
+            format!("`{key}` must be an integer literal"),
+        )),
+    }
+}
+
+fn parse_workgroup(e: &Expr) -> syn::Result<u32> {
+    let wg = parse_u32(e, "workgroup")?;
+    if !(1..=1024).contains(&wg) || !wg.is_power_of_two() {
+        return Err(syn::Error::new(
+            e.span(),
+            format!("`workgroup` must be a power of two from 1 to 1024, found {wg}"),
+        ));
+    }
+    Ok(wg)
+}
+
+fn parse_targets(e: &Expr) -> syn::Result<Vec<String>> {
+    let Expr::Array(arr) = e else {
+        return Err(syn::Error::new(
+            e.span(),
+            "`targets` must be a list of strings, like [\"gfx1201\", \"gfx942\"]",
+        ));
+    };
+    if arr.elems.is_empty() {
+        return Err(syn::Error::new(
+            e.span(),
+            "`targets` must name at least one AMDGPU arch",
+        ));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for el in &arr.elems {
+        let Some(Lit::Str(s)) = lit(el) else {
+            return Err(syn::Error::new(
+                el.span(),
+                "each target must be a string, like \"gfx1201\"",
+            ));
+        };
+        let v = s.value();
+        let rest = v.strip_prefix("gfx").unwrap_or("");
+        if rest.is_empty()
+            || !rest
+                .chars()
+                .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+        {
+            return Err(syn::Error::new(
+                s.span(),
+                format!("bad target {v:?}: expected an AMDGPU arch like \"gfx1201\""),
+            ));
+        }
+        if out.contains(&v) {
+            return Err(syn::Error::new(
+                s.span(),
+                format!("target {v:?} is listed twice"),
+            ));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse(ts: TokenStream) -> Result<KernelAttr, String> {
+        parse_attr(ts, Span::call_site()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn full_attribute_parses() {
+        let a = parse(quote!(
+            name = "a.b_c",
+            version = 3,
+            workgroup = 64,
+            targets = ["gfx942"]
+        ))
+        .unwrap();
+        assert_eq!(
+            a,
+            KernelAttr {
+                name: "a.b_c".into(),
+                version: 3,
+                workgroup: 64,
+                targets: vec!["gfx942".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn targets_default_to_the_three_archs() {
+        let a = parse(quote!(name = "x", version = 1, workgroup = 1)).unwrap();
+        assert_eq!(a.targets, vec!["gfx1201", "gfx1100", "gfx942"]);
+    }
+
+    #[test]
+    fn missing_keys_are_named() {
+        assert!(parse(quote!()).unwrap_err().contains("needs `name`"));
+        assert!(parse(quote!(name = "x", workgroup = 4))
+            .unwrap_err()
+            .contains("needs `version`"));
+        assert!(parse(quote!(name = "x", version = 1))
+            .unwrap_err()
+            .contains("needs `workgroup`"));
+    }
+
+    #[test]
+    fn workgroup_must_be_a_power_of_two_up_to_1024() {
+        for bad in [quote!(0), quote!(300), quote!(2048)] {
+            let e = parse(quote!(name = "x", version = 1, workgroup = #bad)).unwrap_err();
+            assert!(e.contains("power of two from 1 to 1024"), "{e}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_duplicate_keys_are_rejected() {
+        let e = parse(quote!(name = "x", version = 1, workgroup = 4, wg = 4)).unwrap_err();
+        assert!(e.contains("unknown #[loom::kernel] key `wg`"), "{e}");
+        let e = parse(quote!(name = "x", name = "y", version = 1, workgroup = 4)).unwrap_err();
+        assert!(e.contains("`name` is given twice"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_say_what_is_expected() {
+        let e = parse(quote!(name = 5, version = 1, workgroup = 4)).unwrap_err();
+        assert!(e.contains("`name` must be a string"), "{e}");
+        let e = parse(quote!(name = "a..b", version = 1, workgroup = 4)).unwrap_err();
+        assert!(e.contains("bad kernel name"), "{e}");
+        let e = parse(quote!(name = "a", version = -1, workgroup = 4)).unwrap_err();
+        assert!(e.contains("`version` must be an integer literal"), "{e}");
+        let e = parse(quote!(
+            name = "a",
+            version = 1,
+            workgroup = 4,
+            targets = ["sm_90"]
+        ))
+        .unwrap_err();
+        assert!(e.contains("bad target \"sm_90\""), "{e}");
+        let e = parse(quote!(name = "a", version = 1, workgroup = 4, targets = [])).unwrap_err();
+        assert!(e.contains("at least one"), "{e}");
+        let e = parse(quote!(name = "a" version = 1)).unwrap_err();
+        assert!(e.contains("bad #[loom::kernel] attribute"), "{e}");
+    }
+}

@@ -1,0 +1,479 @@
+//! Built-in functions and the method forms (`x.exp()`, `a.max(b)`, `a.mul_add(b, c)`), and
+//! collectives used inside expressions (hoisted into a statement of their own, since the IR
+//! keeps collectives as statements: every work-item must reach them together).
+
+use proc_macro2::Span;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::Token;
+
+use super::cx::{Cx, Site};
+use super::syntax::{err, expect, storage_value_msg, strip, text};
+use super::types::{ty_list, NUMERIC};
+use crate::ir::{Builtin, CollectiveOp, Expr, ExprKind, MathFn, Stmt, Ty};
+
+type Args = Punctuated<syn::Expr, Token![,]>;
+
+const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sqrt, rsqrt, abs, max, min, fma, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
+
+/// The collective a function name denotes.
+pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
+    Some(match name {
+        "reduce_sum" => CollectiveOp::ReduceSum,
+        "reduce_max" => CollectiveOp::ReduceMax,
+        "reduce_min" => CollectiveOp::ReduceMin,
+        "argmax" => CollectiveOp::Argmax,
+        "broadcast" => CollectiveOp::Broadcast,
+        _ => return None,
+    })
+}
+
+/// The name of a call to a plain function (`foo(...)`), if `e` is one.
+pub(super) fn call_name(e: &syn::Expr) -> Option<(String, &syn::ExprCall)> {
+    let syn::Expr::Call(c) = strip(e) else {
+        return None;
+    };
+    Some((func_name(&c.func)?, c))
+}
+
+/// The name of a called function that is a single identifier (type arguments allowed).
+fn func_name(func: &syn::Expr) -> Option<String> {
+    let syn::Expr::Path(p) = strip(func) else {
+        return None;
+    };
+    if p.qself.is_some() || p.path.segments.len() != 1 {
+        return None;
+    }
+    Some(p.path.segments[0].ident.to_string())
+}
+
+/// A direct collective call `op(args)`, if `e` is one.
+pub(super) fn as_collective(e: &syn::Expr) -> Option<(CollectiveOp, &syn::ExprCall)> {
+    let (name, c) = call_name(e)?;
+    let syn::Expr::Path(p) = strip(&c.func) else {
+        return None;
+    };
+    if !p.path.segments[0].arguments.is_none() {
+        return None;
+    }
+    collective_op(&name).map(|op| (op, c))
+}
+
+fn arity(name: &str, args: &Args, n: usize, span: Span) -> syn::Result<()> {
+    if args.len() == n {
+        return Ok(());
+    }
+    let plural = if n == 1 { "" } else { "s" };
+    err(
+        span,
+        format!("`{name}` takes {n} argument{plural}, found {}", args.len()),
+    )
+}
+
+fn op_name(op: CollectiveOp) -> &'static str {
+    match op {
+        CollectiveOp::ReduceSum => "reduce_sum",
+        CollectiveOp::ReduceMax => "reduce_max",
+        CollectiveOp::ReduceMin => "reduce_min",
+        CollectiveOp::Argmax => "argmax",
+        CollectiveOp::Broadcast => "broadcast",
+    }
+}
+
+impl Cx {
+    /// Lowers the arguments of collective `op` and returns them with the result types.
+    pub(super) fn collective_args(
+        &mut self,
+        op: CollectiveOp,
+        c: &syn::ExprCall,
+        want: Option<Ty>,
+    ) -> syn::Result<(Vec<Expr>, Vec<Ty>)> {
+        let name = op_name(op);
+        let span = c.span();
+        match op {
+            CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
+                arity(name, &c.args, 1, span)?;
+                let x = self.expr(&c.args[0], want)?;
+                numeric(&x, c.args[0].span(), name)?;
+                let ty = x.ty;
+                Ok((vec![x], vec![ty]))
+            }
+            CollectiveOp::Broadcast => {
+                arity(name, &c.args, 2, span)?;
+                let x = self.expr(&c.args[0], want)?;
+                numeric(&x, c.args[0].span(), name)?;
+                let lane = self.expr_of(&c.args[1], Ty::U32, "the lane of `broadcast`")?;
+                let ty = x.ty;
+                Ok((vec![x, lane], vec![ty]))
+            }
+            CollectiveOp::Argmax => {
+                arity(name, &c.args, 2, span)?;
+                let v = self.expr_of(&c.args[0], Ty::F32, "the value of `argmax`")?;
+                let i = self.expr_of(&c.args[1], Ty::U32, "the index of `argmax`")?;
+                Ok((vec![v, i], vec![Ty::F32, Ty::U32]))
+            }
+        }
+    }
+
+    /// A collective inside an expression: hoisted before the statement into a fresh local.
+    fn hoisted_collective(
+        &mut self,
+        op: CollectiveOp,
+        c: &syn::ExprCall,
+        want: Option<Ty>,
+    ) -> syn::Result<Expr> {
+        let name = op_name(op);
+        if op == CollectiveOp::Argmax {
+            return err(
+                c.span(),
+                "`argmax` returns a pair; bind it with `let (value, index) = argmax(v, i);`",
+            );
+        }
+        if let Some(why) = self.no_hoist {
+            return err(
+                c.span(),
+                format!("`{name}` cannot be used in {why}; compute it into a `let` first"),
+            );
+        }
+        let (args, tys) = self.collective_args(op, c, want)?;
+        let var = self.new_local(&format!("{name}_tmp"), tys[0]);
+        let site = Site {
+            span: c.span(),
+            text: text(c),
+        };
+        self.pending.push((
+            Stmt::Collective {
+                op,
+                dst: vec![var],
+                args,
+            },
+            site,
+        ));
+        Ok(Expr::new(ExprKind::Var(var), tys[0]))
+    }
+
+    /// A call in value position.
+    pub(super) fn call(&mut self, c: &syn::ExprCall, want: Option<Ty>) -> syn::Result<Expr> {
+        let span = c.span();
+        let Some(name) = func_name(&c.func) else {
+            return err(
+                c.func.span(),
+                format!(
+                    "unknown function `{}`; LOOM built-ins are: {BUILTINS}",
+                    text(&c.func)
+                ),
+            );
+        };
+        if name == "shared" {
+            return err(
+                span,
+                "`shared::<T>(N)` must be the whole initializer of a top-level `let`",
+            );
+        }
+        if let syn::Expr::Path(p) = strip(&c.func) {
+            if !p.path.segments[0].arguments.is_none() {
+                return err(p.span(), format!("`{name}` takes no type arguments"));
+            }
+        }
+        let builtin = |b: Builtin| -> syn::Result<Expr> {
+            arity(&name, &c.args, 0, span)?;
+            Ok(Expr::new(ExprKind::Builtin(b), Ty::U32))
+        };
+        match name.as_str() {
+            "local_id" => builtin(Builtin::LocalId),
+            "group_id" => builtin(Builtin::GroupId(0)),
+            "group_id_y" => builtin(Builtin::GroupId(1)),
+            "group_id_z" => builtin(Builtin::GroupId(2)),
+            "num_groups" => builtin(Builtin::NumGroups(0)),
+            "num_groups_y" => builtin(Builtin::NumGroups(1)),
+            "num_groups_z" => builtin(Builtin::NumGroups(2)),
+            "group_size" => builtin(Builtin::GroupSize),
+            "barrier" => err(span, "`barrier()` is a statement, not a value"),
+            "exp" => self.math1(MathFn::Exp, &name, &c.args, span),
+            "log" => self.math1(MathFn::Log, &name, &c.args, span),
+            "sqrt" => self.math1(MathFn::Sqrt, &name, &c.args, span),
+            "rsqrt" => self.math1(MathFn::Rsqrt, &name, &c.args, span),
+            "abs" => self.math1(MathFn::Abs, &name, &c.args, span),
+            "max" | "min" => {
+                arity(&name, &c.args, 2, span)?;
+                let f = if name == "max" {
+                    MathFn::Max
+                } else {
+                    MathFn::Min
+                };
+                self.minmax(f, &name, &c.args[0], &c.args[1], want, span)
+            }
+            "fma" => {
+                arity(&name, &c.args, 3, span)?;
+                self.fma(&c.args[0], &c.args[1], &c.args[2])
+            }
+            "bf16_to_f32" => {
+                self.convert(MathFn::Bf16ToF32, &name, &c.args, span, Ty::Bf16, Ty::F32)
+            }
+            "f16_to_f32" => self.convert(MathFn::F16ToF32, &name, &c.args, span, Ty::F16, Ty::F32),
+            "f32_to_bf16" => {
+                self.convert(MathFn::F32ToBf16, &name, &c.args, span, Ty::F32, Ty::Bf16)
+            }
+            "f32_to_f16" => self.convert(MathFn::F32ToF16, &name, &c.args, span, Ty::F32, Ty::F16),
+            _ => match collective_op(&name) {
+                Some(op) => self.hoisted_collective(op, c, want),
+                None => err(
+                    c.func.span(),
+                    format!("unknown function `{name}`; LOOM built-ins are: {BUILTINS}"),
+                ),
+            },
+        }
+    }
+
+    /// A method call in value position.
+    pub(super) fn method(
+        &mut self,
+        m: &syn::ExprMethodCall,
+        want: Option<Ty>,
+    ) -> syn::Result<Expr> {
+        let name = m.method.to_string();
+        let span = m.span();
+        if m.turbofish.is_some() {
+            return err(span, format!("`.{name}` takes no type arguments"));
+        }
+        let mut all = Args::new();
+        all.push(m.receiver.as_ref().clone());
+        all.extend(m.args.iter().cloned());
+        let method_arity = |n: usize| -> syn::Result<()> {
+            if m.args.len() == n {
+                return Ok(());
+            }
+            let plural = if n == 1 { "" } else { "s" };
+            err(
+                span,
+                format!(
+                    "`.{name}()` takes {n} argument{plural}, found {}",
+                    m.args.len()
+                ),
+            )
+        };
+        match name.as_str() {
+            "exp" | "ln" | "sqrt" | "abs" => {
+                method_arity(0)?;
+                let f = match name.as_str() {
+                    "exp" => MathFn::Exp,
+                    "ln" => MathFn::Log,
+                    "sqrt" => MathFn::Sqrt,
+                    _ => MathFn::Abs,
+                };
+                self.math1(f, &format!(".{name}()"), &all, span)
+            }
+            "max" | "min" => {
+                method_arity(1)?;
+                let f = if name == "max" { MathFn::Max } else { MathFn::Min };
+                self.minmax(f, &format!(".{name}()"), &m.receiver, &m.args[0], want, span)
+            }
+            "mul_add" => {
+                method_arity(2)?;
+                self.fma(&m.receiver, &m.args[0], &m.args[1])
+            }
+            "step_by" => err(span, "`.step_by(s)` is only allowed on the range of a `for` loop"),
+            _ => err(
+                m.method.span(),
+                format!("method `.{name}()` is not supported in LOOM kernels; the methods are exp, ln, sqrt, abs, max, min and mul_add"),
+            ),
+        }
+    }
+
+    fn math1(&mut self, f: MathFn, name: &str, args: &Args, span: Span) -> syn::Result<Expr> {
+        arity(name, args, 1, span)?;
+        let x = self.expr(&args[0], Some(Ty::F32))?;
+        if matches!(x.ty, Ty::Bf16 | Ty::F16) {
+            return err(
+                args[0].span(),
+                storage_value_msg(x.ty, &format!("`{name}`")),
+            );
+        }
+        expect(
+            &x,
+            Ty::F32,
+            args[0].span(),
+            &format!("the argument of `{name}`"),
+        )?;
+        Ok(super::fold::fold(
+            Expr::new(ExprKind::Math(f, vec![x]), Ty::F32),
+            self.workgroup,
+        ))
+    }
+
+    fn minmax(
+        &mut self,
+        f: MathFn,
+        name: &str,
+        a: &syn::Expr,
+        b: &syn::Expr,
+        want: Option<Ty>,
+        span: Span,
+    ) -> syn::Result<Expr> {
+        let (x, y) = self.operands(a, b, want)?;
+        if x.ty != y.ty {
+            return err(
+                span,
+                format!(
+                    "type mismatch: `{name}` has arguments of type {} and {}; LOOM has no implicit conversions",
+                    x.ty.rust_name(),
+                    y.ty.rust_name()
+                ),
+            );
+        }
+        numeric(&x, span, name)?;
+        let ty = x.ty;
+        Ok(super::fold::fold(
+            Expr::new(ExprKind::Math(f, vec![x, y]), ty),
+            self.workgroup,
+        ))
+    }
+
+    fn fma(&mut self, a: &syn::Expr, b: &syn::Expr, c: &syn::Expr) -> syn::Result<Expr> {
+        let mut v = Vec::new();
+        for (i, e) in [a, b, c].into_iter().enumerate() {
+            let x = self.expr(e, Some(Ty::F32))?;
+            if matches!(x.ty, Ty::Bf16 | Ty::F16) {
+                return err(e.span(), storage_value_msg(x.ty, "`fma`"));
+            }
+            expect(
+                &x,
+                Ty::F32,
+                e.span(),
+                &format!("argument {} of `fma`", i + 1),
+            )?;
+            v.push(x);
+        }
+        Ok(super::fold::fold(
+            Expr::new(ExprKind::Math(MathFn::Fma, v), Ty::F32),
+            self.workgroup,
+        ))
+    }
+
+    fn convert(
+        &mut self,
+        f: MathFn,
+        name: &str,
+        args: &Args,
+        span: Span,
+        from: Ty,
+        to: Ty,
+    ) -> syn::Result<Expr> {
+        arity(name, args, 1, span)?;
+        let x = self.expr(&args[0], Some(from))?;
+        expect(
+            &x,
+            from,
+            args[0].span(),
+            &format!("the argument of `{name}`"),
+        )?;
+        Ok(Expr::new(ExprKind::Math(f, vec![x]), to))
+    }
+}
+
+fn numeric(x: &Expr, span: Span, name: &str) -> syn::Result<()> {
+    if NUMERIC.contains(&x.ty) {
+        return Ok(());
+    }
+    if matches!(x.ty, Ty::Bf16 | Ty::F16) {
+        return err(span, storage_value_msg(x.ty, &format!("`{name}`")));
+    }
+    err(
+        span,
+        format!(
+            "`{name}` takes {}, found {}",
+            ty_list(&NUMERIC),
+            x.ty.rust_name()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::frontend::tests::*;
+    use crate::ir::*;
+
+    #[test]
+    fn builtins_methods_and_constants_lower_to_ir() {
+        let k = k("let a = s.exp().ln().sqrt().abs(); let b = s.max(1.0).min(2.0); let c = s.mul_add(2.0, 1.0);
+                   let d = rsqrt(s); let g = group_id_y() + num_groups_z(); let i = f32::NEG_INFINITY;");
+        let ExprKind::Math(MathFn::Abs, args) = &let_value(&k, "a").kind else {
+            panic!()
+        };
+        assert!(matches!(&args[0].kind, ExprKind::Math(MathFn::Sqrt, _)));
+        assert!(matches!(
+            &let_value(&k, "b").kind,
+            ExprKind::Math(MathFn::Min, _)
+        ));
+        assert!(matches!(&let_value(&k, "c").kind, ExprKind::Math(MathFn::Fma, v) if v.len() == 3));
+        assert!(matches!(
+            &let_value(&k, "d").kind,
+            ExprKind::Math(MathFn::Rsqrt, _)
+        ));
+        let ExprKind::Binary(_, l, r) = &let_value(&k, "g").kind else {
+            panic!()
+        };
+        assert_eq!(l.kind, ExprKind::Builtin(Builtin::GroupId(1)));
+        assert_eq!(r.kind, ExprKind::Builtin(Builtin::NumGroups(2)));
+        assert_eq!(*let_value(&k, "i"), Expr::const_f32(f32::NEG_INFINITY));
+        assert!(
+            e("let a = foo(1);").contains("unknown function `foo`; LOOM built-ins are: local_id")
+        );
+        assert!(e("let a = s.powi(2);").contains("method `.powi()` is not supported"));
+        assert!(e("let a = max(s);").contains("`max` takes 2 arguments, found 1"));
+        assert!(e("let a = local_id(1);").contains("`local_id` takes 0 arguments, found 1"));
+        assert!(e("let a = s.exp(1.0);").contains("`.exp()` takes 0 arguments, found 1"));
+    }
+
+    #[test]
+    fn collectives_become_statements() {
+        let k = k("let v = x[local_id()]; let total = reduce_sum(v); let (best, at) = argmax(v, local_id());
+                   let y = reduce_max(v) + broadcast(v, 0) * 2.0; let mut z = 0u32; z = reduce_min(local_id());");
+        assert!(
+            matches!(&k.body[1], Stmt::Collective { op: CollectiveOp::ReduceSum, dst, .. } if dst.len() == 1)
+        );
+        let Stmt::Collective {
+            op: CollectiveOp::Argmax,
+            dst,
+            args,
+        } = &k.body[2]
+        else {
+            panic!()
+        };
+        assert_eq!(dst.len(), 2);
+        assert_eq!(k.locals[dst[0] as usize].name, "best");
+        assert_eq!(k.locals[dst[1] as usize].ty, Ty::U32);
+        assert_eq!(args.len(), 2);
+        // Collectives inside an expression are hoisted before the statement, in order.
+        assert!(matches!(
+            &k.body[3],
+            Stmt::Collective {
+                op: CollectiveOp::ReduceMax,
+                ..
+            }
+        ));
+        let Stmt::Collective {
+            op: CollectiveOp::Broadcast,
+            args,
+            ..
+        } = &k.body[4]
+        else {
+            panic!()
+        };
+        assert_eq!(args[1], Expr::const_u32(0));
+        assert!(matches!(&k.body[5], Stmt::Let { .. }));
+        let z = k.locals.iter().position(|l| l.name == "z").unwrap() as u32;
+        assert!(
+            matches!(&k.body[7], Stmt::Collective { op: CollectiveOp::ReduceMin, dst, .. } if dst == &vec![z])
+        );
+        assert!(e("let a = argmax(s, 0) ;").contains("`argmax` returns a pair"));
+        assert!(e("let (a, b) = reduce_sum(s);").contains("tuple patterns are only for"));
+        assert!(e("let a = n > 0 && reduce_sum(n) > 0;")
+            .contains("cannot be used in the right operand of `&&`"));
+        assert!(e("while reduce_sum(n) > 0 { }").contains("cannot be used in a `while` condition"));
+        assert!(e("let a = reduce_sum(true);")
+            .contains("`reduce_sum` takes f32, i32 or u32, found bool"));
+        assert!(e("let (a, b) = argmax(n, 0);")
+            .contains("the value of `argmax` must be f32, found u32"));
+    }
+}

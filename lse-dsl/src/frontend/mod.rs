@@ -1,0 +1,146 @@
+//! The LOOM front end: a `#[loom::kernel(...)]` Rust `fn` in, a typed and checked
+//! [`ir::Kernel`] out (the language is `LOOM.md`).
+//!
+//! Stages, each in its own module: the attribute (`attr`), the signature (`params`),
+//! statements (`stmt`, `bindings`, `assign`, `control`) and expressions with bidirectional
+//! type inference (`expr`, `literal`, `builtins`), constant folding (`fold`), then two checks
+//! over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
+//! collectives (`uniformity`). `cx` holds the lowering state, `syntax`, `types` and `render`
+//! small shared helpers.
+//! Every error is a `syn::Error` at the offending span, so the proc-macro reports it where
+//! the author wrote it.
+
+mod assign;
+mod attr;
+mod bindings;
+mod breaks;
+mod builtins;
+mod control;
+mod cx;
+mod expr;
+mod fold;
+mod literal;
+mod params;
+mod render;
+mod stmt;
+mod syntax;
+mod types;
+mod uniformity;
+
+#[cfg(test)]
+mod tests;
+
+use proc_macro2::{Span, TokenStream};
+use syn::spanned::Spanned;
+
+use crate::ir;
+
+/// AMDGPU archs built when the attribute names no `targets`.
+pub const DEFAULT_TARGETS: [&str; 3] = ["gfx1201", "gfx1100", "gfx942"];
+
+/// Parses and checks one kernel. `attr` = the tokens inside `#[loom::kernel(...)]`; `item` =
+/// the annotated fn (its own attributes are ignored).
+pub fn parse_kernel(attr: TokenStream, item: &syn::ItemFn) -> Result<ir::Kernel, syn::Error> {
+    parse_kernel_at(attr, item, Span::call_site())
+}
+
+/// [`parse_kernel`], with `attr_span` where errors about the attribute as a whole point.
+fn parse_kernel_at(
+    attr: TokenStream,
+    item: &syn::ItemFn,
+    attr_span: Span,
+) -> syn::Result<ir::Kernel> {
+    let a = attr::parse_attr(attr, attr_span)?;
+    params::check_signature(&item.sig)?;
+    let params = params::parse_params(&item.sig)?;
+    let mut cx = cx::Cx::new(a.workgroup, params);
+    let body = cx.lower_body(&item.block)?;
+    breaks::check(&body, &cx.sites)?;
+    let kernel = ir::Kernel {
+        fn_name: item.sig.ident.to_string(),
+        name: a.name,
+        version: a.version,
+        workgroup_size: a.workgroup,
+        targets: a.targets,
+        params: cx.params,
+        shared: cx.shared,
+        locals: cx.locals,
+        body,
+    };
+    uniformity::check(&kernel, &cx.sites)?;
+    Ok(kernel)
+}
+
+/// For build scripts: every fn in a source file (top level and inside inline `mod`s) that
+/// carries `#[loom::kernel(...)]` (or `#[kernel(...)]`), parsed in file order. Errors are
+/// rendered as "file-relative line:col: message" strings (line 1-based, column 1-based), one
+/// line per error, covering every kernel of the file.
+pub fn kernels_in_file(src: &str) -> Result<Vec<ir::Kernel>, String> {
+    let file = syn::parse_file(src).map_err(|e| render_errors(&e, None))?;
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    collect(&file.items, &mut out, &mut errors);
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+fn collect(items: &[syn::Item], out: &mut Vec<ir::Kernel>, errors: &mut Vec<String>) {
+    for item in items {
+        match item {
+            syn::Item::Fn(f) => {
+                for a in f.attrs.iter().filter(|a| is_kernel_attr(a)) {
+                    let tokens = match &a.meta {
+                        syn::Meta::List(l) => l.tokens.clone(),
+                        _ => TokenStream::new(),
+                    };
+                    match parse_kernel_at(tokens, f, a.span()) {
+                        Ok(k) => out.push(k),
+                        Err(e) => errors.push(render_errors(&e, Some(a.span()))),
+                    }
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    collect(items, out, errors);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_kernel_attr(a: &syn::Attribute) -> bool {
+    let segs: Vec<String> = a
+        .path()
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    matches!(
+        segs.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        ["loom", "kernel"] | ["kernel"]
+    )
+}
+
+/// `line:col: message` per error; errors without a location use `fallback`'s.
+fn render_errors(e: &syn::Error, fallback: Option<Span>) -> String {
+    e.clone()
+        .into_iter()
+        .map(|one| {
+            let mut at = one.span().start();
+            if at.line == 0 {
+                if let Some(f) = fallback {
+                    at = f.start();
+                }
+            }
+            format!("{}:{}: {}", at.line, at.column + 1, one)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

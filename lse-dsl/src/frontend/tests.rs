@@ -1,0 +1,207 @@
+//! Test support for the front end's unit tests (a standard kernel signature to wrap bodies
+//! in), and the tests of whole kernels: realistic ones, every kernel in `kernels-src`, the
+//! file API's error locations and the IR hash.
+
+use super::{kernels_in_file, parse_kernel};
+use crate::ir::*;
+use quote::quote;
+
+/// The signature test bodies are wrapped in.
+pub(super) const SIG: &str = "#[loom::kernel(name = \"t.k\", version = 1, workgroup = 64)]\nfn k(x: &[f32], out: &mut [f32], ids: &[u32], h: &[bf16], hout: &mut [bf16], n: u32, s: f32, m: i32)";
+
+/// The kernel with `body` under the standard test signature (line 3 is the body's first).
+pub(super) fn k(body: &str) -> Kernel {
+    match try_k(body) {
+        Ok(k) => k,
+        Err(e) => panic!("expected the kernel to compile, got: {e}"),
+    }
+}
+
+/// The kernel or the rendered errors for `body`.
+pub(super) fn try_k(body: &str) -> Result<Kernel, String> {
+    let src = format!("{SIG} {{\n{body}\n}}\n");
+    let mut ks = kernels_in_file(&src)?;
+    assert_eq!(ks.len(), 1);
+    Ok(ks.remove(0))
+}
+
+/// The error for `body`, which must not compile.
+pub(super) fn e(body: &str) -> String {
+    match try_k(body) {
+        Ok(k) => panic!("expected an error, got a kernel with body {:?}", k.body),
+        Err(e) => e,
+    }
+}
+
+/// The type of the last local called `name`.
+pub(super) fn local_ty(k: &Kernel, name: &str) -> Ty {
+    k.locals
+        .iter()
+        .rev()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no local {name}"))
+        .ty
+}
+
+/// The value of the top-level `let` of `name`.
+pub(super) fn let_value<'a>(k: &'a Kernel, name: &str) -> &'a Expr {
+    for s in &k.body {
+        if let Stmt::Let { var, value } = s {
+            if k.locals[*var as usize].name == name {
+                return value;
+            }
+        }
+    }
+    panic!("no let {name}")
+}
+
+// ---- whole kernels -----------------------------------------------------------------
+
+#[test]
+fn softmax_row_kernel_compiles() {
+    let src = r#"
+use loom::kernel;
+mod inner {
+    /// Row-wise softmax: max, then sum of exp, then scale.
+    #[loom::kernel(name = "test.softmax", version = 2, workgroup = 128, targets = ["gfx1100"])]
+    pub fn softmax(x: &[f32], y: &mut [f32], cols: u32) {
+        const WG: u32 = group_size();
+        let part = shared::<f32>(WG);
+        let row = group_id();
+        let lid = local_id();
+        let base = row * cols;
+        let mut m = f32::NEG_INFINITY;
+        for c in (lid..cols).step_by(WG) {
+            m = m.max(x[base + c]);
+        }
+        part[lid] = m;
+        barrier();
+        let mut stride = WG / 2;
+        while stride > 0 {
+            if lid < stride {
+                part[lid] = part[lid].max(part[lid + stride]);
+            }
+            barrier();
+            stride >>= 1;
+        }
+        let row_max = broadcast(part[0], 0);
+        let mut s = 0.0;
+        for c in (lid..cols).step_by(WG) {
+            s += (x[base + c] - row_max).exp();
+        }
+        let inv = 1.0 / reduce_sum(s);
+        for c in (lid..cols).step_by(WG) {
+            y[base + c] = (x[base + c] - row_max).exp() * inv;
+        }
+    }
+}
+fn not_a_kernel() {}
+"#;
+    let ks = kernels_in_file(src).unwrap();
+    assert_eq!(ks.len(), 1);
+    let k = &ks[0];
+    assert_eq!(k.id(), "test.softmax.v2");
+    assert_eq!(k.fn_name, "softmax");
+    assert_eq!(k.targets, vec!["gfx1100"]);
+    assert_eq!(k.shared_bytes(), 512);
+    let text = crate::text::ir_text(k);
+    if std::env::var_os("LOOM_SHOW_ERRORS").is_some() {
+        eprintln!("{text}");
+    }
+    assert!(text.contains("row_max#"), "{text}");
+    assert!(text.contains("reduce_sum("), "{text}");
+}
+
+#[test]
+fn topk_style_kernel_with_while_and_break_compiles() {
+    let k = k("
+        let lid = local_id();
+        let mut best = f32::NEG_INFINITY;
+        let mut best_i = u32::MAX;
+        let mut i = lid;
+        while i < n {
+            let v = x[i];
+            if v != v { i += group_size(); continue; }
+            if v > best || (v == best && i < best_i) { best = v; best_i = i; }
+            if best == f32::INFINITY { break; }
+            i += group_size();
+        }
+        let (top, top_i) = argmax(best, best_i);
+        if lid == 0 { out[group_id()] = top; out[group_id() + 1] = top_i as f32; }
+    ");
+    assert!(k.body.iter().any(|s| matches!(
+        s,
+        Stmt::Collective {
+            op: CollectiveOp::Argmax,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn every_kernel_in_kernels_src_compiles() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels-src/src");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).expect("kernels-src/src exists") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let src = std::fs::read_to_string(&path).unwrap();
+            let ks = kernels_in_file(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            count += ks.len();
+        }
+    }
+    assert!(count > 0, "no kernels found in {}", dir.display());
+}
+
+#[test]
+fn parse_kernel_takes_attribute_tokens_and_item() {
+    let item: syn::ItemFn = syn::parse_quote! {
+        fn scale(x: &[f32], out: &mut [f32], n: u32, factor: f32) {
+            let i = group_id() * group_size() + local_id();
+            if i < n { out[i] = x[i] * factor; }
+        }
+    };
+    let k = parse_kernel(
+        quote!(name = "example.scale", version = 1, workgroup = 256),
+        &item,
+    )
+    .unwrap();
+    assert_eq!(k.workgroup_size, 256);
+    assert_eq!(k.targets, super::DEFAULT_TARGETS.to_vec());
+    assert_eq!(k.params.len(), 4);
+    assert_eq!(
+        k.locals,
+        vec![Local {
+            name: "i".into(),
+            ty: Ty::U32
+        }]
+    );
+    let err = parse_kernel(quote!(name = "x", version = 1), &item).unwrap_err();
+    assert!(err.to_string().contains("needs `workgroup`"));
+}
+
+#[test]
+fn file_errors_carry_line_and_column() {
+    let src = "fn helper() {}\n#[kernel(name = \"a\", version = 1, workgroup = 3)]\nfn k() {}\n";
+    let msg = kernels_in_file(src).unwrap_err();
+    assert!(
+        msg.starts_with("2:47: `workgroup` must be a power of two"),
+        "{msg}"
+    );
+    let msg = kernels_in_file("#[kernel]\nfn k() {}\n").unwrap_err();
+    assert!(
+        msg.starts_with("1:1: #[loom::kernel] needs `name`"),
+        "{msg}"
+    );
+    assert!(kernels_in_file("fn (").unwrap_err().starts_with("1:"));
+}
+
+#[test]
+fn the_ir_hash_ignores_formatting_but_not_meaning() {
+    let a = k("let i = local_id(); // comment\n if i < n { out[i] = x[i] * 2.0; }");
+    let b = k("let i=local_id();\n\n if i<n {\n out[i]=x[i]*2.0;\n }");
+    let c = k("let i = local_id(); if i < n { out[i] = x[i] * 3.0; }");
+    use crate::text::ir_hash;
+    assert_eq!(ir_hash(&a), ir_hash(&b));
+    assert_ne!(ir_hash(&a), ir_hash(&c));
+}

@@ -1,0 +1,22 @@
+//! Devices that run LOOM kernels, chosen by `--pool`.
+//!
+//! - `cpu`: the generated Rust code of each kernel (the CPU reference; bounds-checked).
+//! - `host`: the same kernels compiled by LLVM at build time for this CPU (the device CI runs).
+//! - `hip:N` (alias `hrx:N`): AMD GPUs through the HIP runtime; opening one is a clear error
+//!   on machines without it.
+//!
+//! On the CPU-side devices, kernel buffers are ordinary host memory and workgroups are spread
+//! over all cores: each thread runs a contiguous range of linearised workgroup ids, which is
+//! exactly the unit the kernels' CPU entry points take.
+
+mod launch;
+mod pool;
+mod select;
+
+pub use launch::{Arg, Elem, LaunchError};
+pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
+
+/// The x86-64 level whose host code this CPU runs (`x86-64`, `x86-64-v3` or `x86-64-v4`).
+pub fn host_cpu() -> &'static str {
+    select::best_host_cpu()
+}

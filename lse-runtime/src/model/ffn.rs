@@ -1,0 +1,219 @@
+//! Feed-forward blocks: SwiGLU MLP and the Qwen3.5 mixture of experts (softmax router, top-k,
+//! renormalised weights, sigmoid-gated shared expert). Experts may be fused 3-D tensors
+//! (`experts.gate_up_proj` [E, 2Im, H], `experts.down_proj` [E, H, Im]) or per-expert 2-D.
+
+use super::config::{ModelConfig, MoeConfig};
+use super::error::{ModelError, Result};
+use super::linear::{linear, WeightMat};
+use super::ops::{sigmoid, silu};
+use super::weights::{Tensor, WeightStore};
+
+/// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`.
+pub struct Mlp {
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+}
+
+impl Mlp {
+    /// Loads `{p}{gate,up,down}_proj.weight` with width `i`.
+    pub fn load(ws: &WeightStore, p: &str, h: usize, i: usize) -> Result<Self> {
+        Ok(Mlp {
+            gate: ws.get(&format!("{p}gate_proj.weight"), &[i, h])?,
+            up: ws.get(&format!("{p}up_proj.weight"), &[i, h])?,
+            down: ws.get(&format!("{p}down_proj.weight"), &[h, i])?,
+        })
+    }
+    /// Applies the MLP to `x` [t, H], writing [t, H] to `out`.
+    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+        swiglu(
+            x,
+            t,
+            WeightMat::of(&self.gate),
+            WeightMat::of(&self.up),
+            WeightMat::of(&self.down),
+            out,
+        );
+    }
+}
+
+fn swiglu(x: &[f32], t: usize, g: WeightMat, u: WeightMat, d: WeightMat, out: &mut [f32]) {
+    let i = g.n;
+    let mut a = vec![0.0; t * i];
+    let mut b = vec![0.0; t * i];
+    linear(x, t, g, &mut a);
+    linear(x, t, u, &mut b);
+    for (x, y) in a.iter_mut().zip(&b) {
+        *x = silu(*x) * y;
+    }
+    linear(&a, t, d, out);
+}
+
+enum Experts {
+    Fused { gate_up: Tensor, down: Tensor },
+    Split(Vec<[Tensor; 3]>),
+}
+
+/// The MoE block of one layer.
+pub struct Moe {
+    cfg: MoeConfig,
+    hidden: usize,
+    router: Tensor,
+    experts: Experts,
+    shared: Mlp,
+    shared_gate: Tensor,
+}
+
+impl Moe {
+    /// Loads `{p}mlp.*` (router, experts in either layout, shared expert and its gate).
+    pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
+        let m = cfg
+            .moe
+            .clone()
+            .ok_or_else(|| ModelError::InvalidArgument("MoE layer without MoE config".into()))?;
+        let (h, e, im) = (cfg.hidden_size, m.num_experts, m.moe_intermediate_size);
+        let fused = format!("{p}mlp.experts.gate_up_proj");
+        let experts = if ws.contains(&fused) {
+            Experts::Fused {
+                gate_up: ws.get(&fused, &[e, 2 * im, h])?,
+                down: ws.get(&format!("{p}mlp.experts.down_proj"), &[e, h, im])?,
+            }
+        } else {
+            let mut v = Vec::with_capacity(e);
+            for x in 0..e {
+                let q = format!("{p}mlp.experts.{x}.");
+                v.push([
+                    ws.get(&format!("{q}gate_proj.weight"), &[im, h])?,
+                    ws.get(&format!("{q}up_proj.weight"), &[im, h])?,
+                    ws.get(&format!("{q}down_proj.weight"), &[h, im])?,
+                ]);
+            }
+            Experts::Split(v)
+        };
+        Ok(Moe {
+            router: ws.get(&format!("{p}mlp.gate.weight"), &[e, h])?,
+            shared: Mlp::load(
+                ws,
+                &format!("{p}mlp.shared_expert."),
+                h,
+                m.shared_expert_intermediate_size,
+            )?,
+            shared_gate: ws.get(&format!("{p}mlp.shared_expert_gate.weight"), &[1, h])?,
+            cfg: m,
+            hidden: h,
+            experts,
+        })
+    }
+
+    fn expert(&self, e: usize) -> (WeightMat<'_>, WeightMat<'_>, WeightMat<'_>) {
+        let (h, im) = (self.hidden, self.cfg.moe_intermediate_size);
+        match &self.experts {
+            Experts::Fused { gate_up, down } => (
+                WeightMat::rows(gate_up, e * 2 * im, im, h),
+                WeightMat::rows(gate_up, e * 2 * im + im, im, h),
+                WeightMat::rows(down, e * h, h, im),
+            ),
+            Experts::Split(v) => (
+                WeightMat::of(&v[e][0]),
+                WeightMat::of(&v[e][1]),
+                WeightMat::of(&v[e][2]),
+            ),
+        }
+    }
+
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`.
+    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+        let (h, ne, k) = (
+            self.hidden,
+            self.cfg.num_experts,
+            self.cfg.num_experts_per_tok,
+        );
+        let mut logits = vec![0.0; t * ne];
+        linear(x, t, WeightMat::of(&self.router), &mut logits);
+        // Per expert: the tokens routed to it and their renormalised weights.
+        let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
+        let mut order: Vec<usize> = (0..ne).collect();
+        for ti in 0..t {
+            let row = &mut logits[ti * ne..(ti + 1) * ne];
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let mut s = 0.0;
+            for v in row.iter_mut() {
+                *v = (*v - m).exp();
+                s += *v;
+            }
+            for v in row.iter_mut() {
+                *v /= s;
+            }
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let top: f32 = order[..k].iter().map(|&e| row[e]).sum();
+            for &e in &order[..k] {
+                routed[e].push((ti, row[e] / top));
+            }
+        }
+        // Shared expert with its scalar sigmoid gate.
+        self.shared.forward(x, t, out);
+        let mut sg = vec![0.0; t];
+        linear(x, t, WeightMat::of(&self.shared_gate), &mut sg);
+        for ti in 0..t {
+            let s = sigmoid(sg[ti]);
+            for v in &mut out[ti * h..(ti + 1) * h] {
+                *v *= s;
+            }
+        }
+        // Routed experts over the gathered token rows.
+        let mut xs = Vec::new();
+        let mut ys = Vec::new();
+        for (e, toks) in routed.iter().enumerate() {
+            if toks.is_empty() {
+                continue;
+            }
+            let n = toks.len();
+            xs.resize(n * h, 0.0);
+            ys.resize(n * h, 0.0);
+            for (r, (ti, _)) in toks.iter().enumerate() {
+                xs[r * h..(r + 1) * h].copy_from_slice(&x[ti * h..(ti + 1) * h]);
+            }
+            let (g, u, d) = self.expert(e);
+            swiglu(&xs, n, g, u, d, &mut ys);
+            for (r, (ti, wgt)) in toks.iter().enumerate() {
+                for (o, y) in out[ti * h..(ti + 1) * h]
+                    .iter_mut()
+                    .zip(&ys[r * h..(r + 1) * h])
+                {
+                    *o += wgt * y;
+                }
+            }
+        }
+    }
+}
+
+/// The feed-forward block of one layer.
+pub enum Ffn {
+    /// Dense SwiGLU MLP.
+    Dense(Box<Mlp>),
+    /// Mixture of experts.
+    Moe(Box<Moe>),
+}
+
+impl Ffn {
+    /// Loads the dense MLP or the MoE block of the layer with prefix `p`.
+    pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
+        if cfg.moe.is_some() {
+            Ok(Ffn::Moe(Box::new(Moe::load(ws, p, cfg)?)))
+        } else {
+            Ok(Ffn::Dense(Box::new(Mlp::load(
+                ws,
+                &format!("{p}mlp."),
+                cfg.hidden_size,
+                cfg.intermediate_size,
+            )?)))
+        }
+    }
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`.
+    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+        match self {
+            Ffn::Dense(m) => m.forward(x, t, out),
+            Ffn::Moe(m) => m.forward(x, t, out),
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The Qwen3.5 hybrid model (Gated DeltaNet + gated attention, dense or MoE): loading from a
+//! Hugging Face directory and CPU prefill in f32 activations.
+//!
+//! Numerics: activations stay f32 end to end (llama.cpp style); weights are read in their
+//! stored dtype and converted tile by tile. The KV cache rounds K/V to its dtype.
+
+pub mod attention;
+pub mod config;
+pub mod deltanet;
+pub mod error;
+pub mod ffn;
+pub mod kv_cache;
+pub mod linear;
+pub mod ops;
+pub mod synthetic;
+pub mod tokenizer;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{LayerKind, ModelConfig, MoeConfig};
+pub use error::{ModelError, Result};
+pub use kv_cache::{Session, DEFAULT_KV_DTYPE};
+pub use weights::DType;
+
+use attention::AttnWeights;
+use deltanet::GdnWeights;
+use ffn::Ffn;
+use kv_cache::LayerState;
+use linear::{linear, WeightMat};
+use ops::{rmsnorm_zc_into, rmsnorm_zc_rows};
+use tokenizer::TextTokenizer;
+use weights::{Tensor, WeightStore};
+
+enum Mixer {
+    Attn(AttnWeights),
+    Linear(GdnWeights),
+}
+
+struct Layer {
+    input_norm: Vec<f32>,
+    post_norm: Vec<f32>,
+    mixer: Mixer,
+    ffn: Ffn,
+}
+
+/// Borrowed view of the LM-head weight: row-major [vocab, hidden] in `dtype`.
+#[derive(Clone, Copy)]
+pub struct LmHeadView<'a> {
+    /// Storage dtype.
+    pub dtype: DType,
+    /// Rows (V).
+    pub vocab: usize,
+    /// Columns (H).
+    pub hidden: usize,
+    /// Raw little-endian bytes, `vocab * hidden * dtype.size()` long.
+    pub bytes: &'a [u8],
+}
+
+/// A loaded Qwen3.5 text model ready for prefill.
+pub struct HybridLM {
+    cfg: ModelConfig,
+    dir: PathBuf,
+    embed: Tensor,
+    head: Tensor,
+    final_norm: Vec<f32>,
+    layers: Vec<Layer>,
+    inv_freq: Vec<f32>,
+    tokenizer: Option<TextTokenizer>,
+}
+
+/// Weight-name prefixes of the text model, tried in order (spec §3.1).
+const PREFIXES: [&str; 3] = ["model.language_model.", "language_model.model.", "model."];
+
+impl HybridLM {
+    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
+    /// tokenizer from an HF model directory. Weights stay memory-mapped.
+    pub fn load(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(ModelError::MissingFile {
+                path: dir.to_path_buf(),
+                what: "model directory".into(),
+            });
+        }
+        let cfg = ModelConfig::from_file(&dir.join("config.json"))?;
+        let ws = WeightStore::open(dir)?;
+        let prefix = PREFIXES
+            .iter()
+            .find(|p| ws.contains(&format!("{p}embed_tokens.weight")))
+            .ok_or_else(|| ModelError::MissingTensor {
+                path: dir.to_path_buf(),
+                tensor: if cfg.multimodal_wrapper {
+                    "model.language_model.embed_tokens.weight".into()
+                } else {
+                    "model.embed_tokens.weight".into()
+                },
+            })?;
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        let embed = ws.get(&format!("{prefix}embed_tokens.weight"), &[v, h])?;
+        let head = if cfg.tie_word_embeddings {
+            embed.clone()
+        } else {
+            let name = ["lm_head.weight", "language_model.lm_head.weight"]
+                .into_iter()
+                .find(|n| ws.contains(n))
+                .unwrap_or("lm_head.weight");
+            ws.get(name, &[v, h])?
+        };
+        let final_norm = ws.get(&format!("{prefix}norm.weight"), &[h])?.to_f32_vec();
+        let mut layers = Vec::with_capacity(cfg.num_layers());
+        for (i, kind) in cfg.layer_types.iter().enumerate() {
+            let p = format!("{prefix}layers.{i}.");
+            let mixer = match kind {
+                LayerKind::Full => Mixer::Attn(AttnWeights::load(&ws, &p, &cfg)?),
+                LayerKind::Linear => Mixer::Linear(GdnWeights::load(&ws, &p, &cfg)?),
+            };
+            layers.push(Layer {
+                input_norm: ws
+                    .get(&format!("{p}input_layernorm.weight"), &[h])?
+                    .to_f32_vec(),
+                post_norm: ws
+                    .get(&format!("{p}post_attention_layernorm.weight"), &[h])?
+                    .to_f32_vec(),
+                mixer,
+                ffn: Ffn::load(&ws, &p, &cfg)?,
+            });
+        }
+        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
+        Ok(HybridLM {
+            tokenizer: TextTokenizer::load(dir)?,
+            dir: dir.to_path_buf(),
+            cfg,
+            embed,
+            head,
+            final_norm,
+            layers,
+            inv_freq,
+        })
+    }
+
+    /// The parsed model configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The LM-head weight (the embedding matrix when tied), in its stored dtype.
+    pub fn lm_head(&self) -> LmHeadView<'_> {
+        LmHeadView {
+            dtype: self.head.dtype,
+            vocab: self.cfg.vocab_size,
+            hidden: self.cfg.hidden_size,
+            bytes: self.head.bytes(),
+        }
+    }
+
+    /// The tokenizer, if the directory has `tokenizer.json`.
+    pub fn tokenizer(&self) -> Option<&TextTokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Tokenises text; errors clearly when the model directory has no tokenizer.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.tokenizer {
+            Some(t) => t.encode(text),
+            None => Err(ModelError::Tokenizer {
+                path: self.dir.join("tokenizer.json"),
+                message: "text input needs a tokenizer, but tokenizer.json is missing (pass token ids instead)".into(),
+            }),
+        }
+    }
+
+    /// A fresh session whose KV cache stores `kv_len` tokens in `kv_dtype`.
+    pub fn new_session(&self, kv_dtype: DType, kv_len: usize) -> Result<Session> {
+        Session::new(&self.cfg, kv_dtype, kv_len)
+    }
+
+    /// One prefill pass over `tokens`, continuing `session` (KV cache, conv and recurrent
+    /// states, position). Returns the final-norm hidden rows [T, H] in f32.
+    ///
+    /// All checks (token ids, KV capacity, session shape) happen before any state changes.
+    pub fn hidden(&self, session: &mut Session, tokens: &[u32]) -> Result<Vec<f32>> {
+        let (h, t) = (self.cfg.hidden_size, tokens.len());
+        let kinds_match = session.layers.len() == self.layers.len()
+            && session.layers.iter().zip(&self.layers).all(|(s, l)| {
+                matches!(
+                    (s, &l.mixer),
+                    (LayerState::Full(_), Mixer::Attn(_))
+                        | (LayerState::Linear(_), Mixer::Linear(_))
+                )
+            });
+        if !kinds_match {
+            return Err(ModelError::InvalidArgument(format!(
+                "session layout ({} layers) does not match the model ({} layers): use HybridLM::new_session of this model",
+                session.layers.len(),
+                self.layers.len()
+            )));
+        }
+        if let Some((i, &id)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= self.cfg.vocab_size)
+        {
+            return Err(ModelError::InvalidArgument(format!(
+                "token id {id} at index {i} is out of range (vocab_size {})",
+                self.cfg.vocab_size
+            )));
+        }
+        session.check_fits(t)?;
+        let mut x = vec![0.0; t * h];
+        for (row, &id) in x.chunks_exact_mut(h).zip(tokens) {
+            self.embed.read_f32(id as usize * h, row);
+        }
+        let pos0 = session.pos;
+        let eps = self.cfg.rms_norm_eps as f32;
+        let mut u = vec![0.0; t * h];
+        let mut m = vec![0.0; t * h];
+        for (layer, state) in self.layers.iter().zip(session.layers.iter_mut()) {
+            rmsnorm_zc_into(&x, &layer.input_norm, eps, &mut u);
+            match (&layer.mixer, state) {
+                (Mixer::Attn(w), LayerState::Full(cache)) => {
+                    attention::forward(&self.cfg, w, &self.inv_freq, &u, t, pos0, cache, &mut m)
+                }
+                (Mixer::Linear(w), LayerState::Linear(st)) => {
+                    deltanet::forward(&self.cfg, w, &u, t, st, &mut m)
+                }
+                _ => unreachable!("session layer kinds follow the model config"),
+            }
+            add_into(&mut x, &m);
+            rmsnorm_zc_into(&x, &layer.post_norm, eps, &mut u);
+            layer.ffn.forward(&u, t, &mut m);
+            add_into(&mut x, &m);
+        }
+        rmsnorm_zc_rows(&mut x, &self.final_norm, eps);
+        session.pos += t;
+        Ok(x)
+    }
+
+    /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ.
+    pub fn logits_reference(&self, hidden: &[f32], rows: usize) -> Vec<f32> {
+        let mut out = vec![0.0; rows * self.cfg.vocab_size];
+        linear(hidden, rows, WeightMat::of(&self.head), &mut out);
+        out
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,319 @@
+//! Memory-mapped safetensors weights (single file or sharded), read in their stored dtype.
+//!
+//! Tensors are never copied out of the mapping: a [`Tensor`] is a byte range in a shared
+//! `Mmap` plus its dtype and shape; callers convert rows or tiles to f32 on the fly.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use super::error::{ModelError, Result};
+
+/// Storage dtype of a weight tensor (or of the KV cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    /// bfloat16.
+    BF16,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::BF16 | DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+    /// The safetensors spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::BF16 => "BF16",
+            DType::F16 => "F16",
+            DType::F32 => "F32",
+        }
+    }
+}
+
+/// Converts `out.len()` elements of `dtype` stored little-endian in `bytes` to f32.
+pub fn to_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    match dtype {
+        DType::BF16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        DType::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+        DType::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+    }
+}
+
+/// One tensor: a byte range inside a memory-mapped safetensors file.
+#[derive(Clone)]
+pub struct Tensor {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+    /// Stored dtype.
+    pub dtype: DType,
+    /// Stored shape.
+    pub shape: Vec<usize>,
+    /// Full tensor name in the file.
+    pub name: String,
+    /// File the tensor lives in.
+    pub file: PathBuf,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({} {:?} {:?})", self.name, self.dtype, self.shape)
+    }
+}
+
+impl Tensor {
+    /// Raw little-endian bytes of the whole tensor.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Converts elements `[first, first + out.len())` (flat index) to f32.
+    pub fn read_f32(&self, first: usize, out: &mut [f32]) {
+        let s = self.dtype.size();
+        let b = &self.bytes()[first * s..(first + out.len()) * s];
+        to_f32(self.dtype, b, out);
+    }
+    /// The whole tensor as f32 (use only for small vectors).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        let mut v = vec![0.0; self.numel()];
+        self.read_f32(0, &mut v);
+        v
+    }
+}
+
+/// Placeholder entry for a tensor whose dtype we cannot read (reported when used).
+struct Entry {
+    file: usize,
+    start: usize,
+    end: usize,
+    dtype: std::result::Result<DType, String>,
+    shape: Vec<usize>,
+}
+
+/// All tensors of a model directory, memory-mapped.
+pub struct WeightStore {
+    dir: PathBuf,
+    maps: Vec<(PathBuf, Arc<Mmap>)>,
+    entries: HashMap<String, Entry>,
+}
+
+impl WeightStore {
+    /// Opens `model.safetensors.index.json` (sharded) or `model.safetensors`, or else every
+    /// `*.safetensors` file in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let index = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index.exists() {
+            shard_files(&index)?
+                .into_iter()
+                .map(|f| dir.join(f))
+                .collect()
+        } else if dir.join("model.safetensors").exists() {
+            vec![dir.join("model.safetensors")]
+        } else {
+            let rd = std::fs::read_dir(dir).map_err(|e| ModelError::io(dir, e))?;
+            let mut v: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .collect();
+            v.sort();
+            if v.is_empty() {
+                return Err(ModelError::MissingFile {
+                    path: dir.join("model.safetensors"),
+                    what: "model weights (no model.safetensors, no model.safetensors.index.json, no *.safetensors)".into(),
+                });
+            }
+            v
+        };
+        let mut store = WeightStore {
+            dir: dir.to_path_buf(),
+            maps: Vec::new(),
+            entries: HashMap::new(),
+        };
+        for f in files {
+            store.add_file(&f)?;
+        }
+        Ok(store)
+    }
+
+    fn add_file(&mut self, path: &Path) -> Result<()> {
+        let file = std::fs::File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ModelError::MissingFile {
+                    path: path.to_path_buf(),
+                    what: "weight shard".into(),
+                }
+            } else {
+                ModelError::io(path, e)
+            }
+        })?;
+        // SAFETY: the file is opened read-only; LSE never writes model files while they are
+        // mapped. Concurrent external modification is outside our contract (as for any mmap).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
+        let (n, meta) =
+            safetensors::SafeTensors::read_metadata(&map).map_err(|e| ModelError::Safetensors {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let base = 8 + n;
+        let fi = self.maps.len();
+        for (name, info) in meta.tensors() {
+            let dtype = match info.dtype {
+                safetensors::Dtype::BF16 => Ok(DType::BF16),
+                safetensors::Dtype::F16 => Ok(DType::F16),
+                safetensors::Dtype::F32 => Ok(DType::F32),
+                other => Err(format!("{other:?}")),
+            };
+            self.entries.insert(
+                name,
+                Entry {
+                    file: fi,
+                    start: base + info.data_offsets.0,
+                    end: base + info.data_offsets.1,
+                    dtype,
+                    shape: info.shape.clone(),
+                },
+            );
+        }
+        self.maps.push((path.to_path_buf(), Arc::new(map)));
+        Ok(())
+    }
+
+    /// True if a tensor with this exact name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// Iterates over all tensor names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Looks up `name` whatever its shape (errors if absent or of an unreadable dtype).
+    pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        let shape = self
+            .entries
+            .get(name)
+            .map(|e| e.shape.clone())
+            .unwrap_or_default();
+        self.get(name, &shape)
+    }
+
+    /// Looks up `name` and checks its shape; errors name the file, tensor and shapes.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let e = self
+            .entries
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                path: self.dir.clone(),
+                tensor: name.to_string(),
+            })?;
+        let (file, map) = &self.maps[e.file];
+        let dtype = e.dtype.clone().map_err(|d| ModelError::TensorDtype {
+            path: file.clone(),
+            tensor: name.to_string(),
+            dtype: d,
+        })?;
+        if e.shape != shape {
+            return Err(ModelError::TensorShape {
+                path: file.clone(),
+                tensor: name.to_string(),
+                expected: shape.to_vec(),
+                found: e.shape.clone(),
+            });
+        }
+        Ok(Tensor {
+            map: map.clone(),
+            start: e.start,
+            end: e.end,
+            dtype,
+            shape: e.shape.clone(),
+            name: name.to_string(),
+            file: file.clone(),
+        })
+    }
+}
+
+/// Unique shard file names from an index's `weight_map`, in first-seen order.
+fn shard_files(index: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(index).map_err(|e| ModelError::io(index, e))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Json {
+        path: index.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| ModelError::ConfigField {
+            path: index.to_path_buf(),
+            field: "weight_map".into(),
+            expected: "an object mapping tensor names to shard files".into(),
+            found: "nothing or another type".into(),
+        })?;
+    let mut files: Vec<String> = Vec::new();
+    for (k, f) in map {
+        let f = f.as_str().ok_or_else(|| ModelError::ConfigField {
+            path: index.to_path_buf(),
+            field: format!("weight_map.{k}"),
+            expected: "a file name string".into(),
+            found: f.to_string(),
+        })?;
+        if !files.iter().any(|x| x == f) {
+            files.push(f.to_string());
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_f16_f32_convert() {
+        let mut out = [0.0f32; 2];
+        let bf: Vec<u8> = [half::bf16::from_f32(1.5), half::bf16::from_f32(-2.0)]
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect();
+        to_f32(DType::BF16, &bf, &mut out);
+        assert_eq!(out, [1.5, -2.0]);
+        let h: Vec<u8> = [half::f16::from_f32(0.25), half::f16::from_f32(3.0)]
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect();
+        to_f32(DType::F16, &h, &mut out);
+        assert_eq!(out, [0.25, 3.0]);
+        let f: Vec<u8> = [7.0f32, -0.5]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        to_f32(DType::F32, &f, &mut out);
+        assert_eq!(out, [7.0, -0.5]);
+    }
+}

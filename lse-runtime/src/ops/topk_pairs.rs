@@ -1,0 +1,42 @@
+//! `topk_pairs.v1`.
+
+use lse_kernels::topk_pairs::topk_pairs as kernel;
+
+use super::{check_len, to_u32, OpError};
+use crate::device::{Arg, Device};
+
+/// The largest k the kernel supports.
+pub const MAX_TOP_K: usize = 32;
+
+/// Per-row top-k, best first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TopK {
+    /// `[rows, k]`.
+    pub ids: Vec<u32>,
+    /// `[rows, k]`.
+    pub logits: Vec<f32>,
+}
+
+/// The `k` largest (id, logit) pairs of each row of `logits` (`[rows, vocab]`), ties to the
+/// lower id; `k` in `1..=32` and at most `vocab`.
+pub fn topk_pairs(dev: &Device, logits: &[f32], vocab: usize, k: usize) -> Result<TopK, OpError> {
+    const OP: &str = "topk_pairs.v1";
+    if !(1..=MAX_TOP_K).contains(&k) || k > vocab {
+        return Err(OpError::Invalid { op: OP, message: format!("k = {k} must be in 1..={MAX_TOP_K} and at most the vocabulary size {vocab}") });
+    }
+    let rows = logits.len() / vocab;
+    check_len(OP, "logits", logits.len(), rows * vocab)?;
+    let mut out = TopK { ids: vec![0; rows * k], logits: vec![0.0; rows * k] };
+    dev.launch(
+        &kernel::KERNEL,
+        [to_u32(OP, "rows", rows)?, 1, 1],
+        &[
+            Arg::buf(logits),
+            Arg::buf_mut(&mut out.ids),
+            Arg::buf_mut(&mut out.logits),
+            Arg::U32(to_u32(OP, "vocab", vocab)?),
+            Arg::U32(k as u32),
+        ],
+    )?;
+    Ok(out)
+}

@@ -1,0 +1,155 @@
+//! The engine: a loaded model on an opened device, serving scoring requests one at a time.
+
+use std::path::PathBuf;
+
+use super::fifo::FifoLock;
+use super::head::{head_weight, HEAD_ROWS};
+use super::progress::Progress;
+use super::run;
+use super::settings::{EngineSettings, FlashPrefill, Input, Request};
+use crate::device::{Device, DeviceOpenError, LaunchError};
+use crate::model::{HybridLM, ModelError};
+use crate::ops::OpError;
+use crate::scoring::{KldBaseError, OutputError, PerplexityReport, ReportConfig, RowError, WindowError};
+
+/// Everything that can stop a scoring run, each with a message that says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Device(#[from] DeviceOpenError),
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Base(#[from] KldBaseError),
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("a scored row is unusable: {0}")]
+    Row(#[from] RowError),
+    #[error(
+        "--no-cpu-fallback / LSE_REQUIRE_DEVICE_KERNELS=1: these operations have no kernel for device {device} \
+         and would run on the CPU backend: {}",
+        ops.join(", ")
+    )]
+    MissingDeviceKernels { device: String, ops: Vec<String> },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("KL-divergence base {0} ended before the last scored token")]
+    BaseEnded(String),
+}
+
+/// The forward-pass operations that run on the CPU backend for every device today: the
+/// prefill itself is plain Rust until its LOOM kernels land.
+const CPU_BACKEND_OPS: [&str; 7] = [
+    "embedding",
+    "rms_norm",
+    "linear projections",
+    "gated_deltanet",
+    "full_attention",
+    "swiglu_mlp",
+    "moe",
+];
+
+/// A model loaded on a device, ready to score.
+pub struct Engine {
+    settings: EngineSettings,
+    device: Device,
+    model: HybridLM,
+    queue: FifoLock,
+}
+
+impl Engine {
+    /// Opens the device, checks the kernel requirement, then loads the model.
+    pub fn open(settings: EngineSettings) -> Result<Engine, EngineError> {
+        if settings.batch_size == 0 || settings.ubatch_size == 0 || settings.kv_len == 0 {
+            return Err(EngineError::Invalid("--batch-size, --ubatch-size and --kv-len must be at least 1".into()));
+        }
+        let device = Device::open(settings.pool)?;
+        if settings.no_cpu_fallback {
+            let missing = missing_device_kernels(&device);
+            if !missing.is_empty() {
+                return Err(EngineError::MissingDeviceKernels { device: device.arch(), ops: missing });
+            }
+        }
+        let model = HybridLM::load(&settings.model_dir)?;
+        Ok(Engine { settings, device, model, queue: FifoLock::default() })
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    pub fn model(&self) -> &HybridLM {
+        &self.model
+    }
+
+    /// Scores one request. Concurrent calls queue and run in arrival order.
+    pub fn perplexity(&self, request: &Request, progress: &Progress) -> Result<PerplexityReport, EngineError> {
+        let _turn = self.queue.acquire();
+        let tokens = match &request.input {
+            Input::Text(text) => self.model.encode(text)?,
+            Input::Tokens(ids) => ids.clone(),
+        };
+        let vocab = self.model.config().vocab_size;
+        if let Some((i, id)) = tokens.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return Err(EngineError::Invalid(format!(
+                "token id {id} at index {i} is outside the model's vocabulary (vocab_size {vocab})"
+            )));
+        }
+        if request.ctx > self.settings.kv_len {
+            return Err(EngineError::Invalid(format!(
+                "--perplexity-ctx {} does not fit --kv-len {}: each chunk or window must fit the KV cache",
+                request.ctx, self.settings.kv_len
+            )));
+        }
+        // Refuse an unusable LM head before any work.
+        head_weight(&self.model.lm_head())?;
+        run::run(&self.model, &self.device, &self.settings, request, &tokens, self.report_config(), progress)
+    }
+
+    fn report_config(&self) -> ReportConfig {
+        let s = &self.settings;
+        ReportConfig {
+            device_arch: self.device.arch(),
+            prefill_attention: match s.flash_prefill {
+                // FlashPrefill V2 is not built yet: every setting runs dense attention.
+                FlashPrefill::Auto | FlashPrefill::On | FlashPrefill::Off => "dense".into(),
+            },
+            prefill_attention_scale: 0.1,
+            kv_cache_dtype: s.kv_cache_dtype.as_str().into(),
+            kv_capacity: s.kv_len as u64,
+            batch_size: s.batch_size as u64,
+            ubatch_size: s.ubatch_size as u64,
+            head_rows: HEAD_ROWS as u64,
+            cpu_fallback_allowed: !s.no_cpu_fallback,
+        }
+    }
+}
+
+/// Every operation a scoring run needs that has no kernel for `device`.
+pub fn missing_device_kernels(device: &Device) -> Vec<String> {
+    if device.pool() == crate::device::Pool::Cpu {
+        // The CPU backend is this device: nothing falls back.
+        return Vec::new();
+    }
+    let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
+    let scoring = [
+        ("lm_head", &lse_kernels::lm_head::lm_head_matrix_bf16::KERNEL),
+        ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
+        ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
+    ];
+    missing.extend(scoring.iter().filter(|(_, k)| !device.has_kernel(k)).map(|(name, _)| name.to_string()));
+    missing
+}
+
+/// The path a report names a base by.
+pub(super) fn base_name(path: &std::path::Path) -> String {
+    PathBuf::from(path).display().to_string()
+}

@@ -1,0 +1,18 @@
+//! `lse perplexity`: llama.cpp-exact perplexity and KL divergence, scored through the same
+//! prefill the engine serves with and the LOOM scoring kernels.
+//!
+//! [`Engine`] holds the model and the device; [`Engine::perplexity`] tokenizes, plans the
+//! windows, runs each window in a fresh session through the prefill pass plan, applies the
+//! head stage ([`head`]) after every pass, and assembles the report. The CLI and the C API
+//! both call it.
+
+mod engine;
+mod fifo;
+pub mod head;
+mod progress;
+mod run;
+pub mod settings;
+
+pub use engine::{Engine, EngineError};
+pub use progress::Progress;
+pub use settings::{EngineSettings, FlashPrefill, Input, KvDtype, Request};

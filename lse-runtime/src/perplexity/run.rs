@@ -1,0 +1,136 @@
+//! One scoring run: windows in fresh sessions, each through the prefill pass plan, the head
+//! stage after every pass, then the report.
+
+use std::time::Instant;
+
+use super::engine::{base_name, EngineError};
+use super::head::{head_weight, HeadStage, KldMode, HEAD_ROWS};
+use super::progress::Progress;
+use super::settings::{EngineSettings, Request};
+use crate::device::Device;
+use crate::generator::Generator;
+use crate::model::HybridLM;
+use crate::scoring::report::{rate, REPORT_OBJECT};
+use crate::scoring::{
+    token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport, PerplexityReport, PplAccumulator,
+    ReportConfig, Window, WindowPlan, WindowReport,
+};
+
+pub(super) fn run(
+    model: &HybridLM,
+    dev: &Device,
+    settings: &EngineSettings,
+    request: &Request,
+    tokens: &[u32],
+    config: ReportConfig,
+    progress: &Progress,
+) -> Result<PerplexityReport, EngineError> {
+    let start = Instant::now();
+    let cfg = model.config();
+    let (vocab, dim) = (cfg.vocab_size, cfg.hidden_size);
+    let stride = request.stride.unwrap_or(request.ctx);
+    let plan = WindowPlan::new(tokens.len(), request.method, request.ctx, stride, request.chunks)?;
+
+    if request.kld_base_out.is_some() && request.kld_base.is_some() {
+        return Err(EngineError::Invalid(
+            "--perplexity-kld-base-out and --perplexity-kld cannot be combined: record a base in one run, compare in another".into(),
+        ));
+    }
+    let mut mode = if let Some(path) = &request.kld_base_out {
+        let k = request.kld_top_k;
+        if !(1..=32).contains(&k) || k > vocab {
+            return Err(EngineError::Invalid(format!("--perplexity-kld-top-k {k} must be in 1..=32 and at most the vocabulary ({vocab})")));
+        }
+        let header = KldBaseHeader::for_plan(tokens, &plan, k as u32, vocab as u32);
+        KldMode::Record { writer: KldBaseWriter::create(path, header)?, top_k: k }
+    } else if let Some(path) = &request.kld_base {
+        let reader = KldBaseReader::open(path)?;
+        let top_k = reader.header().top_k;
+        reader.check_compatible(&KldBaseHeader::for_plan(tokens, &plan, top_k, vocab as u32))?;
+        KldMode::Compare { reader, top_k: top_k as usize, acc: KldAccumulator::default() }
+    } else {
+        KldMode::Off
+    };
+
+    let mut head = HeadStage::new(dev, head_weight(&model.lm_head())?, vocab, dim);
+    let mut total = PplAccumulator::default();
+    let mut windows = Vec::with_capacity(plan.windows.len());
+    let mut fed = 0;
+    for (i, w) in plan.windows.iter().enumerate() {
+        let t0 = Instant::now();
+        let acc = score_window(model, settings, &mut head, &mut mode, tokens, w)?;
+        total.merge(&acc);
+        fed += w.len();
+        windows.push(WindowReport::new(w, &acc, t0.elapsed().as_secs_f64()));
+        progress.update(i + 1, plan.windows.len(), fed, total.perplexity());
+    }
+
+    let kld = match mode {
+        KldMode::Off => None,
+        KldMode::Record { writer, .. } => {
+            writer.finish()?;
+            None
+        }
+        KldMode::Compare { reader, top_k, acc } => {
+            if reader.remaining() != 0 {
+                return Err(EngineError::Invalid(format!(
+                    "KL-divergence base {} holds {} more records than this run scored",
+                    reader.path().display(),
+                    reader.remaining()
+                )));
+            }
+            Some(KldReport::new(&base_name(reader.path()), top_k as u32, acc.count(), &acc.summary()))
+        }
+    };
+
+    let elapsed = start.elapsed().as_secs_f64();
+    let prefill_tokens = plan.prefill_tokens() as u64;
+    Ok(PerplexityReport {
+        object: REPORT_OBJECT.to_string(),
+        tokens: tokens.len() as u64,
+        token_ids_sha256: token_ids_sha256(tokens),
+        method: plan.method,
+        ctx: plan.ctx as u64,
+        stride: plan.stride as u64,
+        windows_scored: plan.windows.len() as u64,
+        scored_tokens: total.count,
+        mean_nll: total.mean_nll(),
+        perplexity: total.perplexity(),
+        perplexity_uncertainty: total.perplexity_uncertainty(),
+        elapsed_seconds: elapsed,
+        prefill_tokens,
+        prefill_tokens_per_second: rate(prefill_tokens, elapsed),
+        config,
+        kld,
+        windows: request.include_windows.then_some(windows),
+        token_ids: request.include_token_ids.then(|| tokens.to_vec()),
+    })
+}
+
+/// Runs one window in a fresh session and scores its targets.
+fn score_window(
+    model: &HybridLM,
+    settings: &EngineSettings,
+    head: &mut HeadStage<'_>,
+    mode: &mut KldMode,
+    tokens: &[u32],
+    w: &Window,
+) -> Result<PplAccumulator, EngineError> {
+    let dim = model.config().hidden_size;
+    let mut session = model.new_session(settings.kv_cache_dtype.dtype(), settings.kv_len)?;
+    let window = &tokens[w.begin..w.end];
+    let rows = w.logit_rows();
+    let mut acc = PplAccumulator::default();
+    for pass in Generator::prefill_passes(window.len(), settings.batch_size, settings.ubatch_size)? {
+        let hidden = model.hidden(&mut session, &window[pass.clone()])?;
+        let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
+        let mut b = lo;
+        while b < hi {
+            let e = (b + HEAD_ROWS).min(hi);
+            let h = &hidden[(b - pass.start) * dim..(e - pass.start) * dim];
+            head.score_block(h, &window[b + 1..e + 1], mode, &mut acc)?;
+            b = e;
+        }
+    }
+    Ok(acc)
+}

@@ -1,0 +1,20 @@
+//! Scoring arithmetic for `lse perplexity`, independent of the model and kernels: token
+//! windows, perplexity and KL-divergence statistics, the KL-divergence base file, the JSON
+//! report and atomic output files.
+
+pub mod atomic;
+pub mod kld_base;
+pub mod report;
+pub mod stats;
+pub mod windows;
+
+pub use atomic::{check_writable, remove_in_flight_temp_files, AtomicFile, OutputError};
+pub use kld_base::{KldBaseError, KldBaseHeader, KldBaseReader, KldBaseWriter};
+pub use report::{
+    token_ids_digest, token_ids_sha256, KldReport, PerplexityReport, ReportConfig, WindowReport,
+};
+pub use stats::{
+    base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldSummary, PplAccumulator,
+    RowComparison, RowError,
+};
+pub use windows::{Method, Window, WindowError, WindowPlan};

@@ -1,0 +1,113 @@
+//! LSE prefill vs transformers (float32) log-probabilities for every model under
+//! `tests/data/models/*/golden.json`, for several pass plans, with f32 and bf16 KV caches.
+//!
+//! Hidden rows come from `HybridLM::hidden` (through `Generator` pass plans), logits from
+//! `logits_reference`, and the log-softmax is taken in f64 over the full vocabulary.
+
+use std::path::{Path, PathBuf};
+
+use lse_runtime::generator::Generator;
+use lse_runtime::model::{DType, HybridLM};
+
+/// Max absolute log-prob difference allowed with f32 KV (f32 weights and activations).
+const TOL_F32_KV: f64 = 2e-4;
+/// Max absolute log-prob difference allowed with a bf16 KV cache.
+const TOL_BF16_KV: f64 = 2e-2;
+
+fn models_dir() -> PathBuf {
+    match std::env::var_os("LSE_TEST_MODELS") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/models"),
+    }
+}
+
+struct Golden {
+    tokens: Vec<u32>,
+    columns: Vec<usize>,
+    logprobs: Vec<Vec<f64>>,
+}
+
+fn read_golden(path: &Path) -> Golden {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .unwrap_or_else(|| panic!("{}: field {k}", path.display()))
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    Golden {
+        tokens: ids("token_ids").into_iter().map(|x| x as u32).collect(),
+        columns: ids("columns").into_iter().map(|x| x as usize).collect(),
+        logprobs: v["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// Max |LSE − golden| over all rows and golden columns.
+fn max_diff(model: &HybridLM, hidden: &[f32], g: &Golden) -> f64 {
+    let t = g.tokens.len();
+    let v = model.config().vocab_size;
+    let logits = model.logits_reference(hidden, t);
+    let mut worst = 0.0f64;
+    for (ti, row) in logits.chunks_exact(v).enumerate() {
+        let m = row.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x as f64));
+        let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+        for (ci, &c) in g.columns.iter().enumerate() {
+            let d = (row[c] as f64 - lse - g.logprobs[ti][ci]).abs();
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+#[test]
+fn matches_transformers_goldens_for_every_plan() {
+    let dir = models_dir();
+    let mut checked = 0;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("golden.json").exists())
+        .collect();
+    entries.sort();
+    for mdir in entries {
+        let g = read_golden(&mdir.join("golden.json"));
+        let model = HybridLM::load(&mdir).unwrap_or_else(|e| panic!("{e}"));
+        let t = g.tokens.len();
+        // One pass; chunk-aligned; odd sizes; batch splits; ubatch 1 (per-token).
+        let plans = [(t, t), (t, 64), (t, 17), (40, 13), (8, 3), (t, 1)];
+        for (b, u) in plans {
+            let mut gen = Generator::new(&model, DType::F32, t).unwrap();
+            let h = gen.prefill(&g.tokens, b, u).unwrap();
+            let d = max_diff(&model, &h, &g);
+            println!(
+                "{}: f32 KV, batch {b} ubatch {u}: max |dlogprob| = {d:.3e}",
+                mdir.display()
+            );
+            assert!(
+                d < TOL_F32_KV,
+                "{}: plan ({b},{u}) diff {d}",
+                mdir.display()
+            );
+        }
+        let mut gen = Generator::new(&model, DType::BF16, t).unwrap();
+        let h = gen.prefill(&g.tokens, t, 32).unwrap();
+        let d = max_diff(&model, &h, &g);
+        println!("{}: bf16 KV: max |dlogprob| = {d:.3e}", mdir.display());
+        assert!(d < TOL_BF16_KV, "{}: bf16 KV diff {d}", mdir.display());
+        checked += 1;
+    }
+    assert!(checked > 0, "no golden models found in {}", dir.display());
+}

@@ -1,0 +1,298 @@
+//! One differential harness for every LOOM kernel (in the spirit of ggml's test-backend-ops):
+//! each case runs on the `cpu` device (generated Rust), on the `host` device (LLVM-compiled
+//! code) and through an independent plain-Rust reference written here, and the three must
+//! agree: integers exactly, floats within the case's stated tolerance. A new kernel joins by
+//! adding a `Case` implementation and its entries in `cases()`.
+
+use half::bf16;
+use lse_runtime::device::{Device, Pool};
+use lse_runtime::ops::{self, HeadWeight};
+
+/// One output of a case.
+#[derive(Debug)]
+enum Out {
+    F32(&'static str, Vec<f32>),
+    U32(&'static str, Vec<u32>),
+}
+
+/// How close floats must be: `|a - b| <= abs + rel * |b|`; NaN must match NaN and ±inf must
+/// match exactly.
+#[derive(Clone, Copy, Debug)]
+struct Tol {
+    abs: f32,
+    rel: f32,
+}
+
+/// Generated Rust and LLVM host code follow the same operation order, so they must agree to
+/// the bit; this is the tolerance between those two.
+const SAME_ORDER: Tol = Tol { abs: 0.0, rel: 0.0 };
+
+trait Case {
+    fn name(&self) -> String;
+    fn run(&self, dev: &Device) -> Vec<Out>;
+    fn reference(&self) -> Vec<Out>;
+    /// Tolerance of a device against the reference.
+    fn tolerance(&self) -> Tol;
+}
+
+/// Deterministic inputs (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-scale, scale).
+    fn f32(&mut self, scale: f32) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// How logit rows are filled.
+#[derive(Clone, Copy, Debug)]
+enum Fill {
+    /// Uniform random logits.
+    Random,
+    /// Few distinct values, so many ties.
+    Ties,
+    /// Random with a third of the entries -inf.
+    SomeNegInf,
+    /// Every entry -inf.
+    AllNegInf,
+}
+
+fn logits(rows: usize, vocab: usize, fill: Fill, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..rows * vocab)
+        .map(|_| match fill {
+            Fill::Random => rng.f32(12.0),
+            Fill::Ties => (rng.below(4) as f32) - 2.0,
+            Fill::SomeNegInf if rng.below(3) == 0 => f32::NEG_INFINITY,
+            Fill::SomeNegInf => rng.f32(12.0),
+            Fill::AllNegInf => f32::NEG_INFINITY,
+        })
+        .collect()
+}
+
+struct LsePickCase {
+    rows: usize,
+    vocab: usize,
+    n_ids: usize,
+    fill: Fill,
+}
+
+impl LsePickCase {
+    fn inputs(&self) -> (Vec<f32>, Vec<u32>) {
+        let mut rng = Rng(7);
+        // Repeated ids on purpose: every row asks for id 0 twice.
+        let ids = (0..self.rows * self.n_ids)
+            .map(|i| if i % self.n_ids < 2 { 0 } else { rng.below(self.vocab) as u32 })
+            .collect();
+        (logits(self.rows, self.vocab, self.fill, 11), ids)
+    }
+}
+
+impl Case for LsePickCase {
+    fn name(&self) -> String {
+        format!("lse_pick rows={} vocab={} n_ids={} {:?}", self.rows, self.vocab, self.n_ids, self.fill)
+    }
+
+    fn run(&self, dev: &Device) -> Vec<Out> {
+        let (x, ids) = self.inputs();
+        let r = ops::lse_pick(dev, &x, self.vocab, &ids, self.n_ids).unwrap();
+        vec![Out::F32("stats", r.stats), Out::F32("picked", r.picked)]
+    }
+
+    fn reference(&self) -> Vec<Out> {
+        let (x, ids) = self.inputs();
+        let mut stats = Vec::new();
+        let mut picked = Vec::new();
+        for (r, row) in x.chunks(self.vocab).enumerate() {
+            let row_ids = &ids[r * self.n_ids..(r + 1) * self.n_ids];
+            let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let s: f64 = if m == f32::NEG_INFINITY { 0.0 } else { row.iter().map(|&v| f64::from(v - m).exp()).sum() };
+            stats.extend([m, s as f32]);
+            picked.extend(row_ids.iter().map(|&id| row[id as usize]));
+        }
+        vec![Out::F32("stats", stats), Out::F32("picked", picked)]
+    }
+
+    fn tolerance(&self) -> Tol {
+        // The device sums 248k f32 terms in another order than this f64 reference.
+        Tol { abs: 0.0, rel: 2e-5 }
+    }
+}
+
+struct TopKCase {
+    rows: usize,
+    vocab: usize,
+    k: usize,
+    fill: Fill,
+}
+
+impl Case for TopKCase {
+    fn name(&self) -> String {
+        format!("topk_pairs rows={} vocab={} k={} {:?}", self.rows, self.vocab, self.k, self.fill)
+    }
+
+    fn run(&self, dev: &Device) -> Vec<Out> {
+        let x = logits(self.rows, self.vocab, self.fill, 23);
+        let r = ops::topk_pairs(dev, &x, self.vocab, self.k).unwrap();
+        vec![Out::U32("ids", r.ids), Out::F32("logits", r.logits)]
+    }
+
+    fn reference(&self) -> Vec<Out> {
+        let x = logits(self.rows, self.vocab, self.fill, 23);
+        let mut ids = Vec::new();
+        let mut vals = Vec::new();
+        for row in x.chunks(self.vocab) {
+            let mut order: Vec<u32> = (0..self.vocab as u32).collect();
+            // Larger first, ties to the lower id (a stable sort keeps id order).
+            order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]));
+            ids.extend(&order[..self.k]);
+            vals.extend(order[..self.k].iter().map(|&i| row[i as usize]));
+        }
+        vec![Out::U32("ids", ids), Out::F32("logits", vals)]
+    }
+
+    fn tolerance(&self) -> Tol {
+        SAME_ORDER
+    }
+}
+
+struct LmHeadCase {
+    rows: usize,
+    dim: usize,
+    vocab: usize,
+}
+
+impl LmHeadCase {
+    fn inputs(&self) -> (Vec<f32>, Vec<bf16>) {
+        let mut rng = Rng(99);
+        let h = (0..self.rows * self.dim).map(|_| rng.f32(2.0)).collect();
+        let w = (0..self.vocab * self.dim).map(|_| bf16::from_f32(rng.f32(0.5))).collect();
+        (h, w)
+    }
+}
+
+impl Case for LmHeadCase {
+    fn name(&self) -> String {
+        format!("lm_head bf16 rows={} dim={} vocab={}", self.rows, self.dim, self.vocab)
+    }
+
+    fn run(&self, dev: &Device) -> Vec<Out> {
+        let (h, w) = self.inputs();
+        let mut out = vec![0.0; self.rows * self.vocab];
+        ops::lm_head(dev, &h, self.dim, HeadWeight::Bf16(&w), self.vocab, &mut out).unwrap();
+        vec![Out::F32("logits", out)]
+    }
+
+    fn reference(&self) -> Vec<Out> {
+        let (h, w) = self.inputs();
+        let mut out = Vec::with_capacity(self.rows * self.vocab);
+        for hr in h.chunks(self.dim) {
+            for wr in w.chunks(self.dim) {
+                let dot: f64 = hr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b.to_f32())).sum();
+                out.push(dot as f32);
+            }
+        }
+        vec![Out::F32("logits", out)]
+    }
+
+    fn tolerance(&self) -> Tol {
+        // f32 accumulation of `dim` products of magnitude <= 1 against an f64 reference.
+        Tol { abs: 2e-6 * self.dim as f32, rel: 1e-5 }
+    }
+}
+
+const QWEN_VOCAB: usize = 248_320;
+
+fn cases() -> Vec<Box<dyn Case>> {
+    vec![
+        Box::new(LsePickCase { rows: 5, vocab: 1000, n_ids: 33, fill: Fill::Random }),
+        Box::new(LsePickCase { rows: 3, vocab: 77, n_ids: 3, fill: Fill::Ties }),
+        Box::new(LsePickCase { rows: 4, vocab: 300, n_ids: 5, fill: Fill::SomeNegInf }),
+        Box::new(LsePickCase { rows: 2, vocab: 129, n_ids: 2, fill: Fill::AllNegInf }),
+        Box::new(LsePickCase { rows: 2, vocab: 50, n_ids: 0, fill: Fill::Random }),
+        Box::new(LsePickCase { rows: 3, vocab: QWEN_VOCAB, n_ids: 33, fill: Fill::Random }),
+        Box::new(TopKCase { rows: 4, vocab: 1000, k: 32, fill: Fill::Random }),
+        Box::new(TopKCase { rows: 3, vocab: 513, k: 7, fill: Fill::Ties }),
+        Box::new(TopKCase { rows: 3, vocab: 300, k: 32, fill: Fill::SomeNegInf }),
+        Box::new(TopKCase { rows: 2, vocab: 40, k: 32, fill: Fill::AllNegInf }),
+        Box::new(TopKCase { rows: 2, vocab: 5, k: 5, fill: Fill::Random }),
+        Box::new(TopKCase { rows: 2, vocab: 1000, k: 1, fill: Fill::Random }),
+        Box::new(TopKCase { rows: 3, vocab: QWEN_VOCAB, k: 32, fill: Fill::Random }),
+        Box::new(LmHeadCase { rows: 1, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { rows: 7, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { rows: 128, dim: 32, vocab: 300 }),
+        Box::new(LmHeadCase { rows: 2, dim: 8, vocab: QWEN_VOCAB }),
+    ]
+}
+
+fn close(a: f32, b: f32, tol: Tol) -> bool {
+    if a.is_nan() || b.is_nan() {
+        return a.is_nan() && b.is_nan();
+    }
+    if a.is_infinite() || b.is_infinite() {
+        return a == b;
+    }
+    (a - b).abs() <= tol.abs + tol.rel * b.abs()
+}
+
+/// Compares two output lists; returns a description of the first difference.
+fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
+    for (g, w) in got.iter().zip(want) {
+        match (g, w) {
+            (Out::U32(name, g), Out::U32(_, w)) => {
+                if g.len() != w.len() {
+                    return Err(format!("{name}: {} values, expected {}", g.len(), w.len()));
+                }
+                if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
+                    return Err(format!("{name}[{i}] = {}, expected {}", g[i], w[i]));
+                }
+            }
+            (Out::F32(name, g), Out::F32(_, w)) => {
+                if g.len() != w.len() {
+                    return Err(format!("{name}: {} values, expected {}", g.len(), w.len()));
+                }
+                if let Some(i) = (0..g.len()).find(|&i| !close(g[i], w[i], tol)) {
+                    return Err(format!("{name}[{i}] = {:e}, expected {:e} (tolerance {tol:?})", g[i], w[i]));
+                }
+            }
+            _ => return Err("output kinds differ".into()),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
+    let cpu = Device::open(Pool::Cpu).unwrap();
+    let host = Device::open(Pool::Host).unwrap();
+    let mut failures = Vec::new();
+    for case in cases() {
+        let on_cpu = case.run(&cpu);
+        let on_host = case.run(&host);
+        let reference = case.reference();
+        let checks = [
+            ("cpu vs reference", compare(&on_cpu, &reference, case.tolerance())),
+            ("host vs reference", compare(&on_host, &reference, case.tolerance())),
+            ("host vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
+        ];
+        for (what, result) in checks {
+            if let Err(e) = result {
+                failures.push(format!("{}: {what}: {e}", case.name()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
