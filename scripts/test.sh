@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: builds everything (kernels through LLVM included) and runs every test.
+# The test command: builds everything (kernels through LLVM, the lse binary and the C API's
+# shared library, which the C test links against), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+cargo build --workspace --locked
 cargo test --workspace --locked "$@"

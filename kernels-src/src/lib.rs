@@ -6,7 +6,6 @@
 
 use lse_dsl::rt::KernelDef;
 
-pub mod examples;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod topk_pairs;
@@ -16,9 +15,11 @@ pub static ALL: &[&KernelDef] = &[
     &lse_pick::lse_pick::KERNEL,
     &topk_pairs::topk_pairs::KERNEL,
     &lm_head::lm_head_matrix_bf16::KERNEL,
+    &lm_head::lm_head_matrix_f16::KERNEL,
+    &lm_head::lm_head_matrix_f32::KERNEL,
     &lm_head::lm_head_matvec_bf16::KERNEL,
-    &examples::scale::KERNEL,
-    &examples::block_sum::KERNEL,
+    &lm_head::lm_head_matvec_f16::KERNEL,
+    &lm_head::lm_head_matvec_f32::KERNEL,
 ];
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable
@@ -51,17 +52,11 @@ mod tests {
 
     #[test]
     fn find_by_id_fn_name_and_name() {
-        assert_eq!(find("example.scale.v1").map(|k| k.fn_name), Some("scale"));
-        assert_eq!(
-            find("block_sum").map(|k| k.id),
-            Some("example.block_sum.v1")
-        );
-        assert_eq!(
-            find("example.block_sum").map(|k| k.id),
-            Some("example.block_sum.v1")
-        );
-        assert!(find("example.nope").is_none());
-        assert!(find("example.scale.v2").is_none());
+        assert_eq!(find("logits.lse_pick.v1").map(|k| k.fn_name), Some("lse_pick"));
+        assert_eq!(find("topk_pairs").map(|k| k.id), Some("topk_pairs.v1"));
+        assert_eq!(find("logits.lse_pick").map(|k| k.id), Some("logits.lse_pick.v1"));
+        assert!(find("logits.nope").is_none());
+        assert!(find("logits.lse_pick.v2").is_none());
     }
 
     #[test]

@@ -2,21 +2,25 @@
 //! accumulation.
 //!
 //! Two forms, because scoring and serving have different shapes:
-//! - matrix (`lm_head.matrix`): up to 128 hidden rows at once (scoring's `head_rows`). Each
+//! - matrix (`lm_head.matrix_<ty>`): up to 128 hidden rows at once (scoring's `head_rows`). Each
 //!   work-item owns one vocabulary column and a tile of 4 rows, so every weight element read
 //!   is used 4 times from a register.
-//! - matrix-vector (`lm_head.matvec`): one hidden row (serving's decode step). Each work-item
+//! - matrix-vector (`lm_head.matvec_<ty>`): one hidden row (serving's decode step). Each work-item
 //!   owns one column.
+//!
+//! Each is generic over the weight's element type `W` and instantiated for bf16, f16 and f32
+//! (`lm_head.matrix_bf16`, `lm_head.matrix_f16`, `lm_head.matrix_f32`, same for matvec);
+//! `to_f32` widens a weight element whatever its type.
 //!
 //! In both, a work-item reads its weight row contiguously, and `fma` keeps one rounding per
 //! multiply-add, as the plain-Rust reference does.
 
 use loom::kernel;
 
-/// `hidden`: `[rows, dim]` f32; `w`: `[vocab, dim]` bf16; `out`: `[rows, vocab]` f32.
-/// Grid: x = ceil(vocab / 256) column blocks, y = ceil(rows / 4) row tiles.
-#[kernel(name = "lm_head.matrix_bf16", version = 1, workgroup = 256)]
-fn lm_head_matrix_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
+/// `hidden`: `[rows, dim]` f32; `w`: `[vocab, dim]` in the instance's element type; `out`:
+/// `[rows, vocab]` f32. Grid: x = ceil(vocab / 256) column blocks, y = ceil(rows / 4) row tiles.
+#[kernel(name = "lm_head.matrix", version = 1, workgroup = 256, elem = [bf16, f16, f32])]
+fn lm_head_matrix<W>(hidden: &[f32], w: &[W], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
     const TILE: u32 = 4;
     let col = group_id() * group_size() + local_id();
     let r0 = group_id_y() * TILE;
@@ -33,7 +37,7 @@ fn lm_head_matrix_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], rows: u32, v
         let mut a2 = 0.0;
         let mut a3 = 0.0;
         for k in 0..dim {
-            let wk = bf16_to_f32(w[wrow + k]);
+            let wk = to_f32(w[wrow + k]);
             a0 = fma(hidden[h0 + k], wk, a0);
             a1 = fma(hidden[h1 + k], wk, a1);
             a2 = fma(hidden[h2 + k], wk, a2);
@@ -52,16 +56,16 @@ fn lm_head_matrix_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], rows: u32, v
     }
 }
 
-/// `hidden`: `[dim]` f32; `w`: `[vocab, dim]` bf16; `out`: `[vocab]` f32.
-/// Grid: x = ceil(vocab / 256).
-#[kernel(name = "lm_head.matvec_bf16", version = 1, workgroup = 256)]
-fn lm_head_matvec_bf16(hidden: &[f32], w: &[bf16], out: &mut [f32], vocab: u32, dim: u32) {
+/// `hidden`: `[dim]` f32; `w`: `[vocab, dim]` in the instance's element type; `out`: `[vocab]`
+/// f32. Grid: x = ceil(vocab / 256).
+#[kernel(name = "lm_head.matvec", version = 1, workgroup = 256, elem = [bf16, f16, f32])]
+fn lm_head_matvec<W>(hidden: &[f32], w: &[W], out: &mut [f32], vocab: u32, dim: u32) {
     let col = group_id() * group_size() + local_id();
     if col < vocab {
         let wrow = col * dim;
         let mut acc = 0.0;
         for k in 0..dim {
-            acc = fma(hidden[k], bf16_to_f32(w[wrow + k]), acc);
+            acc = fma(hidden[k], to_f32(w[wrow + k]), acc);
         }
         out[col] = acc;
     }

@@ -2,6 +2,7 @@
 
 mod kernels_cmd;
 mod perplexity_cmd;
+mod synthetic_cmd;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,8 @@ enum Command {
     Kernels(kernels_cmd::KernelsCommand),
     /// Score a text's perplexity (and KL divergence against a base), as llama-perplexity does.
     Perplexity(Box<perplexity_cmd::PerplexityArgs>),
+    /// Write a Qwen3.5-architecture model with deterministic random weights.
+    SyntheticModel(synthetic_cmd::SyntheticArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Kernels(cmd) => kernels_cmd::run(cmd),
         Command::Perplexity(args) => perplexity_cmd::run(*args),
+        Command::SyntheticModel(args) => synthetic_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -225,3 +225,45 @@ fn output_file_is_written_whole() {
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 2, "only sample.txt and ppl.json remain: {leftovers:?}");
 }
+
+/// NLL of chunk 0 from transformers' log-probs in `golden.json`: `logprobs[t]` is the
+/// log-softmax after reading tokens 0..=t and `columns` names each column's token id, so the
+/// NLL of predicting `token_ids[p + 1]` at position p is `-logprobs[p][column of it]`.
+fn golden_chunk_nll(golden: &Value, first: usize, scored: usize) -> f64 {
+    let ids: Vec<u64> = golden["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let columns = golden["columns"].as_array().unwrap();
+    let column_of = |id: u64| columns.iter().position(|c| c.as_u64() == Some(id)).unwrap_or_else(|| panic!("token {id} has no column"));
+    (first..first + scored).map(|p| -f(&golden["logprobs"][p][column_of(ids[p + 1])])).sum()
+}
+
+#[test]
+fn f32_and_moe_models_score_chunk_zero_like_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["dense_tied_f32", "moe_fused"] {
+        let model = repo().join("tests/data/models").join(name);
+        let golden: Value = serde_json::from_str(&std::fs::read_to_string(model.join("golden.json")).unwrap()).unwrap();
+        assert_eq!(golden["token_ids"].as_array().unwrap().len(), 100, "{name}");
+        let tokens = dir.path().join(format!("{name}.json"));
+        std::fs::write(&tokens, golden["token_ids"].to_string()).unwrap();
+        let args = [
+            "perplexity", "--model", model.to_str().unwrap(), "--perplexity-tokens", tokens.to_str().unwrap(),
+            "--perplexity-ctx", "50", "--kv-cache-dtype", "f32", "--quiet",
+        ];
+        let out = lse(&args);
+        assert!(out.status.success(), "lse {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let windows = r["windows"].as_array().unwrap();
+        assert_eq!(windows.len(), 2, "{name}: two chunks of 50");
+        // Each chunk scores positions 25..=48, predicting tokens 26..=49 of the chunk.
+        for (i, w) in windows.iter().enumerate() {
+            assert_eq!(w["begin"], 50 * i, "{name} chunk {i}");
+            assert_eq!(w["first_target"], 50 * i + 26, "{name} chunk {i}");
+            assert_eq!(w["scored"], 24, "{name} chunk {i}");
+            assert!(f(&w["nll_sum"]).is_finite() && f(&w["nll_sum"]) > 0.0, "{name} chunk {i}: {w}");
+        }
+        // Chunk 1 restarts from an empty state while the golden ran all 100 tokens as one
+        // sequence, so only chunk 0 is comparable.
+        let want = golden_chunk_nll(&golden, 25, 24);
+        assert_close(f(&windows[0]["nll_sum"]), want, 1e-3, &format!("{name} chunk 0 nll_sum"));
+    }
+}

@@ -43,8 +43,7 @@ fn run_job(job: Job, out_dir: &Path) -> JobResult {
             write(&dir.join(format!("host-{cpu}.ll")), &c.llvm_ir_opt)?;
             write(&dir.join(format!("host-{cpu}.s")), &c.asm)?;
             let obj = out_dir
-                .join("loom")
-                .join("obj")
+                .join("loom-host-obj")
                 .join(format!("{}-{cpu}.o", k.fn_name));
             write(&obj, &c.object)?;
             Ok(Some(obj))
@@ -57,7 +56,7 @@ fn run_job(job: Job, out_dir: &Path) -> JobResult {
 /// - `loom/<fn_name>/<arch>.hsaco`, `<arch>.ll`, `<arch>.s`, `<arch>.json` (metadata JSON);
 /// - `loom/<fn_name>/host-<cpu>.ll`, `host-<cpu>.s`;
 /// - `loom/<fn_name>/build.hash`: the kernel's IR hash, so stale outputs are recognisable;
-/// - `libloom_host.a`: every host object.
+/// - `libloom_host.a`: every host object (the objects themselves stay in `loom-host-obj/`).
 ///
 /// Work runs on all available cores (each thread has its own LLVM context). Fails on the
 /// first error, or if two kernels share a `fn_name`.

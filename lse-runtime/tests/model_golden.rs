@@ -10,8 +10,9 @@ use lse_runtime::generator::Generator;
 use lse_runtime::model::{DType, HybridLM};
 
 /// Max absolute log-prob difference allowed with f32 KV (f32 weights and activations).
-const TOL_F32_KV: f64 = 2e-4;
-/// Max absolute log-prob difference allowed with a bf16 KV cache.
+/// Observed worst: 1.5e-4 (f32 noise of these random models; logits reach ~10-20).
+const TOL_F32_KV: f64 = 2.5e-4;
+/// Max absolute log-prob difference allowed with a bf16 KV cache (observed worst: 9.3e-3).
 const TOL_BF16_KV: f64 = 2e-2;
 
 fn models_dir() -> PathBuf {

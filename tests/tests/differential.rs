@@ -4,7 +4,7 @@
 //! agree: integers exactly, floats within the case's stated tolerance. A new kernel joins by
 //! adding a `Case` implementation and its entries in `cases()`.
 
-use half::bf16;
+use half::{bf16, f16};
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, HeadWeight};
 
@@ -169,39 +169,80 @@ impl Case for TopKCase {
     }
 }
 
+/// The stored dtype of an LM-head weight.
+#[derive(Clone, Copy, Debug)]
+enum HeadDType {
+    Bf16,
+    F16,
+    F32,
+}
+
+/// An LM-head weight in its stored dtype.
+enum Weights {
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl Weights {
+    fn head(&self) -> HeadWeight<'_> {
+        match self {
+            Weights::Bf16(w) => HeadWeight::Bf16(w),
+            Weights::F16(w) => HeadWeight::F16(w),
+            Weights::F32(w) => HeadWeight::F32(w),
+        }
+    }
+
+    /// The weight widened to f32 with `half`, for the reference.
+    fn widened(&self) -> Vec<f32> {
+        match self {
+            Weights::Bf16(w) => w.iter().map(|x| x.to_f32()).collect(),
+            Weights::F16(w) => w.iter().map(|x| x.to_f32()).collect(),
+            Weights::F32(w) => w.clone(),
+        }
+    }
+}
+
 struct LmHeadCase {
+    dtype: HeadDType,
     rows: usize,
     dim: usize,
     vocab: usize,
 }
 
 impl LmHeadCase {
-    fn inputs(&self) -> (Vec<f32>, Vec<bf16>) {
+    fn inputs(&self) -> (Vec<f32>, Weights) {
         let mut rng = Rng(99);
         let h = (0..self.rows * self.dim).map(|_| rng.f32(2.0)).collect();
-        let w = (0..self.vocab * self.dim).map(|_| bf16::from_f32(rng.f32(0.5))).collect();
+        let w: Vec<f32> = (0..self.vocab * self.dim).map(|_| rng.f32(0.5)).collect();
+        let w = match self.dtype {
+            HeadDType::Bf16 => Weights::Bf16(w.iter().map(|&x| bf16::from_f32(x)).collect()),
+            HeadDType::F16 => Weights::F16(w.iter().map(|&x| f16::from_f32(x)).collect()),
+            HeadDType::F32 => Weights::F32(w),
+        };
         (h, w)
     }
 }
 
 impl Case for LmHeadCase {
     fn name(&self) -> String {
-        format!("lm_head bf16 rows={} dim={} vocab={}", self.rows, self.dim, self.vocab)
+        format!("lm_head {:?} rows={} dim={} vocab={}", self.dtype, self.rows, self.dim, self.vocab)
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
         let (h, w) = self.inputs();
         let mut out = vec![0.0; self.rows * self.vocab];
-        ops::lm_head(dev, &h, self.dim, HeadWeight::Bf16(&w), self.vocab, &mut out).unwrap();
+        ops::lm_head(dev, &h, self.dim, w.head(), self.vocab, &mut out).unwrap();
         vec![Out::F32("logits", out)]
     }
 
     fn reference(&self) -> Vec<Out> {
         let (h, w) = self.inputs();
+        let w = w.widened();
         let mut out = Vec::with_capacity(self.rows * self.vocab);
         for hr in h.chunks(self.dim) {
             for wr in w.chunks(self.dim) {
-                let dot: f64 = hr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b.to_f32())).sum();
+                let dot: f64 = hr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
                 out.push(dot as f32);
             }
         }
@@ -231,10 +272,18 @@ fn cases() -> Vec<Box<dyn Case>> {
         Box::new(TopKCase { rows: 2, vocab: 5, k: 5, fill: Fill::Random }),
         Box::new(TopKCase { rows: 2, vocab: 1000, k: 1, fill: Fill::Random }),
         Box::new(TopKCase { rows: 3, vocab: QWEN_VOCAB, k: 32, fill: Fill::Random }),
-        Box::new(LmHeadCase { rows: 1, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { rows: 7, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { rows: 128, dim: 32, vocab: 300 }),
-        Box::new(LmHeadCase { rows: 2, dim: 8, vocab: QWEN_VOCAB }),
+        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 1, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 7, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 128, dim: 32, vocab: 300 }),
+        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
+        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 1, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 7, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 128, dim: 32, vocab: 300 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
+        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 1, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 7, dim: 64, vocab: 1000 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 128, dim: 32, vocab: 300 }),
+        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
     ]
 }
 
@@ -277,20 +326,26 @@ fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
 #[test]
 fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
     let cpu = Device::open(Pool::Cpu).unwrap();
-    let host = Device::open(Pool::Host).unwrap();
+    // Every host code variant this CPU can run, not only the one the runtime picks.
+    let hosts: Vec<Device> = lse_dsl::rt::HOST_CPUS.iter().filter_map(|cpu| Device::host_variant(cpu)).collect();
+    assert!(!hosts.is_empty());
     let mut failures = Vec::new();
     for case in cases() {
         let on_cpu = case.run(&cpu);
-        let on_host = case.run(&host);
         let reference = case.reference();
-        let checks = [
-            ("cpu vs reference", compare(&on_cpu, &reference, case.tolerance())),
-            ("host vs reference", compare(&on_host, &reference, case.tolerance())),
-            ("host vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
-        ];
-        for (what, result) in checks {
-            if let Err(e) = result {
-                failures.push(format!("{}: {what}: {e}", case.name()));
+        if let Err(e) = compare(&on_cpu, &reference, case.tolerance()) {
+            failures.push(format!("{}: cpu vs reference: {e}", case.name()));
+        }
+        for host in &hosts {
+            let on_host = case.run(host);
+            let checks = [
+                ("vs reference", compare(&on_host, &reference, case.tolerance())),
+                ("vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
+            ];
+            for (what, result) in checks {
+                if let Err(e) = result {
+                    failures.push(format!("{}: {} {what}: {e}", case.name(), host.arch()));
+                }
             }
         }
     }

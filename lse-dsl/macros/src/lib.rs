@@ -12,6 +12,9 @@
 //! transform and the Rust lowering (`lse_dsl::rustgen`) produce `scale::scale`, the CPU
 //! reference entry that `KERNEL.cpu` points to.
 //!
+//! A generic kernel `fn k<W>(..)` with `elem = [bf16, f16, f32]` expands to one such module
+//! per element type, `k_bf16`, `k_f16` and `k_f32`, each complete.
+//!
 //! The LLVM artifacts (host code and AMDGPU code objects) come from the crate's build script,
 //! which writes them under `$OUT_DIR/loom/<fn_name>/`; the expansion embeds them with
 //! `include_bytes!`/`include_str!` by absolute path. A crate without that build script (no
@@ -40,23 +43,32 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn expand(attr: TokenStream2, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
-    let k = lse_dsl::frontend::parse_kernel(attr, item_fn)?;
-    let w = lse_dsl::wil::transform(&k);
-    let fn_ident = &item_fn.sig.ident;
-    let cpu_fn = lse_dsl::rustgen::cpu_entry_tokens(&w, fn_ident);
+    let kernels = lse_dsl::frontend::parse_kernels(attr, item_fn)?;
+    kernels
+        .iter()
+        .map(|k| expand_one(k, item_fn))
+        .collect::<syn::Result<TokenStream2>>()
+}
+
+/// The `pub mod <instance fn name>` of one kernel (the whole fn, or one element-type instance
+/// of a generic fn).
+fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
+    let fn_ident = syn::Ident::new(&k.fn_name, item_fn.sig.ident.span());
+    let w = lse_dsl::wil::transform(k);
+    let cpu_fn = lse_dsl::rustgen::cpu_entry_tokens(&w, &fn_ident);
     let rust_src = lse_dsl::rustgen::cpu_entry_source(&w, &k.fn_name);
-    let ir_text = lse_dsl::text::ir_text(&k);
-    let ir_hash = lse_dsl::text::ir_hash(&k);
+    let ir_text = lse_dsl::text::ir_text(k);
+    let ir_hash = lse_dsl::text::ir_hash(k);
     let id = k.id();
     let fn_name = &k.fn_name;
     let wg = Literal::u32_suffixed(k.workgroup_size);
     let shared_bytes = Literal::u32_suffixed(k.shared_bytes());
-    let params = param_infos(&k);
+    let params = param_infos(k);
     let docs = item_fn.attrs.iter().filter(|a| a.path().is_ident("doc"));
 
-    let art = artifacts::locate(&k, fn_ident.span())?;
-    let host = art.host_tokens(&k);
-    let gpu = art.gpu_tokens(&k);
+    let art = artifacts::locate(k, fn_ident.span())?;
+    let host = art.host_tokens(k);
+    let gpu = art.gpu_tokens(k);
     let build_hash = art.build_hash_tokens();
 
     Ok(quote! {

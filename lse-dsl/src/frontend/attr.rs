@@ -1,4 +1,5 @@
-//! The `#[loom::kernel(name = "...", version = N, workgroup = N, targets = [...])]` attribute.
+//! The `#[loom::kernel(name = "...", version = N, workgroup = N, targets = [...], elem = [...])]`
+//! attribute.
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::Parser;
@@ -7,6 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Lit, MetaNameValue, Token};
 
 use super::DEFAULT_TARGETS;
+use crate::ir::Ty;
 
 /// The attribute's settings, validated.
 #[derive(Debug, PartialEq)]
@@ -15,9 +17,28 @@ pub(super) struct KernelAttr {
     pub version: u32,
     pub workgroup: u32,
     pub targets: Vec<String>,
+    /// `elem = [...]`: the element types a generic kernel is instantiated for.
+    pub elem: Option<ElemList>,
 }
 
-const KEYS: &str = "`name`, `version`, `workgroup` or `targets`";
+/// The `elem` list, in source order, and where it was written (errors about a missing type
+/// parameter point there). Equality ignores the span.
+#[derive(Debug)]
+pub(super) struct ElemList {
+    pub tys: Vec<Ty>,
+    pub span: Span,
+}
+
+impl PartialEq for ElemList {
+    fn eq(&self, other: &ElemList) -> bool {
+        self.tys == other.tys
+    }
+}
+
+/// The element types `elem` may list.
+pub(super) const ELEM_TYS: [Ty; 3] = [Ty::Bf16, Ty::F16, Ty::F32];
+
+const KEYS: &str = "`name`, `version`, `workgroup`, `targets` or `elem`";
 
 /// Parses and validates the attribute's tokens. `at` is where errors about missing keys point
 /// (the attribute itself when the tokens are empty).
@@ -40,6 +61,7 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
     let mut version = None;
     let mut workgroup = None;
     let mut targets = None;
+    let mut elem = None;
     for m in &metas {
         let key = m
             .path
@@ -51,6 +73,7 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
             "version" => version.replace(parse_u32(&m.value, "version")?).is_some(),
             "workgroup" => workgroup.replace(parse_workgroup(&m.value)?).is_some(),
             "targets" => targets.replace(parse_targets(&m.value)?).is_some(),
+            "elem" => elem.replace(parse_elem(&m.value)?).is_some(),
             _ => {
                 let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(&m.path));
                 return Err(syn::Error::new(
@@ -77,6 +100,58 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
         version: version.ok_or_else(|| missing("version", "1"))?,
         workgroup: workgroup.ok_or_else(|| missing("workgroup", "256"))?,
         targets: targets.unwrap_or_else(|| DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()),
+        elem,
+    })
+}
+
+/// `[bf16, f16, f32]`: a non-empty list of distinct element types.
+fn parse_elem(e: &Expr) -> syn::Result<ElemList> {
+    let names = super::types::ty_list(&ELEM_TYS);
+    let Expr::Array(arr) = e else {
+        return Err(syn::Error::new(
+            e.span(),
+            format!(
+                "`elem` must be a list of element types, like [bf16, f16, f32] (any of {names})"
+            ),
+        ));
+    };
+    if arr.elems.is_empty() {
+        return Err(syn::Error::new(
+            e.span(),
+            format!("`elem` must list at least one element type ({names})"),
+        ));
+    }
+    let mut tys: Vec<Ty> = Vec::new();
+    for el in &arr.elems {
+        let ty = match el {
+            Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p
+                .path
+                .get_ident()
+                .and_then(|i| super::types::ty_from_name(&i.to_string()))
+                .filter(|t| ELEM_TYS.contains(t)),
+            _ => None,
+        };
+        let Some(ty) = ty else {
+            let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(el));
+            return Err(syn::Error::new(
+                el.span(),
+                format!("bad element type `{shown}` in `elem`: expected {names}"),
+            ));
+        };
+        if tys.contains(&ty) {
+            return Err(syn::Error::new(
+                el.span(),
+                format!(
+                    "element type `{}` is listed twice in `elem`",
+                    ty.rust_name()
+                ),
+            ));
+        }
+        tys.push(ty);
+    }
+    Ok(ElemList {
+        tys,
+        span: e.span(),
     })
 }
 
@@ -201,7 +276,8 @@ mod tests {
                 name: "a.b_c".into(),
                 version: 3,
                 workgroup: 64,
-                targets: vec!["gfx942".into()]
+                targets: vec!["gfx942".into()],
+                elem: None,
             }
         );
     }
@@ -259,5 +335,41 @@ mod tests {
         assert!(e.contains("at least one"), "{e}");
         let e = parse(quote!(name = "a" version = 1)).unwrap_err();
         assert!(e.contains("bad #[loom::kernel] attribute"), "{e}");
+    }
+
+    #[test]
+    fn elem_lists_distinct_element_types_in_order() {
+        let a = parse(quote!(
+            name = "a",
+            version = 1,
+            workgroup = 4,
+            elem = [f32, bf16]
+        ))
+        .unwrap();
+        assert_eq!(a.elem.map(|l| l.tys), Some(vec![Ty::F32, Ty::Bf16]));
+        let bad = |ts: TokenStream| {
+            parse(quote!(name = "a", version = 1, workgroup = 4, #ts)).unwrap_err()
+        };
+        let e = bad(quote!(elem = []));
+        assert!(
+            e.contains("`elem` must list at least one element type (bf16, f16 or f32)"),
+            "{e}"
+        );
+        let e = bad(quote!(elem = [bf16, f16, bf16]));
+        assert_eq!(e, "element type `bf16` is listed twice in `elem`");
+        let e = bad(quote!(elem = [u32]));
+        assert_eq!(
+            e,
+            "bad element type `u32` in `elem`: expected bf16, f16 or f32"
+        );
+        let e = bad(quote!(elem = ["bf16"]));
+        assert!(e.starts_with("bad element type `\"bf16\"`"), "{e}");
+        let e = bad(quote!(elem = bf16));
+        assert!(
+            e.starts_with("`elem` must be a list of element types"),
+            "{e}"
+        );
+        let e = bad(quote!(elem = [f32], elem = [f16]));
+        assert_eq!(e, "`elem` is given twice");
     }
 }

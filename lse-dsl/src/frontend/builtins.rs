@@ -14,7 +14,7 @@ use crate::ir::{Builtin, CollectiveOp, Expr, ExprKind, MathFn, Stmt, Ty};
 
 type Args = Punctuated<syn::Expr, Token![,]>;
 
-const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sqrt, rsqrt, abs, max, min, fma, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
+const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
 
 /// The collective a function name denotes.
 pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
@@ -207,6 +207,7 @@ impl Cx {
                 arity(&name, &c.args, 3, span)?;
                 self.fma(&c.args[0], &c.args[1], &c.args[2])
             }
+            "to_f32" => self.widen_to_f32(&c.args, span),
             "bf16_to_f32" => {
                 self.convert(MathFn::Bf16ToF32, &name, &c.args, span, Ty::Bf16, Ty::F32)
             }
@@ -350,6 +351,31 @@ impl Cx {
         ))
     }
 
+    /// `to_f32(x)`: a bf16 or f16 value widened, an f32 value as it is. The one conversion that
+    /// type-checks for every element type, so generic kernels read `&[W]` buffers with it.
+    fn widen_to_f32(&mut self, args: &Args, span: Span) -> syn::Result<Expr> {
+        arity("to_f32", args, 1, span)?;
+        let x = self.expr(&args[0], Some(Ty::F32))?;
+        match x.ty {
+            Ty::Bf16 => Ok(Expr::new(
+                ExprKind::Math(MathFn::Bf16ToF32, vec![x]),
+                Ty::F32,
+            )),
+            Ty::F16 => Ok(Expr::new(
+                ExprKind::Math(MathFn::F16ToF32, vec![x]),
+                Ty::F32,
+            )),
+            Ty::F32 => Ok(x),
+            other => err(
+                args[0].span(),
+                format!(
+                    "`to_f32` takes bf16, f16 or f32, found {}; convert integers with `as f32`",
+                    other.rust_name()
+                ),
+            ),
+        }
+    }
+
     fn convert(
         &mut self,
         f: MathFn,
@@ -423,6 +449,28 @@ mod tests {
         assert!(e("let a = max(s);").contains("`max` takes 2 arguments, found 1"));
         assert!(e("let a = local_id(1);").contains("`local_id` takes 0 arguments, found 1"));
         assert!(e("let a = s.exp(1.0);").contains("`.exp()` takes 0 arguments, found 1"));
+    }
+
+    #[test]
+    fn to_f32_widens_half_types_and_passes_f32_through() {
+        let k = k("let a = to_f32(h[0]); let b = to_f32(x[0]); let c = to_f32(2.0);");
+        let ExprKind::Math(MathFn::Bf16ToF32, args) = &let_value(&k, "a").kind else {
+            panic!("{:?}", let_value(&k, "a"))
+        };
+        assert_eq!(args[0].ty, Ty::Bf16);
+        assert_eq!(local_ty(&k, "a"), Ty::F32);
+        assert!(
+            matches!(&let_value(&k, "b").kind, ExprKind::Load { .. }),
+            "{:?}",
+            let_value(&k, "b")
+        );
+        assert_eq!(local_ty(&k, "b"), Ty::F32);
+        assert_eq!(*let_value(&k, "c"), Expr::const_f32(2.0));
+        assert_eq!(
+            e("let a = to_f32(n);"),
+            "3:16: `to_f32` takes bf16, f16 or f32, found u32; convert integers with `as f32`"
+        );
+        assert!(e("let a = to_f32(s, s);").contains("`to_f32` takes 1 argument, found 2"));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! [`ir::Kernel`] out (the language is `LOOM.md`).
 //!
 //! Stages, each in its own module: the attribute (`attr`), the signature (`params`),
-//! statements (`stmt`, `bindings`, `assign`, `control`) and expressions with bidirectional
-//! type inference (`expr`, `literal`, `builtins`), constant folding (`fold`), then two checks
-//! over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
+//! element-type instances of generic kernels (`generic`), statements (`stmt`, `bindings`,
+//! `assign`, `control`) and expressions with bidirectional type inference (`expr`,
+//! `literal`, `builtins`), constant folding (`fold`), then two checks over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
 //! collectives (`uniformity`). `cx` holds the lowering state, `syntax`, `types` and `render`
 //! small shared helpers.
 //! Every error is a `syn::Error` at the offending span, so the proc-macro reports it where
@@ -19,6 +19,7 @@ mod control;
 mod cx;
 mod expr;
 mod fold;
+mod generic;
 mod literal;
 mod params;
 mod render;
@@ -38,30 +39,48 @@ use crate::ir;
 /// AMDGPU archs built when the attribute names no `targets`.
 pub const DEFAULT_TARGETS: [&str; 3] = ["gfx1201", "gfx1100", "gfx942"];
 
-/// Parses and checks one kernel. `attr` = the tokens inside `#[loom::kernel(...)]`; `item` =
-/// the annotated fn (its own attributes are ignored).
-pub fn parse_kernel(attr: TokenStream, item: &syn::ItemFn) -> Result<ir::Kernel, syn::Error> {
-    parse_kernel_at(attr, item, Span::call_site())
+/// Parses and checks one kernel attribute's kernels: one [`ir::Kernel`] for a plain `fn`, one
+/// per listed element type, in `elem` order, for a generic `fn k<W>` with `elem = [...]`
+/// (instance fn `k_<ty>`, name `<name>_<ty>`). `attr` = the tokens inside
+/// `#[loom::kernel(...)]`; `item` = the annotated fn (its own attributes are ignored).
+pub fn parse_kernels(attr: TokenStream, item: &syn::ItemFn) -> Result<Vec<ir::Kernel>, syn::Error> {
+    parse_kernels_at(attr, item, Span::call_site())
 }
 
-/// [`parse_kernel`], with `attr_span` where errors about the attribute as a whole point.
-fn parse_kernel_at(
+/// [`parse_kernels`], with `attr_span` where errors about the attribute as a whole point.
+fn parse_kernels_at(
     attr: TokenStream,
     item: &syn::ItemFn,
     attr_span: Span,
-) -> syn::Result<ir::Kernel> {
+) -> syn::Result<Vec<ir::Kernel>> {
     let a = attr::parse_attr(attr, attr_span)?;
     params::check_signature(&item.sig)?;
+    let Some(w) = generic::elem_param(&item.sig, &a)? else {
+        return Ok(vec![lower(&a, item, &a.name)?]);
+    };
+    generic::check_uses(item, &w)?;
+    let tys = a.elem.as_ref().map(|l| l.tys.clone()).unwrap_or_default();
+    tys.into_iter()
+        .map(|ty| {
+            let inst = generic::instantiate(item, &w, ty);
+            let name = format!("{}_{}", a.name, ty.rust_name());
+            lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, ty))
+        })
+        .collect()
+}
+
+/// Lowers and checks one non-generic kernel `item` called `name`.
+fn lower(a: &attr::KernelAttr, item: &syn::ItemFn, name: &str) -> syn::Result<ir::Kernel> {
     let params = params::parse_params(&item.sig)?;
     let mut cx = cx::Cx::new(a.workgroup, params);
     let body = cx.lower_body(&item.block)?;
     breaks::check(&body, &cx.sites)?;
     let kernel = ir::Kernel {
         fn_name: item.sig.ident.to_string(),
-        name: a.name,
+        name: name.to_string(),
         version: a.version,
         workgroup_size: a.workgroup,
-        targets: a.targets,
+        targets: a.targets.clone(),
         params: cx.params,
         shared: cx.shared,
         locals: cx.locals,
@@ -72,9 +91,10 @@ fn parse_kernel_at(
 }
 
 /// For build scripts: every fn in a source file (top level and inside inline `mod`s) that
-/// carries `#[loom::kernel(...)]` (or `#[kernel(...)]`), parsed in file order. Errors are
-/// rendered as "file-relative line:col: message" strings (line 1-based, column 1-based), one
-/// line per error, covering every kernel of the file.
+/// carries `#[loom::kernel(...)]` (or `#[kernel(...)]`), parsed in file order; a generic
+/// kernel gives its instances, in `elem` order. Errors are rendered as "file-relative
+/// line:col: message" strings (line 1-based, column 1-based), one line per error, covering
+/// every kernel of the file.
 pub fn kernels_in_file(src: &str) -> Result<Vec<ir::Kernel>, String> {
     let file = syn::parse_file(src).map_err(|e| render_errors(&e, None))?;
     let mut out = Vec::new();
@@ -96,8 +116,8 @@ fn collect(items: &[syn::Item], out: &mut Vec<ir::Kernel>, errors: &mut Vec<Stri
                         syn::Meta::List(l) => l.tokens.clone(),
                         _ => TokenStream::new(),
                     };
-                    match parse_kernel_at(tokens, f, a.span()) {
-                        Ok(k) => out.push(k),
+                    match parse_kernels_at(tokens, f, a.span()) {
+                        Ok(ks) => out.extend(ks),
                         Err(e) => errors.push(render_errors(&e, Some(a.span()))),
                     }
                 }

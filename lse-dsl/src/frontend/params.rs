@@ -1,4 +1,4 @@
-//! The kernel's signature: no generics, no return value, and parameters that are buffers
+//! The kernel's signature: no return value (generics are `generic`'s), and parameters that are buffers
 //! (`&[T]`, `&mut [T]`) or scalars.
 
 use syn::spanned::Spanned;
@@ -29,9 +29,6 @@ pub(super) fn check_signature(sig: &Signature) -> syn::Result<()> {
     }
     if let Some(abi) = &sig.abi {
         return bad(abi.span(), "`extern`");
-    }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        return bad(sig.generics.span(), "generic");
     }
     if let Some(v) = &sig.variadic {
         return bad(v.span(), "variadic");
@@ -226,10 +223,6 @@ mod tests {
             fn k() -> f32 {}
         ))
         .contains("returns nothing"));
-        assert!(err(syn::parse_quote!(
-            fn k<T>() {}
-        ))
-        .contains("generic"));
         assert!(err(syn::parse_quote!(
             unsafe fn k() {}
         ))

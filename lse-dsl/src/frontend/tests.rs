@@ -2,7 +2,7 @@
 //! in), and the tests of whole kernels: realistic ones, every kernel in `kernels-src`, the
 //! file API's error locations and the IR hash.
 
-use super::{kernels_in_file, parse_kernel};
+use super::{kernels_in_file, parse_kernels};
 use crate::ir::*;
 use quote::quote;
 
@@ -154,18 +154,20 @@ fn every_kernel_in_kernels_src_compiles() {
 }
 
 #[test]
-fn parse_kernel_takes_attribute_tokens_and_item() {
+fn parse_kernels_takes_attribute_tokens_and_item() {
     let item: syn::ItemFn = syn::parse_quote! {
         fn scale(x: &[f32], out: &mut [f32], n: u32, factor: f32) {
             let i = group_id() * group_size() + local_id();
             if i < n { out[i] = x[i] * factor; }
         }
     };
-    let k = parse_kernel(
+    let mut ks = parse_kernels(
         quote!(name = "example.scale", version = 1, workgroup = 256),
         &item,
     )
     .unwrap();
+    assert_eq!(ks.len(), 1);
+    let k = ks.remove(0);
     assert_eq!(k.workgroup_size, 256);
     assert_eq!(k.targets, super::DEFAULT_TARGETS.to_vec());
     assert_eq!(k.params.len(), 4);
@@ -176,7 +178,7 @@ fn parse_kernel_takes_attribute_tokens_and_item() {
             ty: Ty::U32
         }]
     );
-    let err = parse_kernel(quote!(name = "x", version = 1), &item).unwrap_err();
+    let err = parse_kernels(quote!(name = "x", version = 1), &item).unwrap_err();
     assert!(err.to_string().contains("needs `workgroup`"));
 }
 
@@ -194,6 +196,27 @@ fn file_errors_carry_line_and_column() {
         "{msg}"
     );
     assert!(kernels_in_file("fn (").unwrap_err().starts_with("1:"));
+}
+
+#[test]
+fn the_file_api_gives_every_instance_and_locates_instance_errors() {
+    let src = "#[kernel(name = \"t.a\", version = 1, workgroup = 64)]\nfn a(x: &[f32]) {}\n\
+               #[kernel(name = \"t.g\", version = 3, workgroup = 64, elem = [bf16, f32])]\n\
+               fn g<W>(w: &[W], out: &mut [f32]) { out[0] = to_f32(w[0]); }\n";
+    let ids: Vec<String> = kernels_in_file(src)
+        .unwrap()
+        .iter()
+        .map(|k| k.id())
+        .collect();
+    assert_eq!(ids, ["t.a.v1", "t.g_bf16.v3", "t.g_f32.v3"]);
+    let src = "#[kernel(name = \"t.g\", version = 1, workgroup = 64, elem = [f32, f16])]\n\
+               fn g<W>(w: &[W], out: &mut [f32]) {\n    out[0] = f16_to_f32(w[0]);\n}\n";
+    let msg = kernels_in_file(src).unwrap_err();
+    assert!(
+        msg == "3:25: type mismatch: the argument of `f16_to_f32` must be f16, found f32 \
+                (in the `f32` instance)",
+        "{msg}"
+    );
 }
 
 #[test]

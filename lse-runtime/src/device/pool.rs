@@ -60,7 +60,7 @@ pub struct Device {
 
 /// Why a device could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub enum DeviceOpenError {
     #[error(
         "--pool {0}: no HIP runtime on this machine (libamdhip64.so could not be loaded); \
          use --pool host or --pool cpu"
@@ -71,12 +71,22 @@ pub enum OpenError {
 impl Device {
     /// Opens the device `pool` names. Never switches devices silently: a device that cannot be
     /// opened is an error.
-    pub fn open(pool: Pool) -> Result<Device, OpenError> {
+    pub fn open(pool: Pool) -> Result<Device, DeviceOpenError> {
         match pool {
             Pool::Cpu => Ok(Device { pool, host_cpu: None }),
             Pool::Host => Ok(Device { pool, host_cpu: Some(select::best_host_cpu()) }),
-            Pool::Hip(_) => Err(OpenError::NoHipRuntime(pool)),
+            Pool::Hip(_) => Err(DeviceOpenError::NoHipRuntime(pool)),
         }
+    }
+
+    /// The host device running one particular host code variant (an entry of
+    /// `lse_dsl::rt::HOST_CPUS`), for tests that compare every variant this CPU can run.
+    /// `None` if this CPU cannot run it.
+    pub fn host_variant(cpu: &'static str) -> Option<Device> {
+        let order = lse_dsl::rt::HOST_CPUS;
+        let best = order.iter().position(|&c| c == select::best_host_cpu())?;
+        let wanted = order.iter().position(|&c| c == cpu)?;
+        (wanted <= best).then_some(Device { pool: Pool::Host, host_cpu: Some(order[wanted]) })
     }
 
     pub fn pool(&self) -> Pool {
@@ -107,7 +117,6 @@ impl Device {
     }
 }
 
-pub use OpenError as DeviceOpenError;
 
 #[cfg(test)]
 mod tests {
@@ -127,6 +136,16 @@ mod tests {
             let err = bad.parse::<Pool>().unwrap_err().to_string();
             assert!(err.contains("expected host, cpu, hip:N or hrx:N"), "{err}");
         }
+    }
+
+    #[test]
+    fn host_variants_up_to_the_best_one_can_be_opened() {
+        let best = Device::open(Pool::Host).unwrap().arch();
+        assert_eq!(Device::host_variant("x86-64").unwrap().arch(), "host-x86-64");
+        let best_cpu = best.strip_prefix("host-").unwrap();
+        let best_cpu = lse_dsl::rt::HOST_CPUS.iter().find(|&&c| c == best_cpu).unwrap();
+        assert_eq!(Device::host_variant(best_cpu).unwrap().arch(), best);
+        assert!(Device::host_variant("pentium").is_none());
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub fn delta_rule_recurrent(
 }
 
 /// Chunked gated delta rule (C = [`CHUNK`]); same contract as [`delta_rule_recurrent`].
+///
+/// Per chunk it forms L = I + strict_lower(diag(β) K Kᵀ ⊙ D), inverts it explicitly (as
+/// transformers' `torch_chunk_gated_delta_rule` does; here in f64, it is only C×C), and turns
+/// everything else into GEMMs. A last chunk shorter than C needs no padding.
 #[allow(clippy::too_many_arguments)]
 pub fn delta_rule_chunked(
     q: &[f32],
@@ -129,6 +133,10 @@ pub fn delta_rule_chunked(
     let mut u = vec![0.0f32; c * dv];
     let mut w = vec![0.0f32; c * dk];
     let mut kd = vec![0.0f32; c * dk];
+    let mut tinv = vec![0.0f32; c * c];
+    let mut tinv64 = vec![0.0f64; c * c];
+    let mut bv = vec![0.0f32; c * dv];
+    let mut bk = vec![0.0f32; c * dk];
     let mut t0 = 0;
     while t0 < t {
         let n = c.min(t - t0);
@@ -182,29 +190,60 @@ pub fn delta_rule_chunked(
                 }
             }
         }
-        // Forward substitution: L U = diag(β) V, L W = diag(β e^Γ) K.
+        // T = L⁻¹ (unit lower triangular), row by row in f64: T_i = e_i − Σ_{m<i} L_im T_m.
         for i in 0..n {
-            let eg = gam[i].exp();
-            for jj in 0..dv {
-                u[i * dv + jj] = bc[i] * vc[i * dv + jj];
-            }
-            for jj in 0..dk {
-                w[i * dk + jj] = bc[i] * eg * kc[i * dk + jj];
-            }
-            for j in 0..i {
-                let l = kk[i * n + j];
+            let (done, rest) = tinv64.split_at_mut(i * n);
+            let row = &mut rest[..n];
+            row.fill(0.0);
+            row[i] = 1.0;
+            for m in 0..i {
+                let l = kk[i * n + m] as f64;
                 if l != 0.0 {
-                    let (ua, ub) = u.split_at_mut(i * dv);
-                    for (x, y) in ub[..dv].iter_mut().zip(&ua[j * dv..(j + 1) * dv]) {
-                        *x -= l * y;
-                    }
-                    let (wa, wb) = w.split_at_mut(i * dk);
-                    for (x, y) in wb[..dk].iter_mut().zip(&wa[j * dk..(j + 1) * dk]) {
+                    for (x, y) in row[..=m].iter_mut().zip(&done[m * n..m * n + m + 1]) {
                         *x -= l * y;
                     }
                 }
             }
         }
+        for (a, b) in tinv[..n * n].iter_mut().zip(&tinv64[..n * n]) {
+            *a = *b as f32;
+        }
+        // U = T diag(β) V and W = T diag(β e^Γ) K.
+        for i in 0..n {
+            let eg = gam[i].exp();
+            for jj in 0..dv {
+                bv[i * dv + jj] = bc[i] * vc[i * dv + jj];
+            }
+            for jj in 0..dk {
+                bk[i * dk + jj] = bc[i] * eg * kc[i * dk + jj];
+            }
+        }
+        gemm(
+            n,
+            n,
+            dv,
+            1.0,
+            &tinv,
+            (n, 1),
+            &bv,
+            (dv, 1),
+            0.0,
+            &mut u,
+            (dv, 1),
+        );
+        gemm(
+            n,
+            n,
+            dk,
+            1.0,
+            &tinv,
+            (n, 1),
+            &bk,
+            (dk, 1),
+            0.0,
+            &mut w,
+            (dk, 1),
+        );
         // V_new = U − W S  (stored in u).
         gemm(
             n,

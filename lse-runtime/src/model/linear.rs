@@ -119,7 +119,7 @@ pub fn linear(x: &[f32], t: usize, w: WeightMat<'_>, out: &mut [f32]) {
     }
     let threads = rayon::current_num_threads().max(1);
     // Column block: enough blocks to balance the workers, not so small that packing dominates.
-    let nb = (n.div_ceil(4 * threads)).clamp(16, 256).min(n);
+    let nb = (n.div_ceil(2 * threads)).clamp(64, 1024).min(n);
     let blocks = n.div_ceil(nb);
     let optr = SendPtr(out.as_mut_ptr());
     (0..blocks).into_par_iter().for_each(|bi| {

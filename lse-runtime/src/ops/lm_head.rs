@@ -1,7 +1,9 @@
-//! The LM head kernels (`lm_head.matrix_bf16.v1`, `lm_head.matvec_bf16.v1`).
+//! The LM head kernels (`lm_head.matrix_<ty>.v1`, `lm_head.matvec_<ty>.v1` for ty = bf16, f16,
+//! f32): one instance per weight dtype of the same LOOM source.
 
-use half::bf16;
-use lse_kernels::lm_head::{lm_head_matrix_bf16 as matrix, lm_head_matvec_bf16 as matvec};
+use half::{bf16, f16};
+use lse_dsl::rt::KernelDef;
+use lse_kernels::lm_head::{lm_head_matrix_bf16, lm_head_matrix_f16, lm_head_matrix_f32, lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
 use super::{check_len, to_u32, OpError};
 use crate::device::{Arg, Device};
@@ -10,12 +12,43 @@ use crate::device::{Arg, Device};
 #[derive(Clone, Copy, Debug)]
 pub enum HeadWeight<'a> {
     Bf16(&'a [bf16]),
+    F16(&'a [f16]),
+    F32(&'a [f32]),
 }
 
-impl HeadWeight<'_> {
+impl<'a> HeadWeight<'a> {
     fn len(&self) -> usize {
         match self {
             HeadWeight::Bf16(w) => w.len(),
+            HeadWeight::F16(w) => w.len(),
+            HeadWeight::F32(w) => w.len(),
+        }
+    }
+
+    /// The weight as a kernel argument.
+    fn arg(self) -> Arg<'a> {
+        match self {
+            HeadWeight::Bf16(w) => Arg::buf(w),
+            HeadWeight::F16(w) => Arg::buf(w),
+            HeadWeight::F32(w) => Arg::buf(w),
+        }
+    }
+
+    /// The matrix kernel (many rows) for this weight's dtype.
+    pub fn matrix_kernel(&self) -> &'static KernelDef {
+        match self {
+            HeadWeight::Bf16(_) => &lm_head_matrix_bf16::KERNEL,
+            HeadWeight::F16(_) => &lm_head_matrix_f16::KERNEL,
+            HeadWeight::F32(_) => &lm_head_matrix_f32::KERNEL,
+        }
+    }
+
+    /// The matrix-vector kernel (one row) for this weight's dtype.
+    pub fn matvec_kernel(&self) -> &'static KernelDef {
+        match self {
+            HeadWeight::Bf16(_) => &lm_head_matvec_bf16::KERNEL,
+            HeadWeight::F16(_) => &lm_head_matvec_f16::KERNEL,
+            HeadWeight::F32(_) => &lm_head_matvec_f32::KERNEL,
         }
     }
 }
@@ -34,21 +67,20 @@ pub fn lm_head(dev: &Device, hidden: &[f32], dim: usize, weight: HeadWeight<'_>,
     to_u32(OP, "vocab * dim", vocab * dim)?;
     to_u32(OP, "rows * vocab", rows * vocab)?;
     let blocks = to_u32(OP, "vocab", vocab)?.div_ceil(256);
-    let HeadWeight::Bf16(w) = weight;
     if rows == 1 {
         dev.launch(
-            &matvec::KERNEL,
+            weight.matvec_kernel(),
             [blocks, 1, 1],
-            &[Arg::buf(hidden), Arg::buf(w), Arg::buf_mut(out), Arg::U32(vocab as u32), Arg::U32(dim as u32)],
+            &[Arg::buf(hidden), weight.arg(), Arg::buf_mut(out), Arg::U32(vocab as u32), Arg::U32(dim as u32)],
         )?;
     } else if rows > 1 {
         let tiles = to_u32(OP, "rows", rows)?.div_ceil(4);
         dev.launch(
-            &matrix::KERNEL,
+            weight.matrix_kernel(),
             [blocks, tiles, 1],
             &[
                 Arg::buf(hidden),
-                Arg::buf(w),
+                weight.arg(),
                 Arg::buf_mut(out),
                 Arg::U32(rows as u32),
                 Arg::U32(vocab as u32),

@@ -140,6 +140,8 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         return Vec::new();
     }
     let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
+    // The model is not loaded yet, so its head dtype is unknown; the head's instances come from
+    // one LOOM source and are built together, so the bf16 one stands for all three.
     let scoring = [
         ("lm_head", &lse_kernels::lm_head::lm_head_matrix_bf16::KERNEL),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),

@@ -2,7 +2,7 @@
 //! device over the pass's scored rows, `HEAD_ROWS` at a time, and only per-row scalars and
 //! top-k pairs come back. The host forms log-probabilities in f64.
 
-use half::bf16;
+use half::{bf16, f16};
 
 use super::EngineError;
 use crate::device::Device;
@@ -23,15 +23,17 @@ pub enum KldMode {
     Compare { reader: KldBaseReader, top_k: usize, acc: KldAccumulator },
 }
 
-/// The head weight as the kernels take it.
+/// The head weight as the kernels take it: the stored bytes viewed as bf16, f16 or f32.
 pub fn head_weight<'a>(view: &LmHeadView<'a>) -> Result<HeadWeight<'a>, EngineError> {
+    let misaligned = |size: usize| {
+        move |e: bytemuck::PodCastError| {
+            EngineError::Unsupported(format!("the LM-head weight is not {size}-byte aligned in its file ({e})"))
+        }
+    };
     match view.dtype {
-        DType::BF16 => bytemuck::try_cast_slice::<u8, bf16>(view.bytes)
-            .map(HeadWeight::Bf16)
-            .map_err(|e| EngineError::Unsupported(format!("the LM-head weight is not 2-byte aligned in its file ({e})"))),
-        other => Err(EngineError::Unsupported(format!(
-            "the LM head is stored as {other:?}; LOOM has an LM-head kernel for bf16 weights only so far"
-        ))),
+        DType::BF16 => bytemuck::try_cast_slice::<u8, bf16>(view.bytes).map(HeadWeight::Bf16).map_err(misaligned(2)),
+        DType::F16 => bytemuck::try_cast_slice::<u8, f16>(view.bytes).map(HeadWeight::F16).map_err(misaligned(2)),
+        DType::F32 => bytemuck::try_cast_slice::<u8, f32>(view.bytes).map(HeadWeight::F32).map_err(misaligned(4)),
     }
 }
 
@@ -113,5 +115,41 @@ impl<'a> HeadStage<'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(dtype: DType, bytes: &[u8]) -> LmHeadView<'_> {
+        LmHeadView { dtype, vocab: 2, hidden: 1, bytes }
+    }
+
+    #[test]
+    fn each_dtype_views_its_bytes_as_that_type() {
+        // f32 alignment covers the 2-byte types too.
+        let words = [1.5f32, -2.0];
+        let bytes: &[u8] = bytemuck::cast_slice(&words);
+        let Ok(HeadWeight::F32(w)) = head_weight(&view(DType::F32, bytes)) else { panic!("f32 head") };
+        assert_eq!(w, &words);
+        let Ok(HeadWeight::F16(w)) = head_weight(&view(DType::F16, &bytes[..4])) else { panic!("f16 head") };
+        assert_eq!(w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), [0u16, 0x3fc0]);
+        let Ok(HeadWeight::Bf16(w)) = head_weight(&view(DType::BF16, &bytes[4..])) else { panic!("bf16 head") };
+        assert_eq!(w.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), [0.0, -2.0]);
+    }
+
+    #[test]
+    fn misaligned_weights_are_refused_with_the_alignment() {
+        let words = [0u32; 4];
+        let bytes: &[u8] = bytemuck::cast_slice(&words);
+        let err = |r: Result<HeadWeight<'_>, EngineError>| match r {
+            Err(e) => e.to_string(),
+            Ok(w) => panic!("expected an error, got {w:?}"),
+        };
+        let e = err(head_weight(&view(DType::F32, &bytes[2..10])));
+        assert!(e.contains("not 4-byte aligned"), "{e}");
+        let e = err(head_weight(&view(DType::F16, &bytes[1..5])));
+        assert!(e.contains("not 2-byte aligned"), "{e}");
     }
 }
