@@ -52,9 +52,15 @@ mod tests {
 
     #[test]
     fn find_by_id_fn_name_and_name() {
-        assert_eq!(find("logits.lse_pick.v1").map(|k| k.fn_name), Some("lse_pick"));
+        assert_eq!(
+            find("logits.lse_pick.v1").map(|k| k.fn_name),
+            Some("lse_pick")
+        );
         assert_eq!(find("topk_pairs").map(|k| k.id), Some("topk_pairs.v1"));
-        assert_eq!(find("logits.lse_pick").map(|k| k.id), Some("logits.lse_pick.v1"));
+        assert_eq!(
+            find("logits.lse_pick").map(|k| k.id),
+            Some("logits.lse_pick.v1")
+        );
         assert!(find("logits.nope").is_none());
         assert!(find("logits.lse_pick.v2").is_none());
     }

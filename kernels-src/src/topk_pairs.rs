@@ -56,8 +56,16 @@ fn topk_pairs(logits: &[f32], out_ids: &mut [u32], out_vals: &mut [f32], vocab: 
     let mut head: u32 = 0;
     for r in 0..k {
         let live = head < count;
-        let cand_val = if live { list_vals[first + head] } else { f32::NEG_INFINITY };
-        let cand_id = if live { list_ids[first + head] } else { u32::MAX };
+        let cand_val = if live {
+            list_vals[first + head]
+        } else {
+            f32::NEG_INFINITY
+        };
+        let cand_id = if live {
+            list_ids[first + head]
+        } else {
+            u32::MAX
+        };
         let (best_val, best_id) = argmax(cand_val, cand_id);
         if lid == 0 {
             out_ids[row * k + r] = best_id;

@@ -44,7 +44,10 @@ pub fn run(cmd: KernelsCommand) -> Result<(), String> {
         KernelsCommand::Show { name, emit, arch } => {
             let kernel = lse_kernels::find(&name).ok_or_else(|| {
                 let known: Vec<&str> = lse_kernels::ALL.iter().map(|k| k.id).collect();
-                format!("no kernel named {name:?}; known kernels: {}", known.join(", "))
+                format!(
+                    "no kernel named {name:?}; known kernels: {}",
+                    known.join(", ")
+                )
             })?;
             print!("{}", show(kernel, emit, arch.as_deref())?);
             Ok(())
@@ -59,8 +62,18 @@ fn registers(meta_json: &str) -> String {
         Err(_) => return "?".into(),
     };
     let k = v.get("kernels").and_then(|k| k.get(0)).unwrap_or(&v);
-    let field = |name: &str| k.get(name).and_then(|x| x.as_u64()).map_or("?".to_string(), |x| x.to_string());
-    format!("sgpr {} vgpr {} lds {} scratch {}", field("sgpr_count"), field("vgpr_count"), field("group_segment_fixed_size"), field("private_segment_fixed_size"))
+    let field = |name: &str| {
+        k.get(name)
+            .and_then(|x| x.as_u64())
+            .map_or("?".to_string(), |x| x.to_string())
+    };
+    format!(
+        "sgpr {} vgpr {} lds {} scratch {}",
+        field("sgpr_count"),
+        field("vgpr_count"),
+        field("group_segment_fixed_size"),
+        field("private_segment_fixed_size")
+    )
 }
 
 fn list() -> String {
@@ -74,7 +87,11 @@ fn list() -> String {
             &k.ir_hash[..12.min(k.ir_hash.len())],
             k.workgroup_size,
             k.shared_bytes,
-            if targets.is_empty() { "-".to_string() } else { targets.join(",") }
+            if targets.is_empty() {
+                "-".to_string()
+            } else {
+                targets.join(",")
+            }
         );
         for g in k.gpu {
             let _ = writeln!(out, "    {:8} {}", g.arch, registers(g.metadata_json));
@@ -90,14 +107,32 @@ fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String>
         (Emit::Llvm | Emit::Asm, Some(arch)) => {
             let obj = k.gpu.iter().find(|g| g.arch == arch).ok_or_else(|| {
                 let archs: Vec<&str> = k.gpu.iter().map(|g| g.arch).collect();
-                format!("{} has no code object for {arch}; built for: {}", k.id, archs.join(", "))
+                format!(
+                    "{} has no code object for {arch}; built for: {}",
+                    k.id,
+                    archs.join(", ")
+                )
             })?;
-            if matches!(emit, Emit::Llvm) { obj.llvm_ir } else { obj.asm }.to_string()
+            if matches!(emit, Emit::Llvm) {
+                obj.llvm_ir
+            } else {
+                obj.asm
+            }
+            .to_string()
         }
         (Emit::Llvm | Emit::Asm, None) => {
             let cpu = lse_runtime::device::host_cpu();
-            let v = k.host.iter().find(|v| v.cpu == cpu).ok_or_else(|| format!("{} has no host code for {cpu}", k.id))?;
-            if matches!(emit, Emit::Llvm) { v.llvm_ir } else { v.asm }.to_string()
+            let v = k
+                .host
+                .iter()
+                .find(|v| v.cpu == cpu)
+                .ok_or_else(|| format!("{} has no host code for {cpu}", k.id))?;
+            if matches!(emit, Emit::Llvm) {
+                v.llvm_ir
+            } else {
+                v.asm
+            }
+            .to_string()
         }
     };
     Ok(text)

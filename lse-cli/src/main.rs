@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "lse", version, about = "Score text with Qwen3.5 hybrid models through LOOM kernels")]
+#[command(
+    name = "lse",
+    version,
+    about = "Score text with Qwen3.5 hybrid models through LOOM kernels"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use lse_runtime::device::Pool;
-use lse_runtime::perplexity::{Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request};
+use lse_runtime::perplexity::{
+    Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request,
+};
 use lse_runtime::scoring::{self, Method};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -67,7 +69,12 @@ pub struct PerplexityArgs {
     no_cpu_fallback: bool,
 
     /// UTF-8 text to score, tokenized whole like a prompt (no chat template).
-    #[arg(long = "perplexity", value_name = "FILE", required_unless_present = "tokens_file", conflicts_with = "tokens_file")]
+    #[arg(
+        long = "perplexity",
+        value_name = "FILE",
+        required_unless_present = "tokens_file",
+        conflicts_with = "tokens_file"
+    )]
     text_file: Option<PathBuf>,
     /// A JSON array of token ids to score instead of text.
     #[arg(long = "perplexity-tokens", value_name = "FILE")]
@@ -107,13 +114,26 @@ pub struct PerplexityArgs {
 fn read_input(args: &PerplexityArgs) -> Result<Input, String> {
     if let Some(path) = &args.tokens_file {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let ids: Vec<u32> = serde_json::from_str(&text)
-            .map_err(|e| format!("{}: expected a JSON array of token ids (non-negative integers): {e}", path.display()))?;
+        let ids: Vec<u32> = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "{}: expected a JSON array of token ids (non-negative integers): {e}",
+                path.display()
+            )
+        })?;
         return Ok(Input::Tokens(ids));
     }
-    let path = args.text_file.as_ref().expect("clap requires --perplexity or --perplexity-tokens");
+    let path = args
+        .text_file
+        .as_ref()
+        .expect("clap requires --perplexity or --perplexity-tokens");
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = String::from_utf8(bytes).map_err(|e| format!("{}: not valid UTF-8 (at byte {})", path.display(), e.utf8_error().valid_up_to()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{}: not valid UTF-8 (at byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     Ok(Input::Text(text))
 }
 
@@ -156,10 +176,15 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     request.include_token_ids = args.token_ids;
 
     let engine = Engine::open(settings).map_err(|e| e.to_string())?;
-    let report = engine.perplexity(&request, &Progress::stderr(args.quiet)).map_err(|e| e.to_string())?;
-    let json = report.to_json().map_err(|e| format!("could not serialise the report: {e}"))?;
+    let report = engine
+        .perplexity(&request, &Progress::stderr(args.quiet))
+        .map_err(|e| e.to_string())?;
+    let json = report
+        .to_json()
+        .map_err(|e| format!("could not serialise the report: {e}"))?;
     match &args.output {
-        Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes()).map_err(|e| e.to_string()),
+        Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes())
+            .map_err(|e| e.to_string()),
         None => {
             println!("{json}");
             Ok(())

@@ -41,7 +41,8 @@ pub fn run(args: SyntheticArgs) -> Result<(), String> {
     if let Some(dir) = &args.tokenizer {
         for name in ["tokenizer.json", "tokenizer_config.json"] {
             let from = dir.join(name);
-            std::fs::copy(&from, args.out.join(name)).map_err(|e| format!("{}: {e}", from.display()))?;
+            std::fs::copy(&from, args.out.join(name))
+                .map_err(|e| format!("{}: {e}", from.display()))?;
         }
     }
     eprintln!("wrote {}", args.out.display());

@@ -7,7 +7,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn big_vocab_model() -> PathBuf {
@@ -27,17 +30,31 @@ fn golden_text(dir: &Path) -> PathBuf {
 }
 
 fn lse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lse")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// Runs `lse perplexity` on the big-vocabulary golden model and returns the parsed report.
 fn perplexity(dir: &Path, extra: &[&str]) -> Value {
     let text = golden_text(dir);
     let model = big_vocab_model();
-    let mut args = vec!["perplexity", "--model", model.to_str().unwrap(), "--perplexity", text.to_str().unwrap(), "--quiet"];
+    let mut args = vec![
+        "perplexity",
+        "--model",
+        model.to_str().unwrap(),
+        "--perplexity",
+        text.to_str().unwrap(),
+        "--quiet",
+    ];
     args.extend_from_slice(extra);
     let out = lse(&args);
-    assert!(out.status.success(), "lse {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "lse {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -46,7 +63,10 @@ fn f(v: &Value) -> f64 {
 }
 
 fn assert_close(got: f64, want: f64, tol: f64, what: &str) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (tolerance {tol})");
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: got {got}, expected {want} (tolerance {tol})"
+    );
 }
 
 #[test]
@@ -54,19 +74,44 @@ fn chunks_perplexity_matches_transformers_on_both_cpu_devices() {
     let dir = tempfile::tempdir().unwrap();
     let want = &golden()["chunks"];
     for pool in ["cpu", "host"] {
-        let r = perplexity(dir.path(), &["--pool", pool, "--perplexity-ctx", "64", "--kv-cache-dtype", "f32"]);
+        let r = perplexity(
+            dir.path(),
+            &[
+                "--pool",
+                pool,
+                "--perplexity-ctx",
+                "64",
+                "--kv-cache-dtype",
+                "f32",
+            ],
+        );
         assert_eq!(r["windows_scored"], want["windows_scored"], "{pool}");
         assert_eq!(r["scored_tokens"], want["scored_tokens"], "{pool}");
         // transformers ran in float32 with bf16-stored weights; so do we, in another order.
         assert_close(f(&r["mean_nll"]), f(&want["mean_nll"]), 2e-4, pool);
-        for (w, g) in r["windows"].as_array().unwrap().iter().zip(want["windows"].as_array().unwrap()) {
+        for (w, g) in r["windows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(want["windows"].as_array().unwrap())
+        {
             for key in ["index", "begin", "end", "first_target", "scored"] {
                 assert_eq!(w[key], g[key], "{pool} window {key}");
             }
-            assert_close(f(&w["nll_sum"]), f(&g["nll_sum"]), 31.0 * 2e-4, "window nll_sum");
+            assert_close(
+                f(&w["nll_sum"]),
+                f(&g["nll_sum"]),
+                31.0 * 2e-4,
+                "window nll_sum",
+            );
         }
         let rel_unc = f(&r["perplexity_uncertainty"]) / f(&r["perplexity"]);
-        assert_close(rel_unc, f(&want["perplexity_uncertainty"]) / f(&want["perplexity"]), 1e-4, "relative ±");
+        assert_close(
+            rel_unc,
+            f(&want["perplexity_uncertainty"]) / f(&want["perplexity"]),
+            1e-4,
+            "relative ±",
+        );
     }
 }
 
@@ -76,17 +121,40 @@ fn sliding_perplexity_matches_transformers() {
     let want = &golden()["sliding"];
     let r = perplexity(
         dir.path(),
-        &["--perplexity-method", "sliding", "--perplexity-ctx", "64", "--perplexity-stride", "32", "--kv-cache-dtype", "f32"],
+        &[
+            "--perplexity-method",
+            "sliding",
+            "--perplexity-ctx",
+            "64",
+            "--perplexity-stride",
+            "32",
+            "--kv-cache-dtype",
+            "f32",
+        ],
     );
     assert_eq!(r["windows_scored"], want["windows_scored"]);
     assert_eq!(r["scored_tokens"], want["scored_tokens"]);
-    assert_close(f(&r["mean_nll"]), f(&want["mean_nll"]), 2e-4, "sliding mean_nll");
+    assert_close(
+        f(&r["mean_nll"]),
+        f(&want["mean_nll"]),
+        2e-4,
+        "sliding mean_nll",
+    );
 }
 
 #[test]
 fn report_has_every_field_of_the_brief_and_the_token_hash() {
     let dir = tempfile::tempdir().unwrap();
-    let r = perplexity(dir.path(), &["--perplexity-ctx", "64", "--perplexity-chunks", "3", "--perplexity-token-ids"]);
+    let r = perplexity(
+        dir.path(),
+        &[
+            "--perplexity-ctx",
+            "64",
+            "--perplexity-chunks",
+            "3",
+            "--perplexity-token-ids",
+        ],
+    );
     let g = golden();
     assert_eq!(r["object"], "lse.perplexity");
     assert_eq!(r["tokens"], g["tokens"]);
@@ -96,22 +164,45 @@ fn report_has_every_field_of_the_brief_and_the_token_hash() {
     assert_eq!(r["windows_scored"], 3);
     assert_eq!(r["prefill_tokens"], 3 * 64);
     for key in [
-        "ctx", "stride", "scored_tokens", "mean_nll", "perplexity", "perplexity_uncertainty", "elapsed_seconds",
+        "ctx",
+        "stride",
+        "scored_tokens",
+        "mean_nll",
+        "perplexity",
+        "perplexity_uncertainty",
+        "elapsed_seconds",
         "prefill_tokens_per_second",
     ] {
         assert!(r.get(key).is_some(), "missing {key}");
     }
     let config = &r["config"];
     for key in [
-        "device_arch", "prefill_attention", "prefill_attention_scale", "kv_cache_dtype", "kv_capacity", "batch_size",
-        "ubatch_size", "head_rows", "cpu_fallback_allowed",
+        "device_arch",
+        "prefill_attention",
+        "prefill_attention_scale",
+        "kv_cache_dtype",
+        "kv_capacity",
+        "batch_size",
+        "ubatch_size",
+        "head_rows",
+        "cpu_fallback_allowed",
     ] {
         assert!(config.get(key).is_some(), "missing config.{key}");
     }
     assert_eq!(config["head_rows"], 128);
     assert_eq!(config["prefill_attention"], "dense");
     let w0 = &r["windows"][0];
-    for key in ["index", "begin", "end", "first_target", "scored", "nll_sum", "mean_nll", "perplexity", "seconds"] {
+    for key in [
+        "index",
+        "begin",
+        "end",
+        "first_target",
+        "scored",
+        "nll_sum",
+        "mean_nll",
+        "perplexity",
+        "seconds",
+    ] {
         assert!(w0.get(key).is_some(), "missing windows[0].{key}");
     }
 }
@@ -119,13 +210,23 @@ fn report_has_every_field_of_the_brief_and_the_token_hash() {
 #[test]
 fn perplexity_does_not_depend_on_the_pass_plan() {
     let dir = tempfile::tempdir().unwrap();
-    let base = &["--perplexity-ctx", "64", "--perplexity-chunks", "2", "--kv-cache-dtype", "f32"];
+    let base = &[
+        "--perplexity-ctx",
+        "64",
+        "--perplexity-chunks",
+        "2",
+        "--kv-cache-dtype",
+        "f32",
+    ];
     let whole = perplexity(dir.path(), base);
     let mut args = base.to_vec();
     args.extend_from_slice(&["--batch-size", "16", "--ubatch-size", "5"]);
     let split = perplexity(dir.path(), &args);
     let (a, b) = (f(&whole["mean_nll"]), f(&split["mean_nll"]));
-    assert!((a - b).abs() <= 1e-5 * a.abs(), "one pass {a} vs ubatch 5 {b}");
+    assert!(
+        (a - b).abs() <= 1e-5 * a.abs(),
+        "one pass {a} vs ubatch 5 {b}"
+    );
 }
 
 #[test]
@@ -134,10 +235,19 @@ fn kl_divergence_of_a_run_against_its_own_base_is_zero_and_refuses_mismatches() 
     let base = dir.path().join("base.kld");
     let common = ["--perplexity-ctx", "64", "--perplexity-chunks", "4"];
     let mut record = common.to_vec();
-    record.extend_from_slice(&["--pool", "cpu", "--perplexity-kld-base-out", base.to_str().unwrap()]);
+    record.extend_from_slice(&[
+        "--pool",
+        "cpu",
+        "--perplexity-kld-base-out",
+        base.to_str().unwrap(),
+    ]);
     let r = perplexity(dir.path(), &record);
     let scored = r["scored_tokens"].as_u64().unwrap();
-    assert_eq!(std::fs::metadata(&base).unwrap().len(), 88 + 264 * scored, "header + 264 bytes per token");
+    assert_eq!(
+        std::fs::metadata(&base).unwrap().len(),
+        88 + 264 * scored,
+        "header + 264 bytes per token"
+    );
 
     let mut compare = common.to_vec();
     compare.extend_from_slice(&["--pool", "host", "--perplexity-kld", base.to_str().unwrap()]);
@@ -153,8 +263,18 @@ fn kl_divergence_of_a_run_against_its_own_base_is_zero_and_refuses_mismatches() 
     let text = golden_text(dir.path());
     let model = big_vocab_model();
     let out = lse(&[
-        "perplexity", "--model", model.to_str().unwrap(), "--perplexity", text.to_str().unwrap(), "--quiet",
-        "--perplexity-ctx", "32", "--perplexity-chunks", "4", "--perplexity-kld", base.to_str().unwrap(),
+        "perplexity",
+        "--model",
+        model.to_str().unwrap(),
+        "--perplexity",
+        text.to_str().unwrap(),
+        "--quiet",
+        "--perplexity-ctx",
+        "32",
+        "--perplexity-chunks",
+        "4",
+        "--perplexity-kld",
+        base.to_str().unwrap(),
     ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -176,36 +296,106 @@ fn bad_inputs_fail_clearly_and_write_nothing() {
     let (model, text) = (big_vocab_model(), text.to_str().unwrap().to_string());
     let model = model.to_str().unwrap();
 
-    let err = failing(&["perplexity", "--model", "/nonexistent/model", "--perplexity", &text]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        "/nonexistent/model",
+        "--perplexity",
+        &text,
+    ]);
     assert!(err.contains("/nonexistent/model"), "{err}");
 
     // 973 tokens cannot hold two chunks of 512.
-    let err = failing(&["perplexity", "--model", model, "--perplexity", &text, "--quiet"]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity",
+        &text,
+        "--quiet",
+    ]);
     assert!(err.contains("512"), "{err}");
 
     let out_path = dir.path().join("missing-dir/out.json");
-    let err = failing(&["perplexity", "--model", model, "--perplexity", &text, "--perplexity-ctx", "64", "--perplexity-output", out_path.to_str().unwrap()]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity",
+        &text,
+        "--perplexity-ctx",
+        "64",
+        "--perplexity-output",
+        out_path.to_str().unwrap(),
+    ]);
     assert!(err.contains("missing-dir"), "{err}");
     assert!(!out_path.exists());
 
-    let err = failing(&["perplexity", "--model", model, "--perplexity", &text, "--perplexity-ctx", "64", "--no-cpu-fallback"]);
-    assert!(err.contains("gated_deltanet") && err.contains("full_attention"), "{err}");
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity",
+        &text,
+        "--perplexity-ctx",
+        "64",
+        "--no-cpu-fallback",
+    ]);
+    assert!(
+        err.contains("gated_deltanet") && err.contains("full_attention"),
+        "{err}"
+    );
 
     let tokens = dir.path().join("tokens.json");
     std::fs::write(&tokens, "[1, 2, 999999999]").unwrap();
-    let err = failing(&["perplexity", "--model", model, "--perplexity-tokens", tokens.to_str().unwrap(), "--perplexity-ctx", "3"]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity-tokens",
+        tokens.to_str().unwrap(),
+        "--perplexity-ctx",
+        "3",
+    ]);
     assert!(err.contains("999999999"), "{err}");
 
     std::fs::write(&tokens, "[1, \"two\"]").unwrap();
-    let err = failing(&["perplexity", "--model", model, "--perplexity-tokens", tokens.to_str().unwrap()]);
-    assert!(err.contains("tokens.json") && err.contains("JSON array"), "{err}");
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity-tokens",
+        tokens.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("tokens.json") && err.contains("JSON array"),
+        "{err}"
+    );
 
-    let err = failing(&["perplexity", "--model", model, "--perplexity", &text, "--pool", "hip:0"]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity",
+        &text,
+        "--pool",
+        "hip:0",
+    ]);
     assert!(err.contains("no HIP runtime"), "{err}");
 
     let bad_base = dir.path().join("bad.kld");
     std::fs::write(&bad_base, b"not a base file").unwrap();
-    let err = failing(&["perplexity", "--model", model, "--perplexity", &text, "--perplexity-ctx", "64", "--perplexity-kld", bad_base.to_str().unwrap()]);
+    let err = failing(&[
+        "perplexity",
+        "--model",
+        model,
+        "--perplexity",
+        &text,
+        "--perplexity-ctx",
+        "64",
+        "--perplexity-kld",
+        bad_base.to_str().unwrap(),
+    ]);
     assert!(err.contains("bad.kld"), "{err}");
 }
 
@@ -216,24 +406,57 @@ fn output_file_is_written_whole() {
     let out_path = dir.path().join("ppl.json");
     let model = big_vocab_model();
     let out = lse(&[
-        "perplexity", "--model", model.to_str().unwrap(), "--perplexity", text.to_str().unwrap(), "--quiet",
-        "--perplexity-ctx", "64", "--perplexity-chunks", "2", "--perplexity-output", out_path.to_str().unwrap(),
+        "perplexity",
+        "--model",
+        model.to_str().unwrap(),
+        "--perplexity",
+        text.to_str().unwrap(),
+        "--quiet",
+        "--perplexity-ctx",
+        "64",
+        "--perplexity-chunks",
+        "2",
+        "--perplexity-output",
+        out_path.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
     assert_eq!(report["windows_scored"], 2);
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(leftovers.len(), 2, "only sample.txt and ppl.json remain: {leftovers:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        2,
+        "only sample.txt and ppl.json remain: {leftovers:?}"
+    );
 }
 
 /// NLL of chunk 0 from transformers' log-probs in `golden.json`: `logprobs[t]` is the
 /// log-softmax after reading tokens 0..=t and `columns` names each column's token id, so the
 /// NLL of predicting `token_ids[p + 1]` at position p is `-logprobs[p][column of it]`.
 fn golden_chunk_nll(golden: &Value, first: usize, scored: usize) -> f64 {
-    let ids: Vec<u64> = golden["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let ids: Vec<u64> = golden["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
     let columns = golden["columns"].as_array().unwrap();
-    let column_of = |id: u64| columns.iter().position(|c| c.as_u64() == Some(id)).unwrap_or_else(|| panic!("token {id} has no column"));
-    (first..first + scored).map(|p| -f(&golden["logprobs"][p][column_of(ids[p + 1])])).sum()
+    let column_of = |id: u64| {
+        columns
+            .iter()
+            .position(|c| c.as_u64() == Some(id))
+            .unwrap_or_else(|| panic!("token {id} has no column"))
+    };
+    (first..first + scored)
+        .map(|p| -f(&golden["logprobs"][p][column_of(ids[p + 1])]))
+        .sum()
 }
 
 #[test]
@@ -241,16 +464,30 @@ fn f32_and_moe_models_score_chunk_zero_like_transformers() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["dense_tied_f32", "moe_fused"] {
         let model = repo().join("tests/data/models").join(name);
-        let golden: Value = serde_json::from_str(&std::fs::read_to_string(model.join("golden.json")).unwrap()).unwrap();
+        let golden: Value =
+            serde_json::from_str(&std::fs::read_to_string(model.join("golden.json")).unwrap())
+                .unwrap();
         assert_eq!(golden["token_ids"].as_array().unwrap().len(), 100, "{name}");
         let tokens = dir.path().join(format!("{name}.json"));
         std::fs::write(&tokens, golden["token_ids"].to_string()).unwrap();
         let args = [
-            "perplexity", "--model", model.to_str().unwrap(), "--perplexity-tokens", tokens.to_str().unwrap(),
-            "--perplexity-ctx", "50", "--kv-cache-dtype", "f32", "--quiet",
+            "perplexity",
+            "--model",
+            model.to_str().unwrap(),
+            "--perplexity-tokens",
+            tokens.to_str().unwrap(),
+            "--perplexity-ctx",
+            "50",
+            "--kv-cache-dtype",
+            "f32",
+            "--quiet",
         ];
         let out = lse(&args);
-        assert!(out.status.success(), "lse {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "lse {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         let windows = r["windows"].as_array().unwrap();
         assert_eq!(windows.len(), 2, "{name}: two chunks of 50");
@@ -259,11 +496,19 @@ fn f32_and_moe_models_score_chunk_zero_like_transformers() {
             assert_eq!(w["begin"], 50 * i, "{name} chunk {i}");
             assert_eq!(w["first_target"], 50 * i + 26, "{name} chunk {i}");
             assert_eq!(w["scored"], 24, "{name} chunk {i}");
-            assert!(f(&w["nll_sum"]).is_finite() && f(&w["nll_sum"]) > 0.0, "{name} chunk {i}: {w}");
+            assert!(
+                f(&w["nll_sum"]).is_finite() && f(&w["nll_sum"]) > 0.0,
+                "{name} chunk {i}: {w}"
+            );
         }
         // Chunk 1 restarts from an empty state while the golden ran all 100 tokens as one
         // sequence, so only chunk 0 is comparable.
         let want = golden_chunk_nll(&golden, 25, 24);
-        assert_close(f(&windows[0]["nll_sum"]), want, 1e-3, &format!("{name} chunk 0 nll_sum"));
+        assert_close(
+            f(&windows[0]["nll_sum"]),
+            want,
+            1e-3,
+            &format!("{name} chunk 0 nll_sum"),
+        );
     }
 }

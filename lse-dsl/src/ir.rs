@@ -76,7 +76,11 @@ pub enum Access {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Param {
     /// A global buffer: `&[T]` (read) or `&mut [T]` (read-write), T in f32/bf16/f16/u32/i32.
-    Buffer { name: String, elem: Ty, access: Access },
+    Buffer {
+        name: String,
+        elem: Ty,
+        access: Access,
+    },
     /// A scalar passed by value: f32, i32 or u32.
     Scalar { name: String, ty: Ty },
 }
@@ -139,7 +143,10 @@ impl Kernel {
 
     /// Bytes of shared memory the kernel declares (not counting collective scratch).
     pub fn shared_bytes(&self) -> u32 {
-        self.shared.iter().map(|s| s.elem.size_bytes() * s.len).sum()
+        self.shared
+            .iter()
+            .map(|s| s.elem.size_bytes() * s.len)
+            .sum()
     }
 }
 
@@ -148,18 +155,45 @@ pub type Block = Vec<Stmt>;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Stmt {
     /// Declares `var` and initialises it.
-    Let { var: VarId, value: Expr },
+    Let {
+        var: VarId,
+        value: Expr,
+    },
     /// Assigns to a `let mut` variable declared earlier.
-    Assign { var: VarId, value: Expr },
+    Assign {
+        var: VarId,
+        value: Expr,
+    },
     /// `buf[index] = value` on a read-write buffer; `index` is u32.
-    Store { buf: ParamId, index: Expr, value: Expr },
+    Store {
+        buf: ParamId,
+        index: Expr,
+        value: Expr,
+    },
     /// `arr[index] = value` on a shared array; `index` is u32.
-    SharedStore { array: SharedId, index: Expr, value: Expr },
-    If { cond: Expr, then_body: Block, else_body: Block },
+    SharedStore {
+        array: SharedId,
+        index: Expr,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then_body: Block,
+        else_body: Block,
+    },
     /// `for var in start..end` (step 1) or `for var in (start..end).step_by(step)`; `var` is
     /// i32 or u32 like the bounds, `end` is evaluated once before the first iteration.
-    For { var: VarId, start: Expr, end: Expr, step: Expr, body: Block },
-    While { cond: Expr, body: Block },
+    For {
+        var: VarId,
+        start: Expr,
+        end: Expr,
+        step: Expr,
+        body: Block,
+    },
+    While {
+        cond: Expr,
+        body: Block,
+    },
     /// Leaves the innermost loop. Only allowed in loops free of barriers and collectives.
     Break,
     /// Next iteration of the innermost loop. Same restriction as `Break`.
@@ -168,7 +202,11 @@ pub enum Stmt {
     Barrier,
     /// A workgroup collective. Every work-item contributes `args` and receives the result in
     /// `dst` (one variable, or two for `Argmax`: value then index).
-    Collective { op: CollectiveOp, dst: Vec<VarId>, args: Vec<Expr> },
+    Collective {
+        op: CollectiveOp,
+        dst: Vec<VarId>,
+        args: Vec<Expr>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,9 +237,15 @@ pub enum ExprKind {
     /// A scalar parameter.
     Param(ParamId),
     /// `buf[index]`; the type is the buffer's element type.
-    Load { buf: ParamId, index: Box<Expr> },
+    Load {
+        buf: ParamId,
+        index: Box<Expr>,
+    },
     /// `arr[index]` on a shared array.
-    SharedLoad { array: SharedId, index: Box<Expr> },
+    SharedLoad {
+        array: SharedId,
+        index: Box<Expr>,
+    },
     Builtin(Builtin),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
@@ -259,7 +303,10 @@ pub enum BinOp {
 impl BinOp {
     /// Comparisons and logical ops produce `bool`.
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
+        matches!(
+            self,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
+        )
     }
 }
 

@@ -116,7 +116,11 @@ pub mod access {
     #[inline(always)]
     pub fn load<T: Copy>(buf: &RawBuf, i: u32) -> T {
         let i = i as usize;
-        assert!(i < buf.len, "LOOM: index {i} out of bounds (len {})", buf.len);
+        assert!(
+            i < buf.len,
+            "LOOM: index {i} out of bounds (len {})",
+            buf.len
+        );
         // SAFETY: in bounds per the check above; the launcher passed a valid buffer of T.
         unsafe { (buf.ptr as *const T).add(i).read_unaligned() }
     }
@@ -125,7 +129,11 @@ pub mod access {
     #[inline(always)]
     pub fn store<T: Copy>(buf: &RawBuf, i: u32, v: T) {
         let i = i as usize;
-        assert!(i < buf.len, "LOOM: index {i} out of bounds (len {})", buf.len);
+        assert!(
+            i < buf.len,
+            "LOOM: index {i} out of bounds (len {})",
+            buf.len
+        );
         // SAFETY: in bounds per the check above; the launcher passed a writable buffer of T.
         unsafe { (buf.ptr as *mut T).add(i).write_unaligned(v) }
     }

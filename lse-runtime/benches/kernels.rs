@@ -21,7 +21,9 @@ fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
@@ -50,10 +52,20 @@ fn sgemm_reference(hidden: &[f32], w32: &[f32], out: &mut [f32]) {
             // C[ROWS, n] = H[ROWS, DIM] · W[v0.., DIM]ᵀ
             unsafe {
                 matrixmultiply::sgemm(
-                    ROWS, DIM, n, 1.0,
-                    hidden.as_ptr(), DIM as isize, 1,
-                    w32[v0 * DIM..].as_ptr(), 1, DIM as isize,
-                    0.0, c.as_mut_ptr(), n as isize, 1,
+                    ROWS,
+                    DIM,
+                    n,
+                    1.0,
+                    hidden.as_ptr(),
+                    DIM as isize,
+                    1,
+                    w32[v0 * DIM..].as_ptr(),
+                    1,
+                    DIM as isize,
+                    0.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
                 );
             }
             (v0, c)
@@ -69,33 +81,60 @@ fn sgemm_reference(hidden: &[f32], w32: &[f32], out: &mut [f32]) {
 
 fn main() {
     let dev = Device::open(Pool::Host).expect("host device");
-    println!("host device: {}, {} threads", dev.arch(), rayon::current_num_threads());
+    println!(
+        "host device: {}, {} threads",
+        dev.arch(),
+        rayon::current_num_threads()
+    );
 
     let hidden = random(ROWS * DIM, 1, 1.0);
-    let w: Vec<bf16> = random(VOCAB * DIM, 2, 0.05).into_iter().map(bf16::from_f32).collect();
+    let w: Vec<bf16> = random(VOCAB * DIM, 2, 0.05)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
     let mut out = vec![0.0f32; ROWS * VOCAB];
     let flops = 2.0 * (ROWS * DIM * VOCAB) as f64;
 
-    let t = best_of(2, || ops::lm_head(&dev, &hidden, DIM, HeadWeight::Bf16(&w), VOCAB, &mut out).unwrap());
-    println!("lm_head.matrix_bf16 (LOOM, host)  {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s", t, flops / t / 1e9);
+    let t = best_of(2, || {
+        ops::lm_head(&dev, &hidden, DIM, HeadWeight::Bf16(&w), VOCAB, &mut out).unwrap()
+    });
+    println!(
+        "lm_head.matrix_bf16 (LOOM, host)  {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
+        t,
+        flops / t / 1e9
+    );
 
     let w32: Vec<f32> = w.iter().map(|x| x.to_f32()).collect();
     let mut out_ref = vec![0.0f32; ROWS * VOCAB];
     let t = best_of(2, || sgemm_reference(&hidden, &w32, &mut out_ref));
-    println!("matrixmultiply sgemm (f32 weights) {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s", t, flops / t / 1e9);
+    println!(
+        "matrixmultiply sgemm (f32 weights) {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
+        t,
+        flops / t / 1e9
+    );
     drop(w32);
 
-    let max_diff = out.iter().zip(&out_ref).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let max_diff = out
+        .iter()
+        .zip(&out_ref)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     println!("max |LOOM - sgemm| = {max_diff:e}");
 
     let ids: Vec<u32> = (0..ROWS * 33).map(|i| (i * 7919 % VOCAB) as u32).collect();
     let t = best_of(3, || {
         ops::lse_pick(&dev, &out, VOCAB, &ids, 33).unwrap();
     });
-    println!("logits.lse_pick.v1 vocab {VOCAB}, 33 ids: {:.0} rows/s", ROWS as f64 / t);
+    println!(
+        "logits.lse_pick.v1 vocab {VOCAB}, 33 ids: {:.0} rows/s",
+        ROWS as f64 / t
+    );
 
     let t = best_of(3, || {
         ops::topk_pairs(&dev, &out, VOCAB, 32).unwrap();
     });
-    println!("topk_pairs.v1 vocab {VOCAB}, k 32: {:.0} rows/s", ROWS as f64 / t);
+    println!(
+        "topk_pairs.v1 vocab {VOCAB}, k 32: {:.0} rows/s",
+        ROWS as f64 / t
+    );
 }

@@ -57,10 +57,13 @@ fn invalid(msg: impl Into<String>) -> Failure {
 }
 
 fn settings_from_json(json: &str) -> Result<EngineSettings, Failure> {
-    let c: EngineConfig = serde_json::from_str(json).map_err(|e| invalid(format!("engine config JSON: {e}")))?;
+    let c: EngineConfig =
+        serde_json::from_str(json).map_err(|e| invalid(format!("engine config JSON: {e}")))?;
     let mut s = EngineSettings::new(c.model);
     if let Some(p) = c.pool {
-        s.pool = p.parse::<Pool>().map_err(|e| invalid(format!("engine config field \"pool\": {e}")))?;
+        s.pool = p
+            .parse::<Pool>()
+            .map_err(|e| invalid(format!("engine config field \"pool\": {e}")))?;
     }
     s.batch_size = c.batch_size.unwrap_or(s.batch_size);
     s.ubatch_size = c.ubatch_size.unwrap_or(s.ubatch_size);
@@ -72,11 +75,16 @@ fn settings_from_json(json: &str) -> Result<EngineSettings, Failure> {
 }
 
 fn request_from_json(json: &str) -> Result<Request, Failure> {
-    let r: RequestJson = serde_json::from_str(json).map_err(|e| invalid(format!("request JSON: {e}")))?;
+    let r: RequestJson =
+        serde_json::from_str(json).map_err(|e| invalid(format!("request JSON: {e}")))?;
     let input = match (r.text, r.tokens) {
         (Some(t), None) => Input::Text(t),
         (None, Some(ids)) => Input::Tokens(ids),
-        _ => return Err(invalid("request JSON: give exactly one of \"text\" and \"tokens\"")),
+        _ => {
+            return Err(invalid(
+                "request JSON: give exactly one of \"text\" and \"tokens\"",
+            ))
+        }
     };
     let mut req = Request::new(input);
     req.method = r.method.unwrap_or(req.method);
@@ -99,7 +107,9 @@ unsafe fn arg_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> 
     if p.is_null() {
         return Err(invalid(format!("{what} is NULL")));
     }
-    CStr::from_ptr(p).to_str().map_err(|_| invalid(format!("{what} is not valid UTF-8")))
+    CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| invalid(format!("{what} is not valid UTF-8")))
 }
 
 fn into_c_string(s: String) -> *mut c_char {
@@ -112,8 +122,12 @@ fn into_c_string(s: String) -> *mut c_char {
 /// # Safety
 /// `err` is NULL or a valid place to store a string pointer.
 unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), Failure>) -> c_int {
-    let outcome = catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(Failure(LSE_ERR_PANIC, "internal error (panic) in LSE".into())));
+    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Failure(
+            LSE_ERR_PANIC,
+            "internal error (panic) in LSE".into(),
+        ))
+    });
     match outcome {
         Ok(()) => LSE_OK,
         Err(Failure(code, msg)) => {
@@ -130,7 +144,11 @@ unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), Failure>
 /// # Safety
 /// Pointers as documented in the header.
 #[no_mangle]
-pub unsafe extern "C" fn lse_engine_open(config_json: *const c_char, out: *mut *mut LseEngine, err: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn lse_engine_open(
+    config_json: *const c_char,
+    out: *mut *mut LseEngine,
+    err: *mut *mut c_char,
+) -> c_int {
     guarded(err, || {
         if out.is_null() {
             return Err(invalid("out is NULL"));
@@ -159,8 +177,15 @@ pub unsafe extern "C" fn lse_perplexity(
         }
         let request = request_from_json(arg_str(request_json, "request_json")?)?;
         let engine = &(*engine).0;
-        let report = engine.perplexity(&request, &Progress::silent()).map_err(|e| Failure(LSE_ERR_FAILED, e.to_string()))?;
-        let json = report.to_json().map_err(|e| Failure(LSE_ERR_FAILED, format!("could not serialise the report: {e}")))?;
+        let report = engine
+            .perplexity(&request, &Progress::silent())
+            .map_err(|e| Failure(LSE_ERR_FAILED, e.to_string()))?;
+        let json = report.to_json().map_err(|e| {
+            Failure(
+                LSE_ERR_FAILED,
+                format!("could not serialise the report: {e}"),
+            )
+        })?;
         *json_out = into_c_string(json);
         Ok(())
     })
@@ -195,7 +220,9 @@ mod tests {
     #[test]
     fn request_needs_exactly_one_input() {
         for json in [r#"{}"#, r#"{"text":"a","tokens":[1]}"#] {
-            let Err(Failure(code, msg)) = request_from_json(json) else { panic!("accepted {json}") };
+            let Err(Failure(code, msg)) = request_from_json(json) else {
+                panic!("accepted {json}")
+            };
             assert_eq!(code, LSE_ERR_INVALID_ARGUMENT);
             assert!(msg.contains("exactly one of"), "{msg}");
         }
@@ -203,13 +230,17 @@ mod tests {
 
     #[test]
     fn unknown_request_fields_are_named() {
-        let Err(Failure(_, msg)) = request_from_json(r#"{"text":"a","ctxx":5}"#) else { panic!() };
+        let Err(Failure(_, msg)) = request_from_json(r#"{"text":"a","ctxx":5}"#) else {
+            panic!()
+        };
         assert!(msg.contains("ctxx"), "{msg}");
     }
 
     #[test]
     fn engine_config_pool_errors_name_the_field() {
-        let Err(Failure(_, msg)) = settings_from_json(r#"{"model":"m","pool":"gpu"}"#) else { panic!() };
+        let Err(Failure(_, msg)) = settings_from_json(r#"{"model":"m","pool":"gpu"}"#) else {
+            panic!()
+        };
         assert!(msg.contains("\"pool\""), "{msg}");
     }
 }

@@ -1,17 +1,17 @@
 //! LSE runtime: the devices LOOM kernels run on, the Qwen3.5 model and its prefill, and
 //! perplexity / KL-divergence scoring through the device kernels, from Rust or C.
 
+/// The C API (`include/lse/lse.h`).
+pub mod capi;
+/// Devices that run LOOM kernels (`--pool`).
+pub mod device;
 /// Prefill planning (llama.cpp batch/ubatch passes) and pass execution.
 pub mod generator;
 /// Qwen3.5 hybrid model: loading, KV cache and CPU prefill.
 pub mod model;
-/// Scoring arithmetic for `lse perplexity`: windows, statistics, KLD base file, JSON report.
-pub mod scoring;
-/// Devices that run LOOM kernels (`--pool`).
-pub mod device;
 /// Typed, shape-checked entry points for the scoring kernels.
 pub mod ops;
 /// The perplexity engine shared by the CLI and the C API.
 pub mod perplexity;
-/// The C API (`include/lse/lse.h`).
-pub mod capi;
+/// Scoring arithmetic for `lse perplexity`: windows, statistics, KLD base file, JSON report.
+pub mod scoring;

@@ -38,7 +38,8 @@ fn c_program_scores_from_two_threads_and_gets_errors() {
     assert!(status.success(), "{cc} failed");
 
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo.join("tests/data/models/big_vocab_bf16/ppl_golden.json")).unwrap(),
+        &std::fs::read_to_string(repo.join("tests/data/models/big_vocab_bf16/ppl_golden.json"))
+            .unwrap(),
     )
     .unwrap();
     let config = serde_json::json!({
@@ -52,22 +53,40 @@ fn c_program_scores_from_two_threads_and_gets_errors() {
         "chunks": 3,
         "include_windows": false,
     });
-    let out = Command::new(&exe).arg(config.to_string()).arg(request.to_string()).output().unwrap();
+    let out = Command::new(&exe)
+        .arg(config.to_string())
+        .arg(request.to_string())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "C program failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "C program failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Two reports, each followed by a `----` line, then the error line.
     let lines: Vec<&str> = stdout.split("\n----\n").collect();
     assert_eq!(lines.len(), 3, "{stdout}");
     let want = &golden["chunks"]["windows"];
-    let want_nll: f64 = (0..3).map(|i| want[i]["nll_sum"].as_f64().unwrap()).sum::<f64>() / (3.0 * 31.0);
+    let want_nll: f64 = (0..3)
+        .map(|i| want[i]["nll_sum"].as_f64().unwrap())
+        .sum::<f64>()
+        / (3.0 * 31.0);
     for line in &lines[..2] {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(r["object"], "lse.perplexity");
         assert_eq!(r["scored_tokens"], 93);
         assert!(r.get("windows").is_none());
         let nll = r["mean_nll"].as_f64().unwrap();
-        assert!((nll - want_nll).abs() < 1e-4, "mean_nll {nll}, transformers {want_nll}");
+        assert!(
+            (nll - want_nll).abs() < 1e-4,
+            "mean_nll {nll}, transformers {want_nll}"
+        );
     }
-    assert!(lines[2].starts_with("error 1:") && lines[2].contains("bogus"), "{}", lines[2]);
+    assert!(
+        lines[2].starts_with("error 1:") && lines[2].contains("bogus"),
+        "{}",
+        lines[2]
+    );
 }

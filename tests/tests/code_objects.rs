@@ -22,15 +22,32 @@ fn every_code_object_is_a_valid_hsa_kernel_for_its_arch() {
         assert!(!k.gpu.is_empty(), "{} has no code objects", k.id);
         for obj in k.gpu {
             let what = format!("{} {}", k.id, obj.arch);
-            let info = inspect_code_object(obj.code_object).unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(info.e_flags & 0xff, mach(obj.arch), "{what}: e_flags {:#x}", info.e_flags);
+            let info =
+                inspect_code_object(obj.code_object).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(
+                info.e_flags & 0xff,
+                mach(obj.arch),
+                "{what}: e_flags {:#x}",
+                info.e_flags
+            );
             assert_eq!(info.os_abi, 64, "{what}: OS/ABI is not AMDGPU HSA");
             assert_eq!(info.abi_version, 3, "{what}: not code object v5");
-            assert_eq!(info.elf_type, 3, "{what}: not ET_DYN (linked shared object)");
-            assert_eq!(info.target, format!("amdgcn-amd-amdhsa--{}", obj.arch), "{what}");
+            assert_eq!(
+                info.elf_type, 3,
+                "{what}: not ET_DYN (linked shared object)"
+            );
+            assert_eq!(
+                info.target,
+                format!("amdgcn-amd-amdhsa--{}", obj.arch),
+                "{what}"
+            );
 
             let descriptor = format!("{}.kd", k.fn_name);
-            let kd = info.symbols.iter().find(|s| s.name == descriptor).unwrap_or_else(|| panic!("{what}: no {descriptor}"));
+            let kd = info
+                .symbols
+                .iter()
+                .find(|s| s.name == descriptor)
+                .unwrap_or_else(|| panic!("{what}: no {descriptor}"));
             assert_eq!(kd.size, 64, "{what}: kernel descriptor size");
 
             assert_eq!(info.kernels.len(), 1, "{what}");
@@ -42,13 +59,28 @@ fn every_code_object_is_a_valid_hsa_kernel_for_its_arch() {
                     ParamKind::Buffer { .. } => ("global_buffer", 8),
                     ParamKind::Scalar { .. } => ("by_value", 4),
                 };
-                assert_eq!((arg.value_kind.as_str(), arg.size), (kind, size), "{what}: argument {}", param.name);
+                assert_eq!(
+                    (arg.value_kind.as_str(), arg.size),
+                    (kind, size),
+                    "{what}: argument {}",
+                    param.name
+                );
             }
-            assert!(u64::from(k.shared_bytes) <= meta.group_segment_fixed_size, "{what}: LDS");
+            assert!(
+                u64::from(k.shared_bytes) <= meta.group_segment_fixed_size,
+                "{what}: LDS"
+            );
             let wave = if obj.arch.starts_with("gfx9") { 64 } else { 32 };
             assert_eq!(meta.wavefront_size, wave, "{what}");
-            assert_eq!(meta.max_flat_workgroup_size, u64::from(k.workgroup_size), "{what}");
-            assert_eq!(meta.private_segment_fixed_size, 0, "{what}: uses scratch memory");
+            assert_eq!(
+                meta.max_flat_workgroup_size,
+                u64::from(k.workgroup_size),
+                "{what}"
+            );
+            assert_eq!(
+                meta.private_segment_fixed_size, 0,
+                "{what}: uses scratch memory"
+            );
         }
     }
 }
@@ -59,8 +91,14 @@ fn barriers_use_workgroup_scope_fences_on_gfx1201() {
         let k = lse_kernels::find(id).unwrap();
         let asm = k.gpu.iter().find(|g| g.arch == "gfx1201").unwrap().asm;
         assert!(asm.contains("s_barrier"), "{id}: no barrier");
-        assert!(!asm.contains("SCOPE_SYS"), "{id}: a system-scope fence where workgroup scope is enough");
-        assert!(asm.contains("ds_"), "{id}: collectives should go through LDS");
+        assert!(
+            !asm.contains("SCOPE_SYS"),
+            "{id}: a system-scope fence where workgroup scope is enough"
+        );
+        assert!(
+            asm.contains("ds_"),
+            "{id}: collectives should go through LDS"
+        );
     }
 }
 
@@ -68,16 +106,44 @@ fn barriers_use_workgroup_scope_fences_on_gfx1201() {
 fn build_script_and_macro_lowered_the_same_ir() {
     use lse_kernels::lm_head::*;
     let pairs = [
-        (lse_kernels::lse_pick::lse_pick::BUILD_IR_HASH, &lse_kernels::lse_pick::lse_pick::KERNEL),
-        (lse_kernels::topk_pairs::topk_pairs::BUILD_IR_HASH, &lse_kernels::topk_pairs::topk_pairs::KERNEL),
-        (lm_head_matrix_bf16::BUILD_IR_HASH, &lm_head_matrix_bf16::KERNEL),
-        (lm_head_matrix_f16::BUILD_IR_HASH, &lm_head_matrix_f16::KERNEL),
-        (lm_head_matrix_f32::BUILD_IR_HASH, &lm_head_matrix_f32::KERNEL),
-        (lm_head_matvec_bf16::BUILD_IR_HASH, &lm_head_matvec_bf16::KERNEL),
-        (lm_head_matvec_f16::BUILD_IR_HASH, &lm_head_matvec_f16::KERNEL),
-        (lm_head_matvec_f32::BUILD_IR_HASH, &lm_head_matvec_f32::KERNEL),
+        (
+            lse_kernels::lse_pick::lse_pick::BUILD_IR_HASH,
+            &lse_kernels::lse_pick::lse_pick::KERNEL,
+        ),
+        (
+            lse_kernels::topk_pairs::topk_pairs::BUILD_IR_HASH,
+            &lse_kernels::topk_pairs::topk_pairs::KERNEL,
+        ),
+        (
+            lm_head_matrix_bf16::BUILD_IR_HASH,
+            &lm_head_matrix_bf16::KERNEL,
+        ),
+        (
+            lm_head_matrix_f16::BUILD_IR_HASH,
+            &lm_head_matrix_f16::KERNEL,
+        ),
+        (
+            lm_head_matrix_f32::BUILD_IR_HASH,
+            &lm_head_matrix_f32::KERNEL,
+        ),
+        (
+            lm_head_matvec_bf16::BUILD_IR_HASH,
+            &lm_head_matvec_bf16::KERNEL,
+        ),
+        (
+            lm_head_matvec_f16::BUILD_IR_HASH,
+            &lm_head_matvec_f16::KERNEL,
+        ),
+        (
+            lm_head_matvec_f32::BUILD_IR_HASH,
+            &lm_head_matvec_f32::KERNEL,
+        ),
     ];
-    assert_eq!(pairs.len(), lse_kernels::ALL.len(), "every kernel is checked");
+    assert_eq!(
+        pairs.len(),
+        lse_kernels::ALL.len(),
+        "every kernel is checked"
+    );
     for (build, kernel) in pairs {
         assert_eq!(build, kernel.ir_hash, "{}", kernel.id);
     }

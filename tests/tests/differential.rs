@@ -95,7 +95,13 @@ impl LsePickCase {
         let mut rng = Rng(7);
         // Repeated ids on purpose: every row asks for id 0 twice.
         let ids = (0..self.rows * self.n_ids)
-            .map(|i| if i % self.n_ids < 2 { 0 } else { rng.below(self.vocab) as u32 })
+            .map(|i| {
+                if i % self.n_ids < 2 {
+                    0
+                } else {
+                    rng.below(self.vocab) as u32
+                }
+            })
             .collect();
         (logits(self.rows, self.vocab, self.fill, 11), ids)
     }
@@ -103,7 +109,10 @@ impl LsePickCase {
 
 impl Case for LsePickCase {
     fn name(&self) -> String {
-        format!("lse_pick rows={} vocab={} n_ids={} {:?}", self.rows, self.vocab, self.n_ids, self.fill)
+        format!(
+            "lse_pick rows={} vocab={} n_ids={} {:?}",
+            self.rows, self.vocab, self.n_ids, self.fill
+        )
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
@@ -119,7 +128,11 @@ impl Case for LsePickCase {
         for (r, row) in x.chunks(self.vocab).enumerate() {
             let row_ids = &ids[r * self.n_ids..(r + 1) * self.n_ids];
             let m = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let s: f64 = if m == f32::NEG_INFINITY { 0.0 } else { row.iter().map(|&v| f64::from(v - m).exp()).sum() };
+            let s: f64 = if m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                row.iter().map(|&v| f64::from(v - m).exp()).sum()
+            };
             stats.extend([m, s as f32]);
             picked.extend(row_ids.iter().map(|&id| row[id as usize]));
         }
@@ -128,7 +141,10 @@ impl Case for LsePickCase {
 
     fn tolerance(&self) -> Tol {
         // The device sums 248k f32 terms in another order than this f64 reference.
-        Tol { abs: 0.0, rel: 2e-5 }
+        Tol {
+            abs: 0.0,
+            rel: 2e-5,
+        }
     }
 }
 
@@ -141,7 +157,10 @@ struct TopKCase {
 
 impl Case for TopKCase {
     fn name(&self) -> String {
-        format!("topk_pairs rows={} vocab={} k={} {:?}", self.rows, self.vocab, self.k, self.fill)
+        format!(
+            "topk_pairs rows={} vocab={} k={} {:?}",
+            self.rows, self.vocab, self.k, self.fill
+        )
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
@@ -226,7 +245,10 @@ impl LmHeadCase {
 
 impl Case for LmHeadCase {
     fn name(&self) -> String {
-        format!("lm_head {:?} rows={} dim={} vocab={}", self.dtype, self.rows, self.dim, self.vocab)
+        format!(
+            "lm_head {:?} rows={} dim={} vocab={}",
+            self.dtype, self.rows, self.dim, self.vocab
+        )
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
@@ -242,7 +264,11 @@ impl Case for LmHeadCase {
         let mut out = Vec::with_capacity(self.rows * self.vocab);
         for hr in h.chunks(self.dim) {
             for wr in w.chunks(self.dim) {
-                let dot: f64 = hr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                let dot: f64 = hr
+                    .iter()
+                    .zip(wr)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum();
                 out.push(dot as f32);
             }
         }
@@ -251,7 +277,10 @@ impl Case for LmHeadCase {
 
     fn tolerance(&self) -> Tol {
         // f32 accumulation of `dim` products of magnitude <= 1 against an f64 reference.
-        Tol { abs: 2e-6 * self.dim as f32, rel: 1e-5 }
+        Tol {
+            abs: 2e-6 * self.dim as f32,
+            rel: 1e-5,
+        }
     }
 }
 
@@ -259,31 +288,156 @@ const QWEN_VOCAB: usize = 248_320;
 
 fn cases() -> Vec<Box<dyn Case>> {
     vec![
-        Box::new(LsePickCase { rows: 5, vocab: 1000, n_ids: 33, fill: Fill::Random }),
-        Box::new(LsePickCase { rows: 3, vocab: 77, n_ids: 3, fill: Fill::Ties }),
-        Box::new(LsePickCase { rows: 4, vocab: 300, n_ids: 5, fill: Fill::SomeNegInf }),
-        Box::new(LsePickCase { rows: 2, vocab: 129, n_ids: 2, fill: Fill::AllNegInf }),
-        Box::new(LsePickCase { rows: 2, vocab: 50, n_ids: 0, fill: Fill::Random }),
-        Box::new(LsePickCase { rows: 3, vocab: QWEN_VOCAB, n_ids: 33, fill: Fill::Random }),
-        Box::new(TopKCase { rows: 4, vocab: 1000, k: 32, fill: Fill::Random }),
-        Box::new(TopKCase { rows: 3, vocab: 513, k: 7, fill: Fill::Ties }),
-        Box::new(TopKCase { rows: 3, vocab: 300, k: 32, fill: Fill::SomeNegInf }),
-        Box::new(TopKCase { rows: 2, vocab: 40, k: 32, fill: Fill::AllNegInf }),
-        Box::new(TopKCase { rows: 2, vocab: 5, k: 5, fill: Fill::Random }),
-        Box::new(TopKCase { rows: 2, vocab: 1000, k: 1, fill: Fill::Random }),
-        Box::new(TopKCase { rows: 3, vocab: QWEN_VOCAB, k: 32, fill: Fill::Random }),
-        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 1, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 7, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 128, dim: 32, vocab: 300 }),
-        Box::new(LmHeadCase { dtype: HeadDType::Bf16, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
-        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 1, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 7, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 128, dim: 32, vocab: 300 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F16, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
-        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 1, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 7, dim: 64, vocab: 1000 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 128, dim: 32, vocab: 300 }),
-        Box::new(LmHeadCase { dtype: HeadDType::F32, rows: 2, dim: 8, vocab: QWEN_VOCAB }),
+        Box::new(LsePickCase {
+            rows: 5,
+            vocab: 1000,
+            n_ids: 33,
+            fill: Fill::Random,
+        }),
+        Box::new(LsePickCase {
+            rows: 3,
+            vocab: 77,
+            n_ids: 3,
+            fill: Fill::Ties,
+        }),
+        Box::new(LsePickCase {
+            rows: 4,
+            vocab: 300,
+            n_ids: 5,
+            fill: Fill::SomeNegInf,
+        }),
+        Box::new(LsePickCase {
+            rows: 2,
+            vocab: 129,
+            n_ids: 2,
+            fill: Fill::AllNegInf,
+        }),
+        Box::new(LsePickCase {
+            rows: 2,
+            vocab: 50,
+            n_ids: 0,
+            fill: Fill::Random,
+        }),
+        Box::new(LsePickCase {
+            rows: 3,
+            vocab: QWEN_VOCAB,
+            n_ids: 33,
+            fill: Fill::Random,
+        }),
+        Box::new(TopKCase {
+            rows: 4,
+            vocab: 1000,
+            k: 32,
+            fill: Fill::Random,
+        }),
+        Box::new(TopKCase {
+            rows: 3,
+            vocab: 513,
+            k: 7,
+            fill: Fill::Ties,
+        }),
+        Box::new(TopKCase {
+            rows: 3,
+            vocab: 300,
+            k: 32,
+            fill: Fill::SomeNegInf,
+        }),
+        Box::new(TopKCase {
+            rows: 2,
+            vocab: 40,
+            k: 32,
+            fill: Fill::AllNegInf,
+        }),
+        Box::new(TopKCase {
+            rows: 2,
+            vocab: 5,
+            k: 5,
+            fill: Fill::Random,
+        }),
+        Box::new(TopKCase {
+            rows: 2,
+            vocab: 1000,
+            k: 1,
+            fill: Fill::Random,
+        }),
+        Box::new(TopKCase {
+            rows: 3,
+            vocab: QWEN_VOCAB,
+            k: 32,
+            fill: Fill::Random,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::Bf16,
+            rows: 1,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::Bf16,
+            rows: 7,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::Bf16,
+            rows: 128,
+            dim: 32,
+            vocab: 300,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::Bf16,
+            rows: 2,
+            dim: 8,
+            vocab: QWEN_VOCAB,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F16,
+            rows: 1,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F16,
+            rows: 7,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F16,
+            rows: 128,
+            dim: 32,
+            vocab: 300,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F16,
+            rows: 2,
+            dim: 8,
+            vocab: QWEN_VOCAB,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F32,
+            rows: 1,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F32,
+            rows: 7,
+            dim: 64,
+            vocab: 1000,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F32,
+            rows: 128,
+            dim: 32,
+            vocab: 300,
+        }),
+        Box::new(LmHeadCase {
+            dtype: HeadDType::F32,
+            rows: 2,
+            dim: 8,
+            vocab: QWEN_VOCAB,
+        }),
     ]
 }
 
@@ -314,7 +468,10 @@ fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
                     return Err(format!("{name}: {} values, expected {}", g.len(), w.len()));
                 }
                 if let Some(i) = (0..g.len()).find(|&i| !close(g[i], w[i], tol)) {
-                    return Err(format!("{name}[{i}] = {:e}, expected {:e} (tolerance {tol:?})", g[i], w[i]));
+                    return Err(format!(
+                        "{name}[{i}] = {:e}, expected {:e} (tolerance {tol:?})",
+                        g[i], w[i]
+                    ));
                 }
             }
             _ => return Err("output kinds differ".into()),
@@ -327,7 +484,10 @@ fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
 fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
     let cpu = Device::open(Pool::Cpu).unwrap();
     // Every host code variant this CPU can run, not only the one the runtime picks.
-    let hosts: Vec<Device> = lse_dsl::rt::HOST_CPUS.iter().filter_map(|cpu| Device::host_variant(cpu)).collect();
+    let hosts: Vec<Device> = lse_dsl::rt::HOST_CPUS
+        .iter()
+        .filter_map(|cpu| Device::host_variant(cpu))
+        .collect();
     assert!(!hosts.is_empty());
     let mut failures = Vec::new();
     for case in cases() {
@@ -339,7 +499,10 @@ fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
         for host in &hosts {
             let on_host = case.run(host);
             let checks = [
-                ("vs reference", compare(&on_host, &reference, case.tolerance())),
+                (
+                    "vs reference",
+                    compare(&on_host, &reference, case.tolerance()),
+                ),
                 ("vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
             ];
             for (what, result) in checks {

@@ -12,9 +12,17 @@ use super::pool::{Device, Pool};
 #[derive(Debug)]
 pub enum Arg<'a> {
     /// A read-only buffer.
-    Buf { raw: RawBuf, elem: &'static str, _borrow: PhantomData<&'a [u8]> },
+    Buf {
+        raw: RawBuf,
+        elem: &'static str,
+        _borrow: PhantomData<&'a [u8]>,
+    },
     /// A writable buffer.
-    BufMut { raw: RawBuf, elem: &'static str, _borrow: PhantomData<&'a mut [u8]> },
+    BufMut {
+        raw: RawBuf,
+        elem: &'static str,
+        _borrow: PhantomData<&'a mut [u8]>,
+    },
     U32(u32),
     I32(i32),
     F32(f32),
@@ -45,14 +53,28 @@ impl Elem for f16 {
 impl<'a> Arg<'a> {
     /// A read-only buffer argument.
     pub fn buf<T: Elem>(data: &'a [T]) -> Arg<'a> {
-        let raw = RawBuf { ptr: data.as_ptr() as *mut u8, len: data.len() };
-        Arg::Buf { raw, elem: T::NAME, _borrow: PhantomData }
+        let raw = RawBuf {
+            ptr: data.as_ptr() as *mut u8,
+            len: data.len(),
+        };
+        Arg::Buf {
+            raw,
+            elem: T::NAME,
+            _borrow: PhantomData,
+        }
     }
 
     /// A writable buffer argument.
     pub fn buf_mut<T: Elem>(data: &'a mut [T]) -> Arg<'a> {
-        let raw = RawBuf { ptr: data.as_mut_ptr() as *mut u8, len: data.len() };
-        Arg::BufMut { raw, elem: T::NAME, _borrow: PhantomData }
+        let raw = RawBuf {
+            ptr: data.as_mut_ptr() as *mut u8,
+            len: data.len(),
+        };
+        Arg::BufMut {
+            raw,
+            elem: T::NAME,
+            _borrow: PhantomData,
+        }
     }
 
     fn describe(&self) -> String {
@@ -70,19 +92,41 @@ impl<'a> Arg<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("{kernel}: expected {expected} arguments, got {got}")]
-    Arity { kernel: &'static str, expected: usize, got: usize },
+    Arity {
+        kernel: &'static str,
+        expected: usize,
+        got: usize,
+    },
     #[error("{kernel}: argument {index} ({name}) must be {expected}, got {got}")]
-    ArgType { kernel: &'static str, index: usize, name: &'static str, expected: String, got: String },
+    ArgType {
+        kernel: &'static str,
+        index: usize,
+        name: &'static str,
+        expected: String,
+        got: String,
+    },
     #[error("{kernel}: the grid {grid:?} has more than 2^32 - 1 workgroups")]
-    Grid { kernel: &'static str, grid: [u32; 3] },
+    Grid {
+        kernel: &'static str,
+        grid: [u32; 3],
+    },
     #[error("{kernel}: no code for device {device}")]
-    NoKernel { kernel: &'static str, device: String },
+    NoKernel {
+        kernel: &'static str,
+        device: String,
+    },
 }
 
 fn expected_arg(kind: ParamKind) -> String {
     match kind {
-        ParamKind::Buffer { elem, writable: true } => format!("&mut [{elem}]"),
-        ParamKind::Buffer { elem, writable: false } => format!("&[{elem}]"),
+        ParamKind::Buffer {
+            elem,
+            writable: true,
+        } => format!("&mut [{elem}]"),
+        ParamKind::Buffer {
+            elem,
+            writable: false,
+        } => format!("&[{elem}]"),
         ParamKind::Scalar { ty } => ty.to_string(),
     }
 }
@@ -91,17 +135,37 @@ fn expected_arg(kind: ParamKind) -> String {
 /// scalar lists.
 fn marshal(kernel: &KernelDef, args: &[Arg<'_>]) -> Result<(Vec<RawBuf>, Vec<u64>), LaunchError> {
     if args.len() != kernel.params.len() {
-        return Err(LaunchError::Arity { kernel: kernel.id, expected: kernel.params.len(), got: args.len() });
+        return Err(LaunchError::Arity {
+            kernel: kernel.id,
+            expected: kernel.params.len(),
+            got: args.len(),
+        });
     }
     let mut bufs = Vec::new();
     let mut scalars = Vec::new();
     for (index, (param, arg)) in kernel.params.iter().zip(args).enumerate() {
         let fits = match (param.kind, arg) {
-            (ParamKind::Buffer { elem, writable: false }, Arg::Buf { raw, elem: e, .. })
-            | (ParamKind::Buffer { elem, writable: false }, Arg::BufMut { raw, elem: e, .. })
-            | (ParamKind::Buffer { elem, writable: true }, Arg::BufMut { raw, elem: e, .. })
-                if elem == *e =>
-            {
+            (
+                ParamKind::Buffer {
+                    elem,
+                    writable: false,
+                },
+                Arg::Buf { raw, elem: e, .. },
+            )
+            | (
+                ParamKind::Buffer {
+                    elem,
+                    writable: false,
+                },
+                Arg::BufMut { raw, elem: e, .. },
+            )
+            | (
+                ParamKind::Buffer {
+                    elem,
+                    writable: true,
+                },
+                Arg::BufMut { raw, elem: e, .. },
+            ) if elem == *e => {
                 bufs.push(*raw);
                 true
             }
@@ -137,10 +201,18 @@ impl Device {
     ///
     /// The caller guarantees the kernel's own contract (index ranges implied by the shapes it
     /// passes); the typed wrappers in [`crate::ops`] check those before launching.
-    pub fn launch(&self, kernel: &KernelDef, grid: [u32; 3], args: &[Arg<'_>]) -> Result<(), LaunchError> {
+    pub fn launch(
+        &self,
+        kernel: &KernelDef,
+        grid: [u32; 3],
+        args: &[Arg<'_>],
+    ) -> Result<(), LaunchError> {
         let (bufs, scalars) = marshal(kernel, args)?;
         let total = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
-        let total = u32::try_from(total).map_err(|_| LaunchError::Grid { kernel: kernel.id, grid })?;
+        let total = u32::try_from(total).map_err(|_| LaunchError::Grid {
+            kernel: kernel.id,
+            grid,
+        })?;
         if total == 0 {
             return Ok(());
         }
@@ -150,19 +222,33 @@ impl Device {
         match self.pool() {
             Pool::Cpu => {
                 let entry = kernel.cpu;
-                ranges.collect::<Vec<_>>().into_par_iter().for_each(|(b, e)| entry(&bufs, &scalars, grid, b, e));
+                ranges
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .for_each(|(b, e)| entry(&bufs, &scalars, grid, b, e));
             }
             Pool::Host => {
                 let entry = self
                     .host_entry(kernel)
-                    .ok_or_else(|| LaunchError::NoKernel { kernel: kernel.id, device: self.arch() })?;
-                ranges.collect::<Vec<_>>().into_par_iter().for_each(|(b, e)| {
-                    // SAFETY: `marshal` matched every argument to the kernel's parameter list,
-                    // and the buffers outlive this call (they are borrowed by `args`).
-                    unsafe { entry(bufs.as_ptr(), scalars.as_ptr(), grid.as_ptr(), b, e) }
-                });
+                    .ok_or_else(|| LaunchError::NoKernel {
+                        kernel: kernel.id,
+                        device: self.arch(),
+                    })?;
+                ranges
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .for_each(|(b, e)| {
+                        // SAFETY: `marshal` matched every argument to the kernel's parameter list,
+                        // and the buffers outlive this call (they are borrowed by `args`).
+                        unsafe { entry(bufs.as_ptr(), scalars.as_ptr(), grid.as_ptr(), b, e) }
+                    });
             }
-            Pool::Hip(_) => return Err(LaunchError::NoKernel { kernel: kernel.id, device: self.arch() }),
+            Pool::Hip(_) => {
+                return Err(LaunchError::NoKernel {
+                    kernel: kernel.id,
+                    device: self.arch(),
+                })
+            }
         }
         Ok(())
     }

@@ -73,8 +73,14 @@ impl Device {
     /// opened is an error.
     pub fn open(pool: Pool) -> Result<Device, DeviceOpenError> {
         match pool {
-            Pool::Cpu => Ok(Device { pool, host_cpu: None }),
-            Pool::Host => Ok(Device { pool, host_cpu: Some(select::best_host_cpu()) }),
+            Pool::Cpu => Ok(Device {
+                pool,
+                host_cpu: None,
+            }),
+            Pool::Host => Ok(Device {
+                pool,
+                host_cpu: Some(select::best_host_cpu()),
+            }),
             Pool::Hip(_) => Err(DeviceOpenError::NoHipRuntime(pool)),
         }
     }
@@ -86,7 +92,10 @@ impl Device {
         let order = lse_dsl::rt::HOST_CPUS;
         let best = order.iter().position(|&c| c == select::best_host_cpu())?;
         let wanted = order.iter().position(|&c| c == cpu)?;
-        (wanted <= best).then_some(Device { pool: Pool::Host, host_cpu: Some(order[wanted]) })
+        (wanted <= best).then_some(Device {
+            pool: Pool::Host,
+            host_cpu: Some(order[wanted]),
+        })
     }
 
     pub fn pool(&self) -> Pool {
@@ -117,7 +126,6 @@ impl Device {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,9 +149,15 @@ mod tests {
     #[test]
     fn host_variants_up_to_the_best_one_can_be_opened() {
         let best = Device::open(Pool::Host).unwrap().arch();
-        assert_eq!(Device::host_variant("x86-64").unwrap().arch(), "host-x86-64");
+        assert_eq!(
+            Device::host_variant("x86-64").unwrap().arch(),
+            "host-x86-64"
+        );
         let best_cpu = best.strip_prefix("host-").unwrap();
-        let best_cpu = lse_dsl::rt::HOST_CPUS.iter().find(|&&c| c == best_cpu).unwrap();
+        let best_cpu = lse_dsl::rt::HOST_CPUS
+            .iter()
+            .find(|&&c| c == best_cpu)
+            .unwrap();
         assert_eq!(Device::host_variant(best_cpu).unwrap().arch(), best);
         assert!(Device::host_variant("pentium").is_none());
     }

@@ -3,7 +3,10 @@
 
 use half::{bf16, f16};
 use lse_dsl::rt::KernelDef;
-use lse_kernels::lm_head::{lm_head_matrix_bf16, lm_head_matrix_f16, lm_head_matrix_f32, lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
+use lse_kernels::lm_head::{
+    lm_head_matrix_bf16, lm_head_matrix_f16, lm_head_matrix_f32, lm_head_matvec_bf16,
+    lm_head_matvec_f16, lm_head_matvec_f32,
+};
 
 use super::{check_len, to_u32, OpError};
 use crate::device::{Arg, Device};
@@ -55,10 +58,20 @@ impl<'a> HeadWeight<'a> {
 
 /// `out[r, v] = Σ_k hidden[r, k] · weight[v, k]` for `rows = hidden.len() / dim` rows; one row
 /// uses the matrix-vector kernel (serving's shape), more use the matrix kernel (scoring's).
-pub fn lm_head(dev: &Device, hidden: &[f32], dim: usize, weight: HeadWeight<'_>, vocab: usize, out: &mut [f32]) -> Result<(), OpError> {
+pub fn lm_head(
+    dev: &Device,
+    hidden: &[f32],
+    dim: usize,
+    weight: HeadWeight<'_>,
+    vocab: usize,
+    out: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "lm_head";
     if dim == 0 || vocab == 0 {
-        return Err(OpError::Invalid { op: OP, message: format!("dim = {dim} and vocab = {vocab} must be positive") });
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!("dim = {dim} and vocab = {vocab} must be positive"),
+        });
     }
     let rows = hidden.len() / dim;
     check_len(OP, "hidden", hidden.len(), rows * dim)?;
@@ -71,7 +84,13 @@ pub fn lm_head(dev: &Device, hidden: &[f32], dim: usize, weight: HeadWeight<'_>,
         dev.launch(
             weight.matvec_kernel(),
             [blocks, 1, 1],
-            &[Arg::buf(hidden), weight.arg(), Arg::buf_mut(out), Arg::U32(vocab as u32), Arg::U32(dim as u32)],
+            &[
+                Arg::buf(hidden),
+                weight.arg(),
+                Arg::buf_mut(out),
+                Arg::U32(vocab as u32),
+                Arg::U32(dim as u32),
+            ],
         )?;
     } else if rows > 1 {
         let tiles = to_u32(OP, "rows", rows)?.div_ceil(4);

@@ -16,18 +16,33 @@ pub struct LsePick {
 
 /// Reduces each of `rows` rows of `logits` (`[rows, vocab]`) to its maximum, its sum of
 /// exp(logit - maximum) and the logits at `ids` (`[rows, n_ids]`, each `< vocab`).
-pub fn lse_pick(dev: &Device, logits: &[f32], vocab: usize, ids: &[u32], n_ids: usize) -> Result<LsePick, OpError> {
+pub fn lse_pick(
+    dev: &Device,
+    logits: &[f32],
+    vocab: usize,
+    ids: &[u32],
+    n_ids: usize,
+) -> Result<LsePick, OpError> {
     const OP: &str = "logits.lse_pick.v1";
     if vocab == 0 {
-        return Err(OpError::Invalid { op: OP, message: "vocab is 0".into() });
+        return Err(OpError::Invalid {
+            op: OP,
+            message: "vocab is 0".into(),
+        });
     }
     let rows = logits.len() / vocab;
     check_len(OP, "logits", logits.len(), rows * vocab)?;
     check_len(OP, "ids", ids.len(), rows * n_ids)?;
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(OpError::Invalid { op: OP, message: format!("id {bad} is not below the vocabulary size {vocab}") });
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!("id {bad} is not below the vocabulary size {vocab}"),
+        });
     }
-    let mut out = LsePick { stats: vec![0.0; rows * 2], picked: vec![0.0; rows * n_ids] };
+    let mut out = LsePick {
+        stats: vec![0.0; rows * 2],
+        picked: vec![0.0; rows * n_ids],
+    };
     dev.launch(
         &kernel::KERNEL,
         [to_u32(OP, "rows", rows)?, 1, 1],

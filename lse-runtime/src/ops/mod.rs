@@ -18,21 +18,39 @@ use crate::device::LaunchError;
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
     #[error("{op}: {what} has {got} elements, expected {expected}")]
-    Shape { op: &'static str, what: &'static str, got: usize, expected: usize },
+    Shape {
+        op: &'static str,
+        what: &'static str,
+        got: usize,
+        expected: usize,
+    },
     #[error("{op}: {message}")]
     Invalid { op: &'static str, message: String },
     #[error(transparent)]
     Launch(#[from] LaunchError),
 }
 
-fn check_len(op: &'static str, what: &'static str, got: usize, expected: usize) -> Result<(), OpError> {
+fn check_len(
+    op: &'static str,
+    what: &'static str,
+    got: usize,
+    expected: usize,
+) -> Result<(), OpError> {
     if got == expected {
         Ok(())
     } else {
-        Err(OpError::Shape { op, what, got, expected })
+        Err(OpError::Shape {
+            op,
+            what,
+            got,
+            expected,
+        })
     }
 }
 
 fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, OpError> {
-    u32::try_from(v).map_err(|_| OpError::Invalid { op, message: format!("{what} = {v} does not fit in 32 bits") })
+    u32::try_from(v).map_err(|_| OpError::Invalid {
+        op,
+        message: format!("{what} = {v} does not fit in 32 bits"),
+    })
 }

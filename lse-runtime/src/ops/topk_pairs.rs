@@ -22,11 +22,19 @@ pub struct TopK {
 pub fn topk_pairs(dev: &Device, logits: &[f32], vocab: usize, k: usize) -> Result<TopK, OpError> {
     const OP: &str = "topk_pairs.v1";
     if !(1..=MAX_TOP_K).contains(&k) || k > vocab {
-        return Err(OpError::Invalid { op: OP, message: format!("k = {k} must be in 1..={MAX_TOP_K} and at most the vocabulary size {vocab}") });
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!(
+                "k = {k} must be in 1..={MAX_TOP_K} and at most the vocabulary size {vocab}"
+            ),
+        });
     }
     let rows = logits.len() / vocab;
     check_len(OP, "logits", logits.len(), rows * vocab)?;
-    let mut out = TopK { ids: vec![0; rows * k], logits: vec![0.0; rows * k] };
+    let mut out = TopK {
+        ids: vec![0; rows * k],
+        logits: vec![0.0; rows * k],
+    };
     dev.launch(
         &kernel::KERNEL,
         [to_u32(OP, "rows", rows)?, 1, 1],

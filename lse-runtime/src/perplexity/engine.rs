@@ -10,7 +10,9 @@ use super::settings::{EngineSettings, FlashPrefill, Input, Request};
 use crate::device::{Device, DeviceOpenError, LaunchError};
 use crate::model::{HybridLM, ModelError};
 use crate::ops::OpError;
-use crate::scoring::{KldBaseError, OutputError, PerplexityReport, ReportConfig, RowError, WindowError};
+use crate::scoring::{
+    KldBaseError, OutputError, PerplexityReport, ReportConfig, RowError, WindowError,
+};
 
 /// Everything that can stop a scoring run, each with a message that says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -69,17 +71,27 @@ impl Engine {
     /// Opens the device, checks the kernel requirement, then loads the model.
     pub fn open(settings: EngineSettings) -> Result<Engine, EngineError> {
         if settings.batch_size == 0 || settings.ubatch_size == 0 || settings.kv_len == 0 {
-            return Err(EngineError::Invalid("--batch-size, --ubatch-size and --kv-len must be at least 1".into()));
+            return Err(EngineError::Invalid(
+                "--batch-size, --ubatch-size and --kv-len must be at least 1".into(),
+            ));
         }
         let device = Device::open(settings.pool)?;
         if settings.no_cpu_fallback {
             let missing = missing_device_kernels(&device);
             if !missing.is_empty() {
-                return Err(EngineError::MissingDeviceKernels { device: device.arch(), ops: missing });
+                return Err(EngineError::MissingDeviceKernels {
+                    device: device.arch(),
+                    ops: missing,
+                });
             }
         }
         let model = HybridLM::load(&settings.model_dir)?;
-        Ok(Engine { settings, device, model, queue: FifoLock::default() })
+        Ok(Engine {
+            settings,
+            device,
+            model,
+            queue: FifoLock::default(),
+        })
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -91,14 +103,22 @@ impl Engine {
     }
 
     /// Scores one request. Concurrent calls queue and run in arrival order.
-    pub fn perplexity(&self, request: &Request, progress: &Progress) -> Result<PerplexityReport, EngineError> {
+    pub fn perplexity(
+        &self,
+        request: &Request,
+        progress: &Progress,
+    ) -> Result<PerplexityReport, EngineError> {
         let _turn = self.queue.acquire();
         let tokens = match &request.input {
             Input::Text(text) => self.model.encode(text)?,
             Input::Tokens(ids) => ids.clone(),
         };
         let vocab = self.model.config().vocab_size;
-        if let Some((i, id)) = tokens.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+        if let Some((i, id)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= vocab)
+        {
             return Err(EngineError::Invalid(format!(
                 "token id {id} at index {i} is outside the model's vocabulary (vocab_size {vocab})"
             )));
@@ -111,7 +131,15 @@ impl Engine {
         }
         // Refuse an unusable LM head before any work.
         head_weight(&self.model.lm_head())?;
-        run::run(&self.model, &self.device, &self.settings, request, &tokens, self.report_config(), progress)
+        run::run(
+            &self.model,
+            &self.device,
+            &self.settings,
+            request,
+            &tokens,
+            self.report_config(),
+            progress,
+        )
     }
 
     fn report_config(&self) -> ReportConfig {
@@ -143,11 +171,19 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
     // The model is not loaded yet, so its head dtype is unknown; the head's instances come from
     // one LOOM source and are built together, so the bf16 one stands for all three.
     let scoring = [
-        ("lm_head", &lse_kernels::lm_head::lm_head_matrix_bf16::KERNEL),
+        (
+            "lm_head",
+            &lse_kernels::lm_head::lm_head_matrix_bf16::KERNEL,
+        ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
     ];
-    missing.extend(scoring.iter().filter(|(_, k)| !device.has_kernel(k)).map(|(name, _)| name.to_string()));
+    missing.extend(
+        scoring
+            .iter()
+            .filter(|(_, k)| !device.has_kernel(k))
+            .map(|(name, _)| name.to_string()),
+    );
     missing
 }
 

@@ -8,7 +8,10 @@ use super::EngineError;
 use crate::device::Device;
 use crate::model::{DType, LmHeadView};
 use crate::ops::{self, HeadWeight};
-use crate::scoring::{base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldBaseReader, KldBaseWriter, PplAccumulator};
+use crate::scoring::{
+    base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldBaseReader, KldBaseWriter,
+    PplAccumulator,
+};
 
 /// Rows the LM head processes per launch (`config.head_rows`).
 pub const HEAD_ROWS: usize = 128;
@@ -20,20 +23,32 @@ pub enum KldMode {
     /// Record a base: each scored token's NLL and its top-k (id, log-prob) pairs.
     Record { writer: KldBaseWriter, top_k: usize },
     /// Compare with a recorded base.
-    Compare { reader: KldBaseReader, top_k: usize, acc: KldAccumulator },
+    Compare {
+        reader: KldBaseReader,
+        top_k: usize,
+        acc: KldAccumulator,
+    },
 }
 
 /// The head weight as the kernels take it: the stored bytes viewed as bf16, f16 or f32.
 pub fn head_weight<'a>(view: &LmHeadView<'a>) -> Result<HeadWeight<'a>, EngineError> {
     let misaligned = |size: usize| {
         move |e: bytemuck::PodCastError| {
-            EngineError::Unsupported(format!("the LM-head weight is not {size}-byte aligned in its file ({e})"))
+            EngineError::Unsupported(format!(
+                "the LM-head weight is not {size}-byte aligned in its file ({e})"
+            ))
         }
     };
     match view.dtype {
-        DType::BF16 => bytemuck::try_cast_slice::<u8, bf16>(view.bytes).map(HeadWeight::Bf16).map_err(misaligned(2)),
-        DType::F16 => bytemuck::try_cast_slice::<u8, f16>(view.bytes).map(HeadWeight::F16).map_err(misaligned(2)),
-        DType::F32 => bytemuck::try_cast_slice::<u8, f32>(view.bytes).map(HeadWeight::F32).map_err(misaligned(4)),
+        DType::BF16 => bytemuck::try_cast_slice::<u8, bf16>(view.bytes)
+            .map(HeadWeight::Bf16)
+            .map_err(misaligned(2)),
+        DType::F16 => bytemuck::try_cast_slice::<u8, f16>(view.bytes)
+            .map(HeadWeight::F16)
+            .map_err(misaligned(2)),
+        DType::F32 => bytemuck::try_cast_slice::<u8, f32>(view.bytes)
+            .map(HeadWeight::F32)
+            .map_err(misaligned(4)),
     }
 }
 
@@ -51,12 +66,27 @@ pub struct HeadStage<'a> {
 
 impl<'a> HeadStage<'a> {
     pub fn new(dev: &'a Device, weight: HeadWeight<'a>, vocab: usize, dim: usize) -> HeadStage<'a> {
-        HeadStage { dev, weight, vocab, dim, logits: Vec::new(), ids: Vec::new(), picked: Vec::new(), base: Vec::new() }
+        HeadStage {
+            dev,
+            weight,
+            vocab,
+            dim,
+            logits: Vec::new(),
+            ids: Vec::new(),
+            picked: Vec::new(),
+            base: Vec::new(),
+        }
     }
 
     /// Scores up to [`HEAD_ROWS`] rows: `hidden` is `[n, dim]`, `targets` the `n` tokens the
     /// rows predict. Adds each NLL to `acc` and records or compares per `mode`.
-    pub fn score_block(&mut self, hidden: &[f32], targets: &[u32], mode: &mut KldMode, acc: &mut PplAccumulator) -> Result<(), EngineError> {
+    pub fn score_block(
+        &mut self,
+        hidden: &[f32],
+        targets: &[u32],
+        mode: &mut KldMode,
+        acc: &mut PplAccumulator,
+    ) -> Result<(), EngineError> {
         let n = targets.len();
         debug_assert!(n <= HEAD_ROWS && hidden.len() == n * self.dim);
         let v = self.vocab;
@@ -73,7 +103,9 @@ impl<'a> HeadStage<'a> {
         for &t in targets {
             self.ids.push(t);
             if let KldMode::Compare { reader, .. } = mode {
-                let rec = reader.next_record()?.ok_or_else(|| EngineError::BaseEnded(reader.path().display().to_string()))?;
+                let rec = reader
+                    .next_record()?
+                    .ok_or_else(|| EngineError::BaseEnded(reader.path().display().to_string()))?;
                 self.ids.extend(&rec.ids);
                 self.base.push(rec);
             }
@@ -81,7 +113,9 @@ impl<'a> HeadStage<'a> {
         let pick = ops::lse_pick(self.dev, &self.logits, v, &self.ids, per_row)?;
         let top = match mode {
             KldMode::Off => None,
-            KldMode::Record { top_k, .. } => Some(ops::topk_pairs(self.dev, &self.logits, v, *top_k)?),
+            KldMode::Record { top_k, .. } => {
+                Some(ops::topk_pairs(self.dev, &self.logits, v, *top_k)?)
+            }
             KldMode::Compare { .. } => Some(ops::topk_pairs(self.dev, &self.logits, v, 1)?),
         };
 
@@ -96,11 +130,16 @@ impl<'a> HeadStage<'a> {
                 argmax: 0,
             };
             match mode {
-                KldMode::Off => acc.add(crate::scoring::stats::row_nll(row.max_logit, row.sum_exp, row.target_logit)?),
+                KldMode::Off => acc.add(crate::scoring::stats::row_nll(
+                    row.max_logit,
+                    row.sum_exp,
+                    row.target_logit,
+                )?),
                 KldMode::Record { writer, top_k } => {
                     let top = top.as_ref().expect("top-k runs when recording");
                     self.picked.clear();
-                    self.picked.extend_from_slice(&top.logits[r * *top_k..(r + 1) * *top_k]);
+                    self.picked
+                        .extend_from_slice(&top.logits[r * *top_k..(r + 1) * *top_k]);
                     row.picked_logits = &self.picked;
                     let rec = base_record(&row, &top.ids[r * *top_k..(r + 1) * *top_k])?;
                     writer.write(&rec)?;
@@ -123,7 +162,12 @@ mod tests {
     use super::*;
 
     fn view(dtype: DType, bytes: &[u8]) -> LmHeadView<'_> {
-        LmHeadView { dtype, vocab: 2, hidden: 1, bytes }
+        LmHeadView {
+            dtype,
+            vocab: 2,
+            hidden: 1,
+            bytes,
+        }
     }
 
     #[test]
@@ -131,12 +175,24 @@ mod tests {
         // f32 alignment covers the 2-byte types too.
         let words = [1.5f32, -2.0];
         let bytes: &[u8] = bytemuck::cast_slice(&words);
-        let Ok(HeadWeight::F32(w)) = head_weight(&view(DType::F32, bytes)) else { panic!("f32 head") };
+        let Ok(HeadWeight::F32(w)) = head_weight(&view(DType::F32, bytes)) else {
+            panic!("f32 head")
+        };
         assert_eq!(w, &words);
-        let Ok(HeadWeight::F16(w)) = head_weight(&view(DType::F16, &bytes[..4])) else { panic!("f16 head") };
-        assert_eq!(w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), [0u16, 0x3fc0]);
-        let Ok(HeadWeight::Bf16(w)) = head_weight(&view(DType::BF16, &bytes[4..])) else { panic!("bf16 head") };
-        assert_eq!(w.iter().map(|x| x.to_f32()).collect::<Vec<_>>(), [0.0, -2.0]);
+        let Ok(HeadWeight::F16(w)) = head_weight(&view(DType::F16, &bytes[..4])) else {
+            panic!("f16 head")
+        };
+        assert_eq!(
+            w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            [0u16, 0x3fc0]
+        );
+        let Ok(HeadWeight::Bf16(w)) = head_weight(&view(DType::BF16, &bytes[4..])) else {
+            panic!("bf16 head")
+        };
+        assert_eq!(
+            w.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
+            [0.0, -2.0]
+        );
     }
 
     #[test]

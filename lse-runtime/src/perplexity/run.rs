@@ -12,8 +12,8 @@ use crate::generator::Generator;
 use crate::model::HybridLM;
 use crate::scoring::report::{rate, REPORT_OBJECT};
 use crate::scoring::{
-    token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport, PerplexityReport, PplAccumulator,
-    ReportConfig, Window, WindowPlan, WindowReport,
+    token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport,
+    PerplexityReport, PplAccumulator, ReportConfig, Window, WindowPlan, WindowReport,
 };
 
 pub(super) fn run(
@@ -29,7 +29,13 @@ pub(super) fn run(
     let cfg = model.config();
     let (vocab, dim) = (cfg.vocab_size, cfg.hidden_size);
     let stride = request.stride.unwrap_or(request.ctx);
-    let plan = WindowPlan::new(tokens.len(), request.method, request.ctx, stride, request.chunks)?;
+    let plan = WindowPlan::new(
+        tokens.len(),
+        request.method,
+        request.ctx,
+        stride,
+        request.chunks,
+    )?;
 
     if request.kld_base_out.is_some() && request.kld_base.is_some() {
         return Err(EngineError::Invalid(
@@ -39,15 +45,24 @@ pub(super) fn run(
     let mut mode = if let Some(path) = &request.kld_base_out {
         let k = request.kld_top_k;
         if !(1..=32).contains(&k) || k > vocab {
-            return Err(EngineError::Invalid(format!("--perplexity-kld-top-k {k} must be in 1..=32 and at most the vocabulary ({vocab})")));
+            return Err(EngineError::Invalid(format!(
+                "--perplexity-kld-top-k {k} must be in 1..=32 and at most the vocabulary ({vocab})"
+            )));
         }
         let header = KldBaseHeader::for_plan(tokens, &plan, k as u32, vocab as u32);
-        KldMode::Record { writer: KldBaseWriter::create(path, header)?, top_k: k }
+        KldMode::Record {
+            writer: KldBaseWriter::create(path, header)?,
+            top_k: k,
+        }
     } else if let Some(path) = &request.kld_base {
         let reader = KldBaseReader::open(path)?;
         let top_k = reader.header().top_k;
         reader.check_compatible(&KldBaseHeader::for_plan(tokens, &plan, top_k, vocab as u32))?;
-        KldMode::Compare { reader, top_k: top_k as usize, acc: KldAccumulator::default() }
+        KldMode::Compare {
+            reader,
+            top_k: top_k as usize,
+            acc: KldAccumulator::default(),
+        }
     } else {
         KldMode::Off
     };
@@ -79,7 +94,12 @@ pub(super) fn run(
                     reader.remaining()
                 )));
             }
-            Some(KldReport::new(&base_name(reader.path()), top_k as u32, acc.count(), &acc.summary()))
+            Some(KldReport::new(
+                &base_name(reader.path()),
+                top_k as u32,
+                acc.count(),
+                &acc.summary(),
+            ))
         }
     };
 
@@ -121,7 +141,8 @@ fn score_window(
     let window = &tokens[w.begin..w.end];
     let rows = w.logit_rows();
     let mut acc = PplAccumulator::default();
-    for pass in Generator::prefill_passes(window.len(), settings.batch_size, settings.ubatch_size)? {
+    for pass in Generator::prefill_passes(window.len(), settings.batch_size, settings.ubatch_size)?
+    {
         let hidden = model.hidden(&mut session, &window[pass.clone()])?;
         let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
         let mut b = lo;
