@@ -18,40 +18,33 @@
 use loom::kernel;
 
 /// `hidden`: `[rows, dim]` f32; `w`: `[vocab, dim]` in the instance's element type; `out`:
-/// `[rows, vocab]` f32. Grid: x = ceil(vocab / 256) column blocks, y = ceil(rows / 4) row tiles.
-#[kernel(name = "lm_head.matrix", version = 1, workgroup = 256, elem = [bf16, f16, f32])]
+/// `[rows, vocab]` f32. Grid: x = ceil(vocab / 64) column blocks, y = ceil(rows / 16) row tiles.
+#[kernel(name = "lm_head.matrix", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
 fn lm_head_matrix<W>(hidden: &[f32], w: &[W], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
-    const TILE: u32 = 4;
-    let col = group_id() * group_size() + local_id();
-    let r0 = group_id_y() * TILE;
-    // Rows past the end re-read the last row; their results are not stored.
+    const ROWS: u32 = 16;
+    const WG: u32 = 64;
+    let acc = shared::<f32>(ROWS * WG);
+    let lid = local_id();
+    let col = group_id() * WG + lid;
+    let r0 = group_id_y() * ROWS;
+    // Columns and rows past the end re-read the last one; their results are not stored.
     let last = rows - 1;
-    let h0 = min(r0, last) * dim;
-    let h1 = min(r0 + 1, last) * dim;
-    let h2 = min(r0 + 2, last) * dim;
-    let h3 = min(r0 + 3, last) * dim;
+    let wrow = min(col, vocab - 1) * dim;
+    for r in 0..ROWS {
+        acc[r * WG + lid] = 0.0;
+    }
+    for k in 0..dim {
+        let wk = to_f32(w[wrow + k]);
+        for r in 0..ROWS {
+            let h = hidden[min(r0 + r, last) * dim + k];
+            acc[r * WG + lid] = fma(h, wk, acc[r * WG + lid]);
+        }
+    }
     if col < vocab {
-        let wrow = col * dim;
-        let mut a0 = 0.0;
-        let mut a1 = 0.0;
-        let mut a2 = 0.0;
-        let mut a3 = 0.0;
-        for k in 0..dim {
-            let wk = to_f32(w[wrow + k]);
-            a0 = fma(hidden[h0 + k], wk, a0);
-            a1 = fma(hidden[h1 + k], wk, a1);
-            a2 = fma(hidden[h2 + k], wk, a2);
-            a3 = fma(hidden[h3 + k], wk, a3);
-        }
-        out[r0 * vocab + col] = a0;
-        if r0 + 1 < rows {
-            out[(r0 + 1) * vocab + col] = a1;
-        }
-        if r0 + 2 < rows {
-            out[(r0 + 2) * vocab + col] = a2;
-        }
-        if r0 + 3 < rows {
-            out[(r0 + 3) * vocab + col] = a3;
+        for r in 0..ROWS {
+            if r0 + r < rows {
+                out[(r0 + r) * vocab + col] = acc[r * WG + lid];
+            }
         }
     }
 }

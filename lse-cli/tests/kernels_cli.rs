@@ -3,37 +3,87 @@
 use std::process::Command;
 
 fn lse(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lse")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn list_shows_each_kernel_with_registers_per_arch() {
     let (ok, out, _) = lse(&["kernels", "list"]);
     assert!(ok);
-    for id in ["logits.lse_pick.v1", "topk_pairs.v1", "lm_head.matrix_bf16.v1", "lm_head.matvec_f32.v1"] {
-        let line = out.lines().find(|l| l.starts_with(id)).unwrap_or_else(|| panic!("{id} missing:\n{out}"));
-        assert!(line.contains("workgroup") && line.contains("gfx1201,gfx1100,gfx942"), "{line}");
+    for id in [
+        "logits.lse_pick.v1",
+        "topk_pairs.v1",
+        "lm_head.matrix_bf16.v1",
+        "lm_head.matvec_f32.v1",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} missing:\n{out}"));
+        assert!(
+            line.contains("workgroup") && line.contains("gfx1201,gfx1100,gfx942"),
+            "{line}"
+        );
     }
-    assert!(out.lines().any(|l| l.trim_start().starts_with("gfx942") && l.contains("vgpr")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("gfx942") && l.contains("vgpr")),
+        "{out}"
+    );
 }
 
 #[test]
 fn show_prints_every_stage() {
     let (ok, ir, _) = lse(&["kernels", "show", "logits.lse_pick.v1", "--emit", "ir"]);
-    assert!(ok && ir.contains("kernel logits.lse_pick version 1"), "{ir}");
+    assert!(
+        ok && ir.contains("kernel logits.lse_pick version 1"),
+        "{ir}"
+    );
     let (ok, rust, _) = lse(&["kernels", "show", "topk_pairs", "--emit", "rust"]);
     assert!(ok && rust.contains("pub fn topk_pairs("), "{rust}");
     let (ok, llvm, _) = lse(&["kernels", "show", "topk_pairs", "--emit", "llvm"]);
-    assert!(ok && llvm.contains("define") && llvm.contains("loom_host_topk_pairs"), "{llvm}");
-    let (ok, asm, _) = lse(&["kernels", "show", "logits.lse_pick", "--emit", "asm", "--arch", "gfx1201"]);
+    assert!(
+        ok && llvm.contains("define") && llvm.contains("loom_host_topk_pairs"),
+        "{llvm}"
+    );
+    let (ok, asm, _) = lse(&[
+        "kernels",
+        "show",
+        "logits.lse_pick",
+        "--emit",
+        "asm",
+        "--arch",
+        "gfx1201",
+    ]);
     assert!(ok && asm.contains("s_endpgm"), "{asm}");
 }
 
 #[test]
 fn unknown_kernels_and_archs_are_named() {
     let (ok, _, err) = lse(&["kernels", "show", "nope"]);
-    assert!(!ok && err.contains("no kernel named \"nope\"") && err.contains("topk_pairs.v1"), "{err}");
-    let (ok, _, err) = lse(&["kernels", "show", "topk_pairs", "--emit", "asm", "--arch", "gfx803"]);
-    assert!(!ok && err.contains("gfx803") && err.contains("gfx1201"), "{err}");
+    assert!(
+        !ok && err.contains("no kernel named \"nope\"") && err.contains("topk_pairs.v1"),
+        "{err}"
+    );
+    let (ok, _, err) = lse(&[
+        "kernels",
+        "show",
+        "topk_pairs",
+        "--emit",
+        "asm",
+        "--arch",
+        "gfx803",
+    ]);
+    assert!(
+        !ok && err.contains("gfx803") && err.contains("gfx1201"),
+        "{err}"
+    );
 }

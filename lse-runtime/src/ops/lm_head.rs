@@ -11,6 +11,9 @@ use lse_kernels::lm_head::{
 use super::{check_len, to_u32, OpError};
 use crate::device::{Arg, Device};
 
+/// Rows per workgroup of `lm_head.matrix_*` (its `ROWS` constant).
+const MATRIX_ROW_TILE: u32 = 16;
+
 /// The head's weight, `[vocab, dim]`, in its stored dtype.
 #[derive(Clone, Copy, Debug)]
 pub enum HeadWeight<'a> {
@@ -79,8 +82,9 @@ pub fn lm_head(
     check_len(OP, "out", out.len(), rows * vocab)?;
     to_u32(OP, "vocab * dim", vocab * dim)?;
     to_u32(OP, "rows * vocab", rows * vocab)?;
-    let blocks = to_u32(OP, "vocab", vocab)?.div_ceil(256);
+    let vocab32 = to_u32(OP, "vocab", vocab)?;
     if rows == 1 {
+        let blocks = vocab32.div_ceil(weight.matvec_kernel().workgroup_size);
         dev.launch(
             weight.matvec_kernel(),
             [blocks, 1, 1],
@@ -93,7 +97,8 @@ pub fn lm_head(
             ],
         )?;
     } else if rows > 1 {
-        let tiles = to_u32(OP, "rows", rows)?.div_ceil(4);
+        let blocks = vocab32.div_ceil(weight.matrix_kernel().workgroup_size);
+        let tiles = to_u32(OP, "rows", rows)?.div_ceil(MATRIX_ROW_TILE);
         dev.launch(
             weight.matrix_kernel(),
             [blocks, tiles, 1],
