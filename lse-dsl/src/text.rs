@@ -11,8 +11,7 @@ use std::fmt::Write;
 use sha2::{Digest, Sha256};
 
 use crate::ir::{
-    Access, BinOp, Block, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty,
-    UnOp,
+    Access, Block, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty, UnOp,
 };
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
@@ -223,7 +222,7 @@ impl Printer<'_> {
                 format!("{sym}{}", self.expr(a))
             }
             ExprKind::Binary(op, a, b) => {
-                format!("({} {} {})", self.expr(a), binop(*op), self.expr(b))
+                format!("({} {} {})", self.expr(a), op.symbol(), self.expr(b))
             }
             ExprKind::Cast(a) => format!("({} as {})", self.expr(a), e.ty.rust_name()),
             ExprKind::Math(f, args) => {
@@ -276,30 +275,6 @@ fn builtin(b: Builtin) -> &'static str {
     }
 }
 
-fn binop(op: BinOp) -> &'static str {
-    use BinOp::*;
-    match op {
-        Add => "+",
-        Sub => "-",
-        Mul => "*",
-        Div => "/",
-        Rem => "%",
-        BitAnd => "&",
-        BitOr => "|",
-        BitXor => "^",
-        Shl => "<<",
-        Shr => ">>",
-        And => "&&",
-        Or => "||",
-        Lt => "<",
-        Le => "<=",
-        Gt => ">",
-        Ge => ">=",
-        Eq => "==",
-        Ne => "!=",
-    }
-}
-
 fn math_name(f: MathFn) -> &'static str {
     match f {
         MathFn::Exp => "exp",
@@ -330,7 +305,7 @@ fn collective_name(op: CollectiveOp) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Local, SharedArray};
+    use crate::ir::{BinOp, Local, SharedArray};
 
     fn kernel() -> Kernel {
         let i = Expr::new(ExprKind::Var(0), Ty::U32);

@@ -14,8 +14,8 @@ use super::cx::{Binding, Cx};
 use super::fold::fold;
 use super::literal::{literal, path_constant};
 use super::syntax::{
-    arith_op, block_expr, compound_op, err, expect, needs_context, op_symbol, storage_value_msg,
-    strip, text, unsupported_kind,
+    arith_op, block_expr, compound_op, err, expect, needs_context, storage_value_msg, strip, text,
+    unsupported_kind,
 };
 use super::types::{named_ty, ty_list, type_text, NUMERIC};
 use crate::ir::{Access, BinOp, Expr, ExprKind, Param, Ty, UnOp};
@@ -199,9 +199,9 @@ impl Cx {
             let l = self.expr_of(
                 &b.left,
                 Ty::Bool,
-                &format!("the left operand of `{}`", op_symbol(op)),
+                &format!("the left operand of `{}`", op.symbol()),
             )?;
-            let what = format!("the right operand of `{}`", op_symbol(op));
+            let what = format!("the right operand of `{}`", op.symbol());
             let r = self.without_hoist(
                 "the right operand of `&&`/`||` (it is evaluated lazily)",
                 |cx| cx.expr_of(&b.right, Ty::Bool, &what),
@@ -214,7 +214,7 @@ impl Cx {
 
     /// Type-checks `l op r` and builds it (folded when both sides are constants).
     pub(super) fn make_binary(&self, op: BinOp, l: Expr, r: Expr, span: Span) -> syn::Result<Expr> {
-        let sym = op_symbol(op);
+        let sym = op.symbol();
         if l.ty != r.ty {
             return err(
                 span,

@@ -86,30 +86,6 @@ pub(super) fn compound_op(op: &syn::BinOp) -> Option<BinOp> {
     })
 }
 
-pub(super) fn op_symbol(op: BinOp) -> &'static str {
-    use BinOp::*;
-    match op {
-        Add => "+",
-        Sub => "-",
-        Mul => "*",
-        Div => "/",
-        Rem => "%",
-        BitAnd => "&",
-        BitOr => "|",
-        BitXor => "^",
-        Shl => "<<",
-        Shr => ">>",
-        And => "&&",
-        Or => "||",
-        Lt => "<",
-        Le => "<=",
-        Gt => ">",
-        Ge => ">=",
-        Eq => "==",
-        Ne => "!=",
-    }
-}
-
 /// The message for using a 16-bit storage value as a number.
 pub(super) fn storage_value_msg(ty: Ty, what: &str) -> String {
     let conv = if ty == Ty::Bf16 {
