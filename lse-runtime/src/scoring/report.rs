@@ -108,7 +108,7 @@ pub struct ReportConfig {
     pub cpu_fallback_allowed: bool,
 }
 
-/// The `kld` block.
+/// The `kld` block: which base, then the statistics in the brief's order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KldReport {
     /// The base file as given on the command line.
@@ -117,38 +117,9 @@ pub struct KldReport {
     pub top_k: u32,
     /// Tokens compared.
     pub tokens: u64,
-    /// exp(mean base NLL).
-    pub base_perplexity: f64,
-    /// exp(mean NLL) of this run.
-    pub perplexity: f64,
-    /// perplexity − base_perplexity.
-    pub delta_perplexity: f64,
-    /// perplexity / base_perplexity.
-    pub perplexity_ratio: f64,
-    /// mean(nll − base nll).
-    pub mean_log_ratio: f64,
-    /// Its uncertainty.
-    pub mean_log_ratio_uncertainty: f64,
-    /// Mean coarsened KL divergence.
-    pub mean_kld: f64,
-    /// Its uncertainty.
-    pub mean_kld_uncertainty: f64,
-    /// 99th percentile of per-token KLD.
-    pub kld_p99: f64,
-    /// Largest per-token KLD.
-    pub kld_max: f64,
-    /// Fraction of tokens with the same top-1 id.
-    pub same_top: f64,
-    /// Its uncertainty.
-    pub same_top_uncertainty: f64,
-    /// Mean change in the correct token's probability.
-    pub mean_delta_p: f64,
-    /// Its uncertainty.
-    pub mean_delta_p_uncertainty: f64,
-    /// RMS of that change.
-    pub rms_delta_p: f64,
-    /// Mean base probability mass of the top-k ids.
-    pub mean_base_top_mass: f64,
+    /// The statistics, flattened into this object.
+    #[serde(flatten)]
+    pub stats: KldSummary,
 }
 
 impl KldReport {
@@ -158,22 +129,7 @@ impl KldReport {
             base: base.to_string(),
             top_k,
             tokens,
-            base_perplexity: s.base_perplexity,
-            perplexity: s.perplexity,
-            delta_perplexity: s.delta_perplexity,
-            perplexity_ratio: s.perplexity_ratio,
-            mean_log_ratio: s.mean_log_ratio,
-            mean_log_ratio_uncertainty: s.mean_log_ratio_uncertainty,
-            mean_kld: s.mean_kld,
-            mean_kld_uncertainty: s.mean_kld_uncertainty,
-            kld_p99: s.kld_p99,
-            kld_max: s.kld_max,
-            same_top: s.same_top,
-            same_top_uncertainty: s.same_top_uncertainty,
-            mean_delta_p: s.mean_delta_p,
-            mean_delta_p_uncertainty: s.mean_delta_p_uncertainty,
-            rms_delta_p: s.rms_delta_p,
-            mean_base_top_mass: s.mean_base_top_mass,
+            stats: *s,
         }
     }
 }
