@@ -15,7 +15,7 @@ model=tests/data/models/big_vocab_bf16
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 20000 data/wikitext-2-raw/wiki.test.raw > "$work/sample.txt"
-common=(--model "$model" --perplexity "$work/sample.txt" --perplexity-ctx 128 --quiet)
+common=(--model "$model" --perplexity "$work/sample.txt" --perplexity-ctx 128 --perplexity-chunks 8 --quiet)
 
 echo "== base: f32 KV cache on the cpu device (generated Rust kernels)"
 "$lse" perplexity "${common[@]}" --pool cpu --kv-cache-dtype f32 \
