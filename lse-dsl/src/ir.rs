@@ -8,6 +8,10 @@
 //!
 //! Semantics every backend must follow (the differential tests hold them to it):
 //! - Integer `+ - *` wrap (two's complement). Shifts take the shift amount modulo 32.
+//!   Exception: in a buffer or shared-array index, the `+`/`*` operations at the top of
+//!   the index (its sum of products, not operands of other operators) must not wrap as
+//!   `u32`: an index whose arithmetic would wrap is out of bounds, hence undefined, and
+//!   lowerings may assume it does not happen (LLVM `nuw`).
 //!   Integer division or remainder by zero is undefined (the CPU reference panics).
 //! - Float to integer casts saturate and map NaN to 0 (Rust `as`, LLVM `fptosi.sat`).
 //! - `max`/`min` on floats ignore a NaN operand (IEEE maxNum/minNum, Rust `f32::max`).
@@ -301,6 +305,31 @@ pub enum BinOp {
 }
 
 impl BinOp {
+    /// The Rust operator a kernel author writes.
+    pub fn symbol(self) -> &'static str {
+        use BinOp::*;
+        match self {
+            Add => "+",
+            Sub => "-",
+            Mul => "*",
+            Div => "/",
+            Rem => "%",
+            BitAnd => "&",
+            BitOr => "|",
+            BitXor => "^",
+            Shl => "<<",
+            Shr => ">>",
+            And => "&&",
+            Or => "||",
+            Lt => "<",
+            Le => "<=",
+            Gt => ">",
+            Ge => ">=",
+            Eq => "==",
+            Ne => "!=",
+        }
+    }
+
     /// Comparisons and logical ops produce `bool`.
     pub fn is_comparison(self) -> bool {
         matches!(

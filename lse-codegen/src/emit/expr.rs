@@ -86,8 +86,27 @@ impl Emitter<'_> {
 
     /// `zext` of a u32 index to i64.
     fn index64(&mut self, index: &Expr) -> String {
-        let i = self.expr(index);
+        let i = self.index(index);
         self.b.op(format!("zext i32 {i} to i64"))
+    }
+
+    /// Lowers an index expression. The `+`/`*` spine of a `u32` index (the sum of products
+    /// at its top, not operands of other operators) is evaluated without wrap-around (LOOM
+    /// semantics: an index whose arithmetic would wrap is out of bounds, hence undefined),
+    /// so it gets `nuw`: LLVM can then distribute the zero-extension to i64 over the terms
+    /// and see consecutive or uniform addresses across work-items.
+    fn index(&mut self, e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Binary(op @ (BinOp::Add | BinOp::Mul), a, b)
+                if e.ty == Ty::U32 && a.ty == Ty::U32 && b.ty == Ty::U32 =>
+            {
+                let av = self.index(a);
+                let bv = self.index(b);
+                let inst = if *op == BinOp::Add { "add" } else { "mul" };
+                self.b.op(format!("{inst} nuw i32 {av}, {bv}"))
+            }
+            _ => self.expr(e),
+        }
     }
 
     /// Address of `buf[index]`.
@@ -116,7 +135,16 @@ impl Emitter<'_> {
                 "poison".into()
             }
         };
-        let i = self.expr(index);
+        let i = self.index(index);
+        if self.shared_ptr == "ptr" {
+            // 64-bit host pointers: a zero-extended index keeps the `nuw` terms visible.
+            let i = self.b.op(format!("zext i32 {i} to i64"));
+            return self.b.op(format!(
+                "getelementptr inbounds {}, {} {base}, i64 {i}",
+                lty(ty),
+                self.shared_ptr
+            ));
+        }
         self.b.op(format!(
             "getelementptr inbounds {}, {} {base}, i32 {i}",
             lty(ty),

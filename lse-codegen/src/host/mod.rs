@@ -135,8 +135,15 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         out.push_str(d);
         out.push('\n');
     }
+    // LLVM prefers 256-bit vectors on AVX-512 cpus by default (clock throttling on old
+    // parts); the work-item loops are plain streams of FMAs, which gain from full width.
+    let width = if cpu == "x86-64-v4" {
+        " \"prefer-vector-width\"=\"512\""
+    } else {
+        ""
+    };
     out.push_str(&format!(
-        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\" }}\n\n"
+        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\"{width} }}\n\n"
     ));
     for m in &e.b.metadata {
         out.push_str(m);
@@ -185,11 +192,17 @@ impl HostPhases {
         let group = e.b.md("distinct !{}");
         let par =
             e.b.md(&format!("!{{!\"llvm.loop.parallel_accesses\", {group}}}"));
+        // Full unrolling would run before the vectoriser and erase the work-item loop (its
+        // trip count is a small constant), leaving the vectoriser the enclosing loop, where
+        // accesses are strided: the vectoriser interleaves instead.
+        let no_unroll = e.b.md("!{!\"llvm.loop.unroll.disable\"}");
         let lmd = if force_vectorize {
             let vec = e.b.md("!{!\"llvm.loop.vectorize.enable\", i1 true}");
-            e.b.md(&format!("distinct !{{{{self}}, {par}, {vec}}}"))
+            e.b.md(&format!(
+                "distinct !{{{{self}}, {par}, {no_unroll}, {vec}}}"
+            ))
         } else {
-            e.b.md(&format!("distinct !{{{{self}}, {par}}}"))
+            e.b.md(&format!("distinct !{{{{self}}, {par}, {no_unroll}}}"))
         };
         let pre = e.b.cur.clone();
         let (lbody, latch, exit) = (

@@ -359,3 +359,20 @@ fn host_text_has_the_entry_abi() {
     assert!(host_llvm_text(&w, "pentium").starts_with("; LOOM emit error"));
     assert!(compile_host(&w, "pentium").is_err());
 }
+
+#[test]
+fn index_arithmetic_is_non_wrapping_and_work_item_loops_stay_rolled() {
+    // `w[row * k_len + k]`: the index's sum of products gets `nuw`, so LLVM can split the
+    // zero-extension over its terms.
+    let k = kernels::dot_rows();
+    let t = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4");
+    assert!(t.contains("mul nuw i32"), "{t}");
+    assert!(t.contains("llvm.loop.unroll.disable"), "{t}");
+    assert!(t.contains("\"prefer-vector-width\"=\"512\""), "{t}");
+    // Arithmetic outside an index keeps wrapping semantics: `store_id`'s `gid * g + lid`
+    // is a `let` and its stored value `gid * scale` is not an index.
+    let k = kernels::store_id();
+    let t = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v3");
+    assert!(!t.contains("mul nuw"), "{t}");
+    assert!(!t.contains("prefer-vector-width"), "{t}");
+}
