@@ -75,6 +75,41 @@ impl<'m> Generator<'m> {
         Ok(out)
     }
 
+    /// Scores a prompt the way serving prefills it: runs `tokens` through the pass plan and,
+    /// after each pass, hands the final hidden rows of the positions in `rows` that the pass
+    /// produced to `head`, at most `head_rows` rows at a time, as `(hidden [n, H], positions)`.
+    ///
+    /// Fails before any work if the prompt does not fit in the remaining KV capacity.
+    pub fn score<E: From<ModelError>>(
+        &mut self,
+        tokens: &[u32],
+        rows: Range<usize>,
+        batch_size: usize,
+        ubatch_size: usize,
+        head_rows: usize,
+        mut head: impl FnMut(&[f32], Range<usize>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let plan = Self::prefill_passes(tokens.len(), batch_size, ubatch_size)?;
+        self.session.check_fits(tokens.len())?;
+        let dim = self.model.config().hidden_size;
+        for pass in plan {
+            let hidden = self
+                .model
+                .hidden(&mut self.session, &tokens[pass.clone()])?;
+            let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
+            let mut b = lo;
+            while b < hi {
+                let e = (b + head_rows.max(1)).min(hi);
+                head(
+                    &hidden[(b - pass.start) * dim..(e - pass.start) * dim],
+                    b..e,
+                )?;
+                b = e;
+            }
+        }
+        Ok(())
+    }
+
     /// The session (position, caches).
     pub fn session(&self) -> &Session {
         &self.session

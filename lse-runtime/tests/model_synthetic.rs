@@ -8,7 +8,7 @@ use lse_runtime::model::synthetic::{
     write_random_model, write_safetensors, SyntheticSpec, TensorDecl,
 };
 use lse_runtime::model::weights::WeightStore;
-use lse_runtime::model::{DType, HybridLM, ModelConfig, MoeConfig};
+use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, MoeConfig};
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32)
@@ -364,4 +364,42 @@ fn qwen_tokenizer_adds_no_bos() {
     assert_eq!(t.bos(), None);
     let ids = t.encode("Hello world").unwrap();
     assert!(!ids.is_empty() && ids.len() <= 3, "{ids:?}");
+}
+
+#[test]
+fn score_hands_the_head_exactly_the_requested_rows_in_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SyntheticSpec::tiny();
+    write_random_model(dir.path(), &spec, 11).unwrap();
+    let model = HybridLM::load(dir.path()).unwrap();
+    let toks = tokens(90, spec.vocab_size);
+    let dim = model.config().hidden_size;
+    let whole = Generator::new(&model, DType::F32, 128)
+        .unwrap()
+        .prefill(&toks, 90, 90)
+        .unwrap();
+
+    // Passes of 7 tokens, blocks of at most 4 rows, rows 40..83 wanted.
+    let mut got = Vec::new();
+    let mut g = Generator::new(&model, DType::F32, 128).unwrap();
+    g.score(
+        &toks,
+        40..83,
+        16,
+        7,
+        4,
+        |hidden: &[f32], rows: std::ops::Range<usize>| -> Result<(), ModelError> {
+            assert!(rows.len() <= 4 && !rows.is_empty());
+            assert_eq!(hidden.len(), rows.len() * dim);
+            got.push((rows, hidden.to_vec()));
+            Ok(())
+        },
+    )
+    .unwrap();
+    let delivered: Vec<usize> = got.iter().flat_map(|(r, _)| r.clone()).collect();
+    assert_eq!(delivered, (40..83).collect::<Vec<_>>());
+    for (rows, hidden) in &got {
+        let want = &whole[rows.start * dim..rows.end * dim];
+        assert!(max_abs(hidden, want) < 1e-4, "rows {rows:?}");
+    }
 }

@@ -127,7 +127,7 @@ pub(super) fn run(
     })
 }
 
-/// Runs one window in a fresh session and scores its targets.
+/// Runs one window in a fresh session through `Generator::score` and scores its targets.
 fn score_window(
     model: &HybridLM,
     settings: &EngineSettings,
@@ -136,22 +136,23 @@ fn score_window(
     tokens: &[u32],
     w: &Window,
 ) -> Result<PplAccumulator, EngineError> {
-    let dim = model.config().hidden_size;
-    let mut session = model.new_session(settings.kv_cache_dtype.dtype(), settings.kv_len)?;
+    let mut generator = Generator::new(model, settings.kv_cache_dtype.dtype(), settings.kv_len)?;
     let window = &tokens[w.begin..w.end];
-    let rows = w.logit_rows();
     let mut acc = PplAccumulator::default();
-    for pass in Generator::prefill_passes(window.len(), settings.batch_size, settings.ubatch_size)?
-    {
-        let hidden = model.hidden(&mut session, &window[pass.clone()])?;
-        let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
-        let mut b = lo;
-        while b < hi {
-            let e = (b + HEAD_ROWS).min(hi);
-            let h = &hidden[(b - pass.start) * dim..(e - pass.start) * dim];
-            head.score_block(h, &window[b + 1..e + 1], mode, &mut acc)?;
-            b = e;
-        }
-    }
+    generator.score(
+        window,
+        w.logit_rows(),
+        settings.batch_size,
+        settings.ubatch_size,
+        HEAD_ROWS,
+        |hidden, rows| {
+            head.score_block(
+                hidden,
+                &window[rows.start + 1..rows.end + 1],
+                mode,
+                &mut acc,
+            )
+        },
+    )?;
     Ok(acc)
 }
