@@ -36,23 +36,32 @@ fn lse(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Runs `lse perplexity` on the big-vocabulary golden model and returns the parsed report.
-fn perplexity(dir: &Path, extra: &[&str]) -> Value {
+/// Runs `lse perplexity` on the big-vocabulary golden model and the golden's text (written
+/// into `dir`), with `extra` options.
+fn on_sample(dir: &Path, extra: &[&str]) -> Output {
     let text = golden_text(dir);
     let model = big_vocab_model();
-    let mut args = vec![
-        "perplexity",
-        "--model",
-        model.to_str().unwrap(),
-        "--perplexity",
-        text.to_str().unwrap(),
-        "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let out = lse(&args);
+    let (model, text) = (model.to_str().unwrap(), text.to_str().unwrap());
+    lse(&[
+        &[
+            "perplexity",
+            "--model",
+            model,
+            "--perplexity",
+            text,
+            "--quiet",
+        ],
+        extra,
+    ]
+    .concat())
+}
+
+/// [`on_sample`], which must succeed; returns the parsed report.
+fn perplexity(dir: &Path, extra: &[&str]) -> Value {
+    let out = on_sample(dir, extra);
     assert!(
         out.status.success(),
-        "lse {args:?} failed: {}",
+        "lse perplexity {extra:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
@@ -260,31 +269,25 @@ fn kl_divergence_of_a_run_against_its_own_base_is_zero_and_refuses_mismatches() 
     assert_close(f(&kld["perplexity_ratio"]), 1.0, 1e-5, "ppl ratio");
 
     // Another ctx scores other tokens: refused, saying what differs.
-    let text = golden_text(dir.path());
-    let model = big_vocab_model();
-    let out = lse(&[
-        "perplexity",
-        "--model",
-        model.to_str().unwrap(),
-        "--perplexity",
-        text.to_str().unwrap(),
-        "--quiet",
-        "--perplexity-ctx",
-        "32",
-        "--perplexity-chunks",
-        "4",
-        "--perplexity-kld",
-        base.to_str().unwrap(),
-    ]);
+    let out = on_sample(
+        dir.path(),
+        &[
+            "--perplexity-ctx",
+            "32",
+            "--perplexity-chunks",
+            "4",
+            "--perplexity-kld",
+            base.to_str().unwrap(),
+        ],
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ctx"), "{err}");
 }
 
-/// Runs a command expected to fail; returns its stderr.
-fn failing(args: &[&str]) -> String {
-    let out = lse(args);
-    assert!(!out.status.success(), "lse {args:?} succeeded");
+/// Checks that a run failed without printing a report; returns its stderr.
+fn failed(out: Output) -> String {
+    assert!(!out.status.success(), "the run succeeded");
     assert!(out.stdout.is_empty(), "a failed run printed a report");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -292,42 +295,26 @@ fn failing(args: &[&str]) -> String {
 #[test]
 fn bad_inputs_fail_clearly_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let text = golden_text(dir.path());
     let model = big_vocab_model();
-    let (model, text) = (model.to_str().unwrap(), text.to_str().unwrap());
-    // `lse perplexity` on the sample text, plus `extra`; must fail.
-    let on_sample = |extra: &[&str]| {
-        failing(
-            &[
-                &[
-                    "perplexity",
-                    "--model",
-                    model,
-                    "--perplexity",
-                    text,
-                    "--quiet",
-                ],
-                extra,
-            ]
-            .concat(),
-        )
-    };
+    let model = model.to_str().unwrap();
+    let sample = |extra: &[&str]| failed(on_sample(dir.path(), extra));
 
-    let err = failing(&[
+    let text = golden_text(dir.path());
+    let err = failed(lse(&[
         "perplexity",
         "--model",
         "/nonexistent/model",
         "--perplexity",
-        text,
-    ]);
+        text.to_str().unwrap(),
+    ]));
     assert!(err.contains("/nonexistent/model"), "{err}");
 
     // 973 tokens cannot hold two chunks of 512.
-    let err = on_sample(&[]);
+    let err = sample(&[]);
     assert!(err.contains("512"), "{err}");
 
     let out_path = dir.path().join("missing-dir/out.json");
-    let err = on_sample(&[
+    let err = sample(&[
         "--perplexity-ctx",
         "64",
         "--perplexity-output",
@@ -336,18 +323,18 @@ fn bad_inputs_fail_clearly_and_write_nothing() {
     assert!(err.contains("missing-dir"), "{err}");
     assert!(!out_path.exists());
 
-    let err = on_sample(&["--perplexity-ctx", "64", "--no-cpu-fallback"]);
+    let err = sample(&["--perplexity-ctx", "64", "--no-cpu-fallback"]);
     assert!(
         err.contains("gated_deltanet") && err.contains("full_attention"),
         "{err}"
     );
 
-    let err = on_sample(&["--pool", "hip:0"]);
+    let err = sample(&["--pool", "hip:0"]);
     assert!(err.contains("no HIP runtime"), "{err}");
 
     let bad_base = dir.path().join("bad.kld");
     std::fs::write(&bad_base, b"not a base file").unwrap();
-    let err = on_sample(&[
+    let err = sample(&[
         "--perplexity-ctx",
         "64",
         "--perplexity-kld",
@@ -357,26 +344,25 @@ fn bad_inputs_fail_clearly_and_write_nothing() {
 
     let tokens = dir.path().join("tokens.json");
     let tokens_arg = tokens.to_str().unwrap();
+    let with_tokens = |extra: &[&str]| {
+        failed(lse(&[
+            &[
+                "perplexity",
+                "--model",
+                model,
+                "--perplexity-tokens",
+                tokens_arg,
+            ],
+            extra,
+        ]
+        .concat()))
+    };
     std::fs::write(&tokens, "[1, 2, 999999999]").unwrap();
-    let err = failing(&[
-        "perplexity",
-        "--model",
-        model,
-        "--perplexity-tokens",
-        tokens_arg,
-        "--perplexity-ctx",
-        "3",
-    ]);
+    let err = with_tokens(&["--perplexity-ctx", "3"]);
     assert!(err.contains("999999999"), "{err}");
 
     std::fs::write(&tokens, "[1, \"two\"]").unwrap();
-    let err = failing(&[
-        "perplexity",
-        "--model",
-        model,
-        "--perplexity-tokens",
-        tokens_arg,
-    ]);
+    let err = with_tokens(&[]);
     assert!(
         err.contains("tokens.json") && err.contains("JSON array"),
         "{err}"
@@ -386,23 +372,18 @@ fn bad_inputs_fail_clearly_and_write_nothing() {
 #[test]
 fn output_file_is_written_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let text = golden_text(dir.path());
     let out_path = dir.path().join("ppl.json");
-    let model = big_vocab_model();
-    let out = lse(&[
-        "perplexity",
-        "--model",
-        model.to_str().unwrap(),
-        "--perplexity",
-        text.to_str().unwrap(),
-        "--quiet",
-        "--perplexity-ctx",
-        "64",
-        "--perplexity-chunks",
-        "2",
-        "--perplexity-output",
-        out_path.to_str().unwrap(),
-    ]);
+    let out = on_sample(
+        dir.path(),
+        &[
+            "--perplexity-ctx",
+            "64",
+            "--perplexity-chunks",
+            "2",
+            "--perplexity-output",
+            out_path.to_str().unwrap(),
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
