@@ -4,11 +4,8 @@
 # KL divergence. Uses nothing outside this repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
 source scripts/env.sh
-if ! command -v ld.lld-19 >/dev/null && [ ! -x "$LLVM_SYS_191_PREFIX/bin/ld.lld" ]; then
-    echo "installing LLVM 19 and lld (apt)..." >&2
-    apt-get update -qq && apt-get install -y -qq llvm-19-dev lld-19 libzstd-dev zlib1g-dev
-fi
 cargo build --release --locked -p lse-cli
 lse=target/release/lse
 model=tests/data/models/big_vocab_bf16
