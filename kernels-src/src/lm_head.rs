@@ -23,10 +23,11 @@ use loom::kernel;
 /// The `k` loop is unrolled by 4 and the row loop by 4, so each accumulator is read and
 /// written once per 4 multiply-adds and each widened weight is used by 4 rows from a
 /// register; every accumulator still sees its multiply-adds in ascending `k`, one rounding
-/// each. Row blocks past the last row of a partial tile are skipped. `local_id()` and the row base are written out in every index rather than bound to
-/// variables: the host lowering keeps a variable assigned in a split region per work-item,
-/// which would hide from LLVM that `acc` accesses are consecutive across work-items and
-/// `hidden` accesses the same for all of them. Columns and rows past the end re-read the
+/// each. Row blocks past the last row of a partial tile are skipped. `local_id()` and the
+/// row base are written out in every index rather than bound to variables: the host
+/// lowering keeps a variable assigned in a split region per work-item, which would hide from
+/// LLVM that `acc` accesses are consecutive across work-items and `hidden` accesses the same
+/// for all of them. Columns and rows past the end re-read the
 /// last one (the `min`s); their results are not stored.
 #[kernel(name = "lm_head.matrix", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
 fn lm_head_matrix<W>(hidden: &[f32], w: &[W], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
