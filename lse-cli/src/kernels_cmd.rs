@@ -7,7 +7,8 @@ use lse_dsl::rt::KernelDef;
 
 #[derive(Subcommand)]
 pub enum KernelsCommand {
-    /// One line per kernel: id, IR hash, workgroup size, shared memory, targets and the
+    /// One line per kernel: id, IR hash, workgroup size, shared memory, targets (AMDGPU and
+    /// PTX archs) and the
     /// registers each AMDGPU code object uses.
     List,
     /// Print one stage of a kernel.
@@ -17,7 +18,8 @@ pub enum KernelsCommand {
         /// Which stage to print.
         #[arg(long, value_enum, default_value = "ir")]
         emit: Emit,
-        /// AMDGPU arch for `llvm`/`asm` (e.g. gfx1201); without it, the host code this CPU runs.
+        /// AMDGPU arch for `llvm`/`asm` (e.g. gfx1201), or NVIDIA arch for `ptx`/`llvm`
+        /// (sm_80, sm_90); without it, the host code this CPU runs.
         #[arg(long)]
         arch: Option<String>,
     },
@@ -33,6 +35,8 @@ pub enum Emit {
     Asm,
     /// The generated Rust CPU code.
     Rust,
+    /// NVIDIA PTX (needs `--arch sm_80` or `--arch sm_90`).
+    Ptx,
 }
 
 pub fn run(cmd: KernelsCommand) -> Result<(), String> {
@@ -79,7 +83,12 @@ fn registers(meta_json: &str) -> String {
 fn list() -> String {
     let mut out = String::new();
     for k in lse_kernels::ALL {
-        let targets: Vec<&str> = k.gpu.iter().map(|g| g.arch).collect();
+        let targets: Vec<&str> = k
+            .gpu
+            .iter()
+            .map(|g| g.arch)
+            .chain(k.ptx.iter().map(|m| m.arch))
+            .collect();
         let _ = writeln!(
             out,
             "{}  ir {}  workgroup {}  shared {} B  targets {}",
@@ -100,10 +109,47 @@ fn list() -> String {
     out
 }
 
+/// The PTX archs `k` was lowered for (or `-`).
+fn ptx_archs(k: &KernelDef) -> Vec<&'static str> {
+    let v: Vec<&'static str> = k.ptx.iter().map(|m| m.arch).collect();
+    if v.is_empty() {
+        vec!["-"]
+    } else {
+        v
+    }
+}
+
 fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String> {
     let text = match (emit, arch) {
         (Emit::Ir, _) => k.ir_text.to_string(),
         (Emit::Rust, _) => k.rust_src.to_string(),
+        (Emit::Ptx, None) => {
+            return Err(format!(
+                "--emit ptx needs --arch, one of: {}",
+                ptx_archs(k).join(", ")
+            ))
+        }
+        (Emit::Ptx | Emit::Llvm, Some(arch)) if arch.starts_with("sm_") => {
+            let m = k.ptx.iter().find(|m| m.arch == arch).ok_or_else(|| {
+                format!(
+                    "{} has no PTX for {arch}; built for: {}",
+                    k.id,
+                    ptx_archs(k).join(", ")
+                )
+            })?;
+            if matches!(emit, Emit::Ptx) {
+                m.ptx
+            } else {
+                m.llvm_ir
+            }
+            .to_string()
+        }
+        (Emit::Ptx, Some(arch)) => {
+            return Err(format!(
+                "--emit ptx needs an NVIDIA --arch, not {arch}; one of: {}",
+                ptx_archs(k).join(", ")
+            ))
+        }
         (Emit::Llvm | Emit::Asm, Some(arch)) => {
             let obj = k.gpu.iter().find(|g| g.arch == arch).ok_or_else(|| {
                 let archs: Vec<&str> = k.gpu.iter().map(|g| g.arch).collect();

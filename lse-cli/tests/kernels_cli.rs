@@ -87,3 +87,45 @@ fn unknown_kernels_and_archs_are_named() {
         "{err}"
     );
 }
+
+#[test]
+fn ptx_is_listed_and_shown_per_sm_arch() {
+    let (ok, out, _) = lse(&["kernels", "list"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("topk_pairs.v1"))
+        .unwrap_or_else(|| panic!("topk_pairs missing:\n{out}"));
+    assert!(ok && line.contains("gfx942,sm_80,sm_90"), "{line}");
+    let (ok, ptx, err) = lse(&[
+        "kernels",
+        "show",
+        "topk_pairs",
+        "--emit",
+        "ptx",
+        "--arch",
+        "sm_90",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        ptx.contains(".target sm_90") && ptx.contains(".visible .entry topk_pairs("),
+        "{ptx}"
+    );
+    let (ok, _, err) = lse(&["kernels", "show", "topk_pairs", "--emit", "ptx"]);
+    assert!(
+        !ok && err.contains("--arch") && err.contains("sm_80"),
+        "{err}"
+    );
+    let (ok, _, err) = lse(&[
+        "kernels",
+        "show",
+        "topk_pairs",
+        "--emit",
+        "ptx",
+        "--arch",
+        "sm_70",
+    ]);
+    assert!(
+        !ok && err.contains("sm_70") && err.contains("sm_90"),
+        "{err}"
+    );
+}

@@ -78,26 +78,13 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         ));
         e.num_groups[d] = e.b.op(format!("udiv i32 {grid}, {wg}"));
     }
-    let mut gpu = GpuSync {
-        wg,
-        uses_red_v: false,
-        uses_red_i: false,
-    };
+    let mut gpu = GpuSync::new(wg, barrier);
     e.block(&mut gpu, &k.body);
     e.b.ins("ret void");
     if let Some(err) = e.error.take() {
         return Err(err);
     }
-    if gpu.uses_red_v {
-        globals.push_str(&format!(
-            "{RED_V} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
-        ));
-    }
-    if gpu.uses_red_i {
-        globals.push_str(&format!(
-            "{RED_I} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
-        ));
-    }
+    globals.push_str(&gpu.scratch_globals());
 
     let mut out = String::new();
     out.push_str(&format!(
@@ -138,11 +125,15 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
     Ok(out)
 }
 
-/// Barriers and collectives on AMDGPU.
-struct GpuSync {
+/// Barriers and collectives on a GPU (AMDGPU and NVPTX share the shared-memory tree; only
+/// the barrier differs).
+pub(crate) struct GpuSync {
     wg: u32,
-    uses_red_v: bool,
-    uses_red_i: bool,
+    /// Whether the value / index scratch arrays were used (the module must define them).
+    pub uses_red_v: bool,
+    pub uses_red_i: bool,
+    /// Emits one workgroup barrier (with the memory ordering the target needs).
+    barrier: fn(&mut Emitter),
 }
 
 fn barrier(e: &mut Emitter) {
@@ -174,6 +165,33 @@ fn store(e: &mut Emitter, arr: &str, ty: Ty, idx: &str, v: &str) {
 }
 
 impl GpuSync {
+    /// Collectives over workgroups of `wg` items, synchronised by `barrier`.
+    pub fn new(wg: u32, barrier: fn(&mut Emitter)) -> Self {
+        GpuSync {
+            wg,
+            uses_red_v: false,
+            uses_red_i: false,
+            barrier,
+        }
+    }
+
+    /// The scratch array globals (`addrspace(3)`, WG words each) the lowering used.
+    pub fn scratch_globals(&self) -> String {
+        let wg = self.wg;
+        let mut g = String::new();
+        if self.uses_red_v {
+            g.push_str(&format!(
+                "{RED_V} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
+            ));
+        }
+        if self.uses_red_i {
+            g.push_str(&format!(
+                "{RED_I} = internal addrspace(3) global [{wg} x i32] undef, align 4\n"
+            ));
+        }
+        g
+    }
+
     /// The tree: for s = WG/2 .. 1, work-items `lid < s` combine slots `lid` and `lid + s`,
     /// with a barrier after every step.
     fn tree(&mut self, e: &mut Emitter, mut step: impl FnMut(&mut Emitter, &str, &str)) {
@@ -188,7 +206,7 @@ impl GpuSync {
             step(e, &lid, &other);
             e.b.br(&next);
             e.b.start(&next);
-            barrier(e);
+            (self.barrier)(e);
             s /= 2;
         }
     }
@@ -197,7 +215,7 @@ impl GpuSync {
 impl TargetStmts for GpuSync {
     fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
         let Stmt::Collective { op, dst, args } = s else {
-            barrier(e);
+            (self.barrier)(e);
             return;
         };
         let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
@@ -223,7 +241,7 @@ impl TargetStmts for GpuSync {
             CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
                 let v = e.expr(&args[0]);
                 store(e, RED_V, ty, &lid, &v);
-                barrier(e);
+                (self.barrier)(e);
                 let mut bad = false;
                 self.tree(e, |e, i, j| {
                     let a = load(e, RED_V, ty, i);
@@ -237,7 +255,7 @@ impl TargetStmts for GpuSync {
                     e.fail(format!("{op:?} on {}", ty.rust_name()));
                 }
                 let r = load(e, RED_V, ty, "0");
-                barrier(e);
+                (self.barrier)(e);
                 e.write_var(dst[0], &r);
             }
             CollectiveOp::Argmax => {
@@ -246,7 +264,7 @@ impl TargetStmts for GpuSync {
                 let idx = e.expr(&args[1]);
                 store(e, RED_V, Ty::F32, &lid, &v);
                 store(e, RED_I, Ty::U32, &lid, &idx);
-                barrier(e);
+                (self.barrier)(e);
                 self.tree(e, |e, i, j| {
                     let (av, ai) = (load(e, RED_V, Ty::F32, i), load(e, RED_I, Ty::U32, i));
                     let (bv, bi) = (load(e, RED_V, Ty::F32, j), load(e, RED_I, Ty::U32, j));
@@ -256,7 +274,7 @@ impl TargetStmts for GpuSync {
                 });
                 let v = load(e, RED_V, Ty::F32, "0");
                 let x = load(e, RED_I, Ty::U32, "0");
-                barrier(e);
+                (self.barrier)(e);
                 e.write_var(dst[0], &v);
                 e.write_var(dst[1], &x);
             }
@@ -264,9 +282,9 @@ impl TargetStmts for GpuSync {
                 let v = e.expr(&args[0]);
                 let lane = e.expr(&args[1]);
                 store(e, RED_V, ty, &lid, &v);
-                barrier(e);
+                (self.barrier)(e);
                 let r = load(e, RED_V, ty, &lane);
-                barrier(e);
+                (self.barrier)(e);
                 e.write_var(dst[0], &r);
             }
         }

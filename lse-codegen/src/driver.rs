@@ -1,4 +1,5 @@
-//! The build-script driver: compile every kernel for its AMDGPU targets and every host cpu,
+//! The build-script driver: compile every kernel for its AMDGPU targets, every host cpu and
+//! every PTX arch,
 //! in parallel, and write the artefacts the kernels crate embeds.
 
 use crate::error::CodegenError;
@@ -15,6 +16,7 @@ type JobResult = Result<Option<PathBuf>, CodegenError>;
 enum Job<'a> {
     Gpu(&'a Kernel, &'a str),
     Host(&'a Kernel, &'static str),
+    Ptx(&'a Kernel, &'static str),
 }
 
 fn write(path: &Path, data: impl AsRef<[u8]>) -> Result<(), CodegenError> {
@@ -36,6 +38,13 @@ fn run_job(job: Job, out_dir: &Path) -> JobResult {
             write(&dir.join(format!("{arch}.json")), &c.metadata_json)?;
             Ok(None)
         }
+        Job::Ptx(k, sm) => {
+            let c = crate::compile_nvptx(k, sm)?;
+            let dir = out_dir.join("loom").join(&k.fn_name);
+            write(&dir.join(format!("{sm}.ptx")), &c.ptx)?;
+            write(&dir.join(format!("{sm}.ll")), &c.llvm_ir_opt)?;
+            Ok(None)
+        }
         Job::Host(k, cpu) => {
             let w = lse_dsl::wil::transform(k);
             let c = crate::compile_host(&w, cpu)?;
@@ -55,6 +64,7 @@ fn run_job(job: Job, out_dir: &Path) -> JobResult {
 /// entry, and writes under `out_dir`:
 /// - `loom/<fn_name>/<arch>.hsaco`, `<arch>.ll`, `<arch>.s`, `<arch>.json` (metadata JSON);
 /// - `loom/<fn_name>/host-<cpu>.ll`, `host-<cpu>.s`;
+/// - `loom/<fn_name>/<sm>.ptx`, `<sm>.ll` for every `lse_dsl::rt::PTX_ARCHS` entry;
 /// - `loom/<fn_name>/build.hash`: the kernel's IR hash, so stale outputs are recognisable;
 /// - `libloom_host.a`: every host object (the objects themselves stay in `loom-host-obj/`).
 ///
@@ -76,6 +86,9 @@ pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<(), CodegenError>
         }
         for cpu in lse_dsl::rt::HOST_CPUS {
             jobs.push(Job::Host(k, cpu));
+        }
+        for sm in lse_dsl::rt::PTX_ARCHS {
+            jobs.push(Job::Ptx(k, sm));
         }
     }
     let threads = std::thread::available_parallelism()

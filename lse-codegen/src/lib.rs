@@ -1,4 +1,4 @@
-//! LOOM IR to LLVM 19: AMDGPU code objects and host CPU machine code.
+//! LOOM IR to LLVM 19: AMDGPU code objects, NVIDIA PTX and host CPU machine code.
 //!
 //! Both targets go through one LLVM IR *text* emitter (module `emit`); the text is parsed with
 //! inkwell, verified, optimised with `default<O3>` and emitted as assembly and an object.
@@ -13,6 +13,7 @@ mod host;
 mod inspect;
 mod link;
 mod llvm;
+mod nvptx;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +30,44 @@ use lse_dsl::wil::WilKernel;
 pub fn amdgpu_llvm_text(k: &Kernel, arch: &str) -> String {
     try_amdgpu_text(k, arch)
         .unwrap_or_else(|e| format!("; LOOM emit error: {e}\nloom_emit_error\n"))
+}
+
+/// The unoptimised NVPTX LLVM IR text of `k` for NVIDIA `sm` (`sm_80` or `sm_90`). Errors
+/// are reported as in [`amdgpu_llvm_text`].
+pub fn nvptx_llvm_text(k: &Kernel, sm: &str) -> String {
+    try_nvptx_text(k, sm).unwrap_or_else(|e| format!("; LOOM emit error: {e}\nloom_emit_error\n"))
+}
+
+fn try_nvptx_text(k: &Kernel, sm: &str) -> Result<String, CodegenError> {
+    let err = |(stage, msg): (Stage, String)| CodegenError::compile(&k.fn_name, sm, stage, msg);
+    let features = nvptx::ptx_features(sm).map_err(|m| err((Stage::Target, m)))?;
+    let dl = llvm::data_layout_with(llvm::NVPTX_TRIPLE, sm, features).map_err(err)?;
+    nvptx::module_text(k, sm, &dl).map_err(|m| err((Stage::Emit, m)))
+}
+
+/// One kernel lowered to PTX for one NVIDIA architecture.
+#[derive(Clone, Debug)]
+pub struct CompiledPtx {
+    /// `sm_80` or `sm_90`.
+    pub sm: String,
+    /// NVPTX LLVM IR after `default<O3>`.
+    pub llvm_ir_opt: String,
+    /// The PTX text (the target machine's assembly output).
+    pub ptx: String,
+}
+
+/// Compiles `k` to PTX for NVIDIA `sm` (`sm_80` or `sm_90`).
+pub fn compile_nvptx(k: &Kernel, sm: &str) -> Result<CompiledPtx, CodegenError> {
+    let text = try_nvptx_text(k, sm)?;
+    let err = |(stage, msg): (Stage, String)| CodegenError::compile(&k.fn_name, sm, stage, msg);
+    let features = nvptx::ptx_features(sm).map_err(|m| err((Stage::Target, m)))?;
+    let (llvm_ir_opt, ptx) =
+        llvm::compile_text_asm(&text, &k.fn_name, llvm::NVPTX_TRIPLE, sm, features).map_err(err)?;
+    Ok(CompiledPtx {
+        sm: sm.to_string(),
+        llvm_ir_opt,
+        ptx,
+    })
 }
 
 /// The unoptimised LLVM IR text of the host entry of `w` for host `cpu` (an LLVM x86 cpu

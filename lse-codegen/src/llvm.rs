@@ -14,6 +14,8 @@ use std::sync::Once;
 
 /// Triple of AMDGPU code objects.
 pub(crate) const AMDGPU_TRIPLE: &str = "amdgcn-amd-amdhsa";
+/// Triple of NVIDIA PTX.
+pub(crate) const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
 /// Triple of host code.
 pub(crate) const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
@@ -30,11 +32,21 @@ fn init_targets() {
         let cfg = InitializationConfig::default();
         Target::initialize_amd_gpu(&cfg);
         Target::initialize_x86(&cfg);
+        Target::initialize_nvptx(&cfg);
     });
 }
 
 /// A PIC target machine for `triple`/`cpu` at `-O3`.
 pub(crate) fn target_machine(triple: &str, cpu: &str) -> Result<TargetMachine, (Stage, String)> {
+    target_machine_with(triple, cpu, "")
+}
+
+/// [`target_machine`] with LLVM target `features` (e.g. `+ptx78`).
+pub(crate) fn target_machine_with(
+    triple: &str,
+    cpu: &str,
+    features: &str,
+) -> Result<TargetMachine, (Stage, String)> {
     init_targets();
     let t = TargetTriple::create(triple);
     let target = Target::from_triple(&t).map_err(|e| (Stage::Target, e.to_string()))?;
@@ -42,7 +54,7 @@ pub(crate) fn target_machine(triple: &str, cpu: &str) -> Result<TargetMachine, (
         .create_target_machine(
             &t,
             cpu,
-            "",
+            features,
             OptimizationLevel::Aggressive,
             RelocMode::PIC,
             CodeModel::Default,
@@ -57,9 +69,57 @@ pub(crate) fn target_machine(triple: &str, cpu: &str) -> Result<TargetMachine, (
 
 /// The data layout string of `triple`/`cpu`, for the `target datalayout` line.
 pub(crate) fn data_layout(triple: &str, cpu: &str) -> Result<String, (Stage, String)> {
-    let tm = target_machine(triple, cpu)?;
+    data_layout_with(triple, cpu, "")
+}
+
+/// [`data_layout`] with target `features`.
+pub(crate) fn data_layout_with(
+    triple: &str,
+    cpu: &str,
+    features: &str,
+) -> Result<String, (Stage, String)> {
+    let tm = target_machine_with(triple, cpu, features)?;
     let dl = tm.get_target_data().get_data_layout();
     Ok(dl.as_str().to_string_lossy().into_owned())
+}
+
+/// Parses, verifies and optimises `text` with `tm`; returns the module (in `ctx`).
+fn optimise<'c>(
+    ctx: &'c Context,
+    tm: &TargetMachine,
+    text: &str,
+    name: &str,
+) -> Result<inkwell::module::Module<'c>, (Stage, String)> {
+    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), name);
+    let module = ctx
+        .create_module_from_ir(buf)
+        .map_err(|e| (Stage::Parse, e.to_string()))?;
+    module
+        .verify()
+        .map_err(|e| (Stage::Verify, e.to_string()))?;
+    module
+        .run_passes("default<O3>", tm, PassBuilderOptions::create())
+        .map_err(|e| (Stage::Passes, e.to_string()))?;
+    Ok(module)
+}
+
+/// Parses, verifies, optimises `text` for `triple`/`cpu`/`features` and emits assembly only
+/// (targets without an object writer, such as NVPTX). Returns `(optimised IR, assembly)`.
+pub(crate) fn compile_text_asm(
+    text: &str,
+    name: &str,
+    triple: &str,
+    cpu: &str,
+    features: &str,
+) -> Result<(String, String), (Stage, String)> {
+    let tm = target_machine_with(triple, cpu, features)?;
+    let ctx = Context::create();
+    let module = optimise(&ctx, &tm, text, name)?;
+    let ir_opt = module.print_to_string().to_string();
+    let asm = tm
+        .write_to_memory_buffer(&module, FileType::Assembly)
+        .map_err(|e| (Stage::EmitObject, e.to_string()))?;
+    Ok((ir_opt, String::from_utf8_lossy(asm.as_slice()).into_owned()))
 }
 
 /// Parses, verifies, optimises and emits `text` for `triple`/`cpu`. The assembly comes from
@@ -72,16 +132,7 @@ pub(crate) fn compile_text(
 ) -> Result<Compiled, (Stage, String)> {
     let tm = target_machine(triple, cpu)?;
     let ctx = Context::create();
-    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), name);
-    let module = ctx
-        .create_module_from_ir(buf)
-        .map_err(|e| (Stage::Parse, e.to_string()))?;
-    module
-        .verify()
-        .map_err(|e| (Stage::Verify, e.to_string()))?;
-    module
-        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
-        .map_err(|e| (Stage::Passes, e.to_string()))?;
+    let module = optimise(&ctx, &tm, text, name)?;
     let ir_opt = module.print_to_string().to_string();
     let asm_module = module.clone();
     let asm = tm

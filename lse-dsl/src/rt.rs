@@ -75,6 +75,18 @@ pub struct GpuObject {
     pub metadata_json: &'static str,
 }
 
+/// One kernel lowered to NVIDIA PTX for one SM architecture (offline artefact; PTX is
+/// JIT-compiled by the CUDA driver, so no device binary is stored).
+#[derive(Clone, Copy, Debug)]
+pub struct PtxModule {
+    /// e.g. `sm_90` (one of [`PTX_ARCHS`]).
+    pub arch: &'static str,
+    /// The PTX assembly text.
+    pub ptx: &'static str,
+    /// The optimised NVPTX LLVM IR the PTX came from.
+    pub llvm_ir: &'static str,
+}
+
 /// Everything known about one LOOM kernel at run time.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelDef {
@@ -95,7 +107,12 @@ pub struct KernelDef {
     pub cpu: CpuEntry,
     pub host: &'static [HostVariant],
     pub gpu: &'static [GpuObject],
+    /// PTX for every [`PTX_ARCHS`] entry; `&[]` without the LOOM build script.
+    pub ptx: &'static [PtxModule],
 }
+
+/// The NVIDIA architectures every kernel is lowered to PTX for.
+pub const PTX_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
 /// The host variants every kernel is compiled for, best last. The runtime picks the last one
 /// the running CPU supports.

@@ -148,3 +148,61 @@ fn build_script_and_macro_lowered_the_same_ir() {
         assert_eq!(build, kernel.ir_hash, "{}", kernel.id);
     }
 }
+
+/// The `.param` types of the one `.visible .entry <name>(` of `ptx`, in order.
+fn ptx_entry_params(ptx: &str, name: &str, what: &str) -> Vec<String> {
+    let head = format!(".visible .entry {name}(");
+    assert_eq!(ptx.matches(&head).count(), 1, "{what}: one `{head}`");
+    let start = ptx.find(&head).unwrap() + head.len();
+    let end = start + ptx[start..].find(')').expect("closing parenthesis");
+    ptx[start..end]
+        .split(',')
+        .map(|p| p.split_whitespace().nth(1).unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
+    for k in lse_kernels::ALL {
+        let archs: Vec<&str> = k.ptx.iter().map(|m| m.arch).collect();
+        assert_eq!(archs, lse_dsl::rt::PTX_ARCHS, "{}", k.id);
+        let syncs = k.ir_text.contains("barrier")
+            || k.ir_text.contains("reduce_")
+            || k.ir_text.contains("argmax")
+            || k.ir_text.contains("broadcast");
+        for m in k.ptx {
+            let what = format!("{} {}", k.id, m.arch);
+            let ptx = m.ptx;
+            assert!(ptx.contains(".version "), "{what}");
+            assert!(ptx.contains(&format!(".target {}", m.arch)), "{what}");
+            assert!(ptx.contains(".address_size 64"), "{what}");
+            assert!(
+                ptx.contains(&format!(".reqntid {}", k.workgroup_size)),
+                "{what}"
+            );
+            assert!(
+                !ptx.contains(".maxntid"),
+                "{what}: ptxas rejects .maxntid with .reqntid"
+            );
+            let want: Vec<&str> = k
+                .params
+                .iter()
+                .map(|p| match p.kind {
+                    ParamKind::Buffer { .. } => ".u64",
+                    ParamKind::Scalar { ty: "f32" } => ".f32",
+                    ParamKind::Scalar { .. } => ".u32",
+                })
+                .collect();
+            assert_eq!(ptx_entry_params(ptx, k.fn_name, &what), want, "{what}");
+            if syncs {
+                assert!(ptx.contains("bar.sync"), "{what}: no bar.sync");
+            }
+            if k.shared_bytes > 0 {
+                assert!(ptx.contains(".shared"), "{what}: no .shared");
+            }
+            assert!(ptx.contains("ld.global"), "{what}: no ld.global");
+            assert!(ptx.contains("st.global"), "{what}: no st.global");
+            assert!(m.llvm_ir.contains("nvptx64-nvidia-cuda"), "{what}");
+        }
+    }
+}

@@ -275,10 +275,11 @@ impl Emitter<'_> {
             return "poison".into();
         }
         let x = vals[0].as_str();
+        let [exp_fn, log_fn] = self.exp_log_fns;
         let b = &mut self.b;
         match (f, arg_ty) {
-            (MathFn::Exp, Ty::F32) => b.call("float", "llvm.exp.f32", &[("float", x)]),
-            (MathFn::Log, Ty::F32) => b.call("float", "llvm.log.f32", &[("float", x)]),
+            (MathFn::Exp, Ty::F32) => unary_f32(b, exp_fn, x),
+            (MathFn::Log, Ty::F32) => unary_f32(b, log_fn, x),
             (MathFn::Sqrt, Ty::F32) => b.call("float", "llvm.sqrt.f32", &[("float", x)]),
             (MathFn::Rsqrt, Ty::F32) => {
                 let s = b.call("float", "llvm.sqrt.f32", &[("float", x)]);
@@ -329,6 +330,15 @@ impl Emitter<'_> {
                 "poison".into()
             }
         }
+    }
+}
+
+/// Calls `float name(float)`: an intrinsic (declared here) or a function the module defines.
+fn unary_f32(b: &mut super::Builder, name: &str, x: &str) -> String {
+    if name.starts_with("llvm.") {
+        b.call("float", name, &[("float", x)])
+    } else {
+        b.op(format!("call float @{name}(float {x})"))
     }
 }
 

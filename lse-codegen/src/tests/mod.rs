@@ -4,3 +4,4 @@ mod driver;
 mod gpu;
 mod host;
 mod kernels;
+mod nvptx;

@@ -7,7 +7,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
 use lse_dsl::ir::Kernel;
-use lse_dsl::rt::{host_symbol, HOST_CPUS};
+use lse_dsl::rt::{host_symbol, HOST_CPUS, PTX_ARCHS};
 
 /// Where a kernel's artifacts are, if its crate has the LOOM build script.
 pub struct Artifacts {
@@ -40,6 +40,11 @@ fn locate_in(out_dir: Option<&Path>, k: &Kernel, span: Span) -> syn::Result<Arti
     for arch in &k.targets {
         for ext in ["hsaco", "ll", "s", "json"] {
             expected.push(format!("{arch}.{ext}"));
+        }
+    }
+    for sm in PTX_ARCHS {
+        for ext in ["ptx", "ll"] {
+            expected.push(format!("{sm}.{ext}"));
         }
     }
     for name in &expected {
@@ -105,6 +110,25 @@ impl Artifacts {
             }
         });
         quote!(&[#(#variants),*])
+    }
+
+    /// `&[PtxModule, ..]`, one per `PTX_ARCHS` entry; `&[]` without artifacts.
+    pub fn ptx_tokens(&self) -> TokenStream {
+        if self.dir.is_none() {
+            return quote!(&[]);
+        }
+        let mods = PTX_ARCHS.iter().map(|sm| {
+            let ptx = self.path(&format!("{sm}.ptx"));
+            let ll = self.path(&format!("{sm}.ll"));
+            quote! {
+                ::lse_dsl::rt::PtxModule {
+                    arch: #sm,
+                    ptx: include_str!(#ptx),
+                    llvm_ir: include_str!(#ll),
+                }
+            }
+        });
+        quote!(&[#(#mods),*])
     }
 
     /// `&[GpuObject, ..]`, one per target arch; `&[]` without artifacts.
@@ -176,6 +200,10 @@ mod tests {
         for ext in ["hsaco", "ll", "s", "json"] {
             v.push(format!("gfx1100.{ext}"));
         }
+        for sm in PTX_ARCHS {
+            v.push(format!("{sm}.ptx"));
+            v.push(format!("{sm}.ll"));
+        }
         v
     }
 
@@ -185,6 +213,7 @@ mod tests {
         let a = locate_in(None, &k, Span::call_site()).unwrap();
         assert_eq!(a.host_tokens(&k).to_string(), quote!(&[]).to_string());
         assert_eq!(a.gpu_tokens(&k).to_string(), quote!(&[]).to_string());
+        assert_eq!(a.ptx_tokens().to_string(), quote!(&[]).to_string());
         assert_eq!(a.build_hash_tokens().to_string(), "\"\"");
         let dir = scratch("empty");
         assert!(locate_in(Some(&dir), &k, Span::call_site())
@@ -219,6 +248,11 @@ mod tests {
             "{:?}",
             dir.join("gfx1100.hsaco").to_str().unwrap()
         )));
+        let ptx = a.ptx_tokens().to_string();
+        for sm in PTX_ARCHS {
+            let p = dir.join(format!("{sm}.ptx"));
+            assert!(ptx.contains(&format!("{:?}", p.to_str().unwrap())), "{ptx}");
+        }
         let hash = a.build_hash_tokens().to_string();
         assert!(hash.contains(&format!("{:?}", dir.join("build.hash").to_str().unwrap())));
         std::fs::remove_dir_all(out).unwrap();

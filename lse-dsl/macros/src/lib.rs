@@ -69,6 +69,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
     let art = artifacts::locate(k, fn_ident.span())?;
     let host = art.host_tokens(k);
     let gpu = art.gpu_tokens(k);
+    let ptx = art.ptx_tokens();
     let build_hash = art.build_hash_tokens();
 
     Ok(quote! {
@@ -89,6 +90,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
                 cpu: #fn_ident,
                 host: #host,
                 gpu: #gpu,
+                ptx: #ptx,
             };
 
             /// The IR hash the build script compiled the artifacts from (`""` when the crate

@@ -1,0 +1,136 @@
+//! NVPTX lowering: one PTX `.entry` per LOOM kernel, for `sm_80` and `sm_90`.
+//!
+//! Buffers are `ptr addrspace(1)` parameters (noalias; readonly when read-only), scalars by
+//! value, both in declaration order. The kernel is marked with `!nvvm.annotations`
+//! (`kernel`, `reqntidx` = workgroup size; not also `maxntidx`, which ptxas rejects). Work-item and group ids come from the
+//! `llvm.nvvm.read.ptx.sreg.*` intrinsics; shared arrays are `addrspace(3)` globals; a
+//! barrier is `llvm.nvvm.barrier0` (`bar.sync 0`, which orders CTA memory). Collectives use
+//! the same shared-memory tree as AMDGPU ([`crate::amdgpu::GpuSync`]). `exp`/`log` on f32 go
+//! through the functions of [`math`] because NVPTX cannot select the LLVM intrinsics.
+
+pub(crate) mod math;
+
+use crate::amdgpu::GpuSync;
+use crate::emit::{lty, Emitter};
+use lse_dsl::ir::{Access, Kernel, Param};
+
+/// LLVM target features for `sm`: the lowest PTX ISA version that supports it.
+pub(crate) fn ptx_features(sm: &str) -> Result<&'static str, String> {
+    match sm {
+        "sm_80" => Ok("+ptx70"),
+        "sm_90" => Ok("+ptx78"),
+        _ => Err(format!(
+            "unknown NVIDIA architecture `{sm}`, expected one of {:?}",
+            lse_dsl::rt::PTX_ARCHS
+        )),
+    }
+}
+
+fn barrier(e: &mut Emitter) {
+    e.b.declare("declare void @llvm.nvvm.barrier0()");
+    e.b.ins("call void @llvm.nvvm.barrier0()");
+}
+
+/// Lowers `k` to an NVPTX LLVM module for `sm`; `data_layout` comes from the target machine.
+pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<String, String> {
+    let features = ptx_features(sm)?;
+    let wg = k.workgroup_size;
+    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
+        return Err(format!(
+            "workgroup size {wg} is not a power of two in 1..=1024"
+        ));
+    }
+    let mut e = Emitter::new(k, "ptr", "ptr addrspace(1)", "ptr addrspace(3)");
+    e.exp_log_fns = [math::EXP_FN, math::LOG_FN];
+    let mut params = Vec::new();
+    for (i, p) in k.params.iter().enumerate() {
+        let name = format!("%p{i}");
+        match p {
+            Param::Buffer { elem, access, .. } => {
+                let ro = if *access == Access::Read {
+                    " readonly"
+                } else {
+                    ""
+                };
+                params.push(format!(
+                    "ptr addrspace(1) noalias{ro} align {} {name}",
+                    elem.size_bytes()
+                ));
+                e.bufs[i] = Some(name);
+            }
+            Param::Scalar { ty, .. } => {
+                params.push(format!("{} {name}", lty(*ty)));
+                e.scalars[i] = Some(name);
+            }
+        }
+    }
+    let mut globals = String::new();
+    for (i, s) in k.shared.iter().enumerate() {
+        globals.push_str(&format!(
+            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
+            s.len,
+            lty(s.elem)
+        ));
+        e.shared.push(format!("@loom_shared_{i}"));
+    }
+    for l in &k.locals {
+        let loc = e.scalar_var(l.ty);
+        e.vars.push(loc);
+    }
+    e.lid = e.b.call("i32", "llvm.nvvm.read.ptx.sreg.tid.x", &[]);
+    for d in 0..3 {
+        let axis = ["x", "y", "z"][d];
+        e.group_id[d] =
+            e.b.call("i32", &format!("llvm.nvvm.read.ptx.sreg.ctaid.{axis}"), &[]);
+        e.num_groups[d] = e.b.call(
+            "i32",
+            &format!("llvm.nvvm.read.ptx.sreg.nctaid.{axis}"),
+            &[],
+        );
+    }
+    let mut gpu = GpuSync::new(wg, barrier);
+    e.block(&mut gpu, &k.body);
+    e.b.ins("ret void");
+    if let Some(err) = e.error.take() {
+        return Err(err);
+    }
+    globals.push_str(&gpu.scratch_globals());
+    for d in math::DECLS {
+        e.b.declare(d);
+    }
+
+    let name = &k.fn_name;
+    let mut out = String::new();
+    out.push_str(&format!("; LOOM kernel {} ({name}) for {sm}\n", k.id()));
+    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
+    out.push_str(&format!(
+        "target triple = \"{}\"\n\n",
+        crate::llvm::NVPTX_TRIPLE
+    ));
+    out.push_str(&globals);
+    out.push_str(&format!(
+        "\ndefine void @{name}({}) #0 {{\nentry:\n",
+        params.join(", ")
+    ));
+    out.push_str(&e.b.allocas);
+    out.push_str(&e.b.body);
+    out.push_str("}\n\n");
+    out.push_str(&math::definitions());
+    out.push('\n');
+    for d in &e.b.decls {
+        out.push_str(d);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{sm}\" \"target-features\"=\"{features}\" }}\n\n"
+    ));
+    // `.reqntid` only: ptxas rejects a kernel that has both `.reqntid` and `.maxntid`.
+    out.push_str("!nvvm.annotations = !{!0, !1}\n");
+    out.push_str(&format!("!0 = !{{ptr @{name}, !\"kernel\", i32 1}}\n"));
+    out.push_str(&format!("!1 = !{{ptr @{name}, !\"reqntidx\", i32 {wg}}}\n"));
+    for m in &e.b.metadata {
+        out.push_str(m);
+        out.push('\n');
+    }
+    Ok(out)
+}

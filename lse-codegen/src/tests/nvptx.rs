@@ -1,0 +1,141 @@
+//! NVPTX: lower hand-built kernels to PTX for sm_80 / sm_90 and check the PTX text.
+
+use super::kernels::{self, buffer, builtin, load, math, scalar};
+use crate::{compile_nvptx, nvptx_llvm_text, CodegenError, Stage};
+use lse_dsl::ir::{Access, Builtin, Kernel, MathFn, Param, Stmt, Ty};
+
+/// `out[lid] = exp(x[lid]) + log(x[lid]) * s` (WG = 32), params `(x, out, s)`.
+fn exp_log() -> Kernel {
+    let x = || load(0, builtin(Builtin::LocalId), Ty::F32);
+    let mut k = kernels::store_id();
+    k.fn_name = "k_exp_log".into();
+    k.workgroup_size = 32;
+    k.params = vec![
+        buffer("x", Ty::F32, Access::Read),
+        buffer("out", Ty::F32, Access::ReadWrite),
+        scalar("s", Ty::F32),
+    ];
+    k.locals = vec![];
+    let e = math(MathFn::Exp, vec![x()], Ty::F32);
+    let l = math(MathFn::Log, vec![x()], Ty::F32);
+    let ls = kernels::bin(lse_dsl::ir::BinOp::Mul, l, kernels::param(2, Ty::F32));
+    k.body = vec![Stmt::Store {
+        buf: 1,
+        index: builtin(Builtin::LocalId),
+        value: kernels::bin(lse_dsl::ir::BinOp::Add, e, ls),
+    }];
+    k
+}
+
+/// The `.param` types of the `.entry`'s parameter list, in order.
+fn entry_params(ptx: &str, name: &str) -> Vec<String> {
+    let head = format!(".visible .entry {name}(");
+    assert_eq!(ptx.matches(&head).count(), 1, "{ptx}");
+    let start = ptx.find(&head).unwrap() + head.len();
+    let end = start + ptx[start..].find(')').unwrap();
+    ptx[start..end]
+        .split(',')
+        .map(|p| p.split_whitespace().nth(1).unwrap_or("").to_string())
+        .collect()
+}
+
+/// The checks every kernel's PTX must pass (also used for `lse_kernels::ALL` elsewhere).
+fn check_ptx(k: &Kernel, sm: &str) -> String {
+    let c = compile_nvptx(k, sm).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.sm, sm);
+    let ptx = &c.ptx;
+    assert!(ptx.contains(".version "), "{ptx}");
+    assert!(ptx.contains(&format!(".target {sm}")), "{ptx}");
+    assert!(ptx.contains(".address_size 64"), "{ptx}");
+    let want: Vec<&str> = k
+        .params
+        .iter()
+        .map(|p| match p {
+            Param::Buffer { .. } => ".u64",
+            Param::Scalar { ty: Ty::F32, .. } => ".f32",
+            Param::Scalar { .. } => ".u32",
+        })
+        .collect();
+    assert_eq!(entry_params(ptx, &k.fn_name), want, "{ptx}");
+    assert!(
+        ptx.contains(&format!(".reqntid {}", k.workgroup_size)),
+        "{ptx}"
+    );
+    assert!(
+        !ptx.contains(".maxntid"),
+        "ptxas rejects .maxntid with .reqntid: {ptx}"
+    );
+    assert!(ptx.contains("st.global"), "{ptx}");
+    assert!(c.llvm_ir_opt.contains("nvptx64-nvidia-cuda"));
+    c.ptx
+}
+
+#[test]
+fn store_id_ptx() {
+    for sm in ["sm_80", "sm_90"] {
+        let ptx = check_ptx(&kernels::store_id(), sm);
+        assert!(!ptx.contains("bar.sync"), "{ptx}");
+        assert!(ptx.contains("%tid.x") && ptx.contains("%ctaid.x"), "{ptx}");
+    }
+}
+
+#[test]
+fn reduce_ptx_has_shared_memory_and_barriers() {
+    for sm in ["sm_80", "sm_90"] {
+        let ptx = check_ptx(&kernels::reduce(), sm);
+        assert!(ptx.contains("bar.sync"), "{ptx}");
+        assert!(ptx.contains(".shared"), "{ptx}");
+        assert!(ptx.contains("ld.global"), "{ptx}");
+        assert!(
+            ptx.contains("ld.shared") && ptx.contains("st.shared"),
+            "{ptx}"
+        );
+    }
+}
+
+#[test]
+fn exp_and_log_lower_without_libcalls() {
+    let k = exp_log();
+    let text = nvptx_llvm_text(&k, "sm_90");
+    assert!(text.contains("call float @loom_expf(float"), "{text}");
+    assert!(text.contains("call float @loom_logf(float"), "{text}");
+    assert!(!text.contains("@llvm.exp.f32"), "{text}");
+    for sm in ["sm_80", "sm_90"] {
+        let ptx = check_ptx(&k, sm);
+        assert!(ptx.contains("ld.global"), "{ptx}");
+        assert!(!ptx.contains("call"), "helpers are inlined: {ptx}");
+        assert!(ptx.contains("fma.rn.f32"), "{ptx}");
+    }
+}
+
+#[test]
+fn unoptimised_text_has_the_nvptx_abi() {
+    let t = nvptx_llvm_text(&kernels::store_id(), "sm_80");
+    assert!(t.contains("target triple = \"nvptx64-nvidia-cuda\""), "{t}");
+    assert!(
+        t.contains(
+            "define void @k_store_id(ptr addrspace(1) noalias align 4 %p0, i32 %p1, i32 %p2)"
+        ),
+        "{t}"
+    );
+    assert!(t.contains("!{ptr @k_store_id, !\"kernel\", i32 1}"), "{t}");
+    assert!(t.contains("!\"reqntidx\", i32 64"), "{t}");
+    assert!(t.contains("\"target-features\"=\"+ptx70\""), "{t}");
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let err = compile_nvptx(&kernels::store_id(), "sm_70").unwrap_err();
+    match &err {
+        CodegenError::Compile { stage, message, .. } => {
+            assert_eq!(*stage, Stage::Target);
+            assert!(message.contains("sm_70"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+    let t = nvptx_llvm_text(&kernels::store_id(), "sm_70");
+    assert!(t.starts_with("; LOOM emit error:"), "{t}");
+    let mut k = kernels::store_id();
+    k.workgroup_size = 48;
+    assert!(compile_nvptx(&k, "sm_90").is_err());
+}
