@@ -6,60 +6,20 @@
 //! WG words and the fixed reduction tree of `lse_dsl::ir`.
 
 use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts};
-use lse_dsl::ir::{Access, CollectiveOp, Kernel, Param, Stmt, Ty};
+use crate::gpu::{self, GpuKernel};
+use lse_dsl::ir::{CollectiveOp, Kernel, Stmt, Ty};
 
 const RED_V: &str = "@loom_red_v";
 const RED_I: &str = "@loom_red_i";
 
 /// Lowers `k` to an LLVM module for `arch`; `data_layout` comes from the target machine.
 pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<String, String> {
-    let wg = k.workgroup_size;
-    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
-        return Err(format!(
-            "workgroup size {wg} is not a power of two in 1..=1024"
-        ));
-    }
-    let mut e = Emitter::new(
-        k,
-        "ptr addrspace(5)",
-        "ptr addrspace(1)",
-        "ptr addrspace(3)",
-    );
-    let mut params = Vec::new();
-    for (i, p) in k.params.iter().enumerate() {
-        let name = format!("%p{i}");
-        match p {
-            Param::Buffer { elem, access, .. } => {
-                let ro = if *access == Access::Read {
-                    " readonly"
-                } else {
-                    ""
-                };
-                params.push(format!(
-                    "ptr addrspace(1) noalias{ro} align {} {name}",
-                    elem.size_bytes()
-                ));
-                e.bufs[i] = Some(name);
-            }
-            Param::Scalar { ty, .. } => {
-                params.push(format!("{} {name}", lty(*ty)));
-                e.scalars[i] = Some(name);
-            }
-        }
-    }
-    let mut globals = String::new();
-    for (i, s) in k.shared.iter().enumerate() {
-        globals.push_str(&format!(
-            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
-            s.len,
-            lty(s.elem)
-        ));
-        e.shared.push(format!("@loom_shared_{i}"));
-    }
-    for l in &k.locals {
-        let loc = e.scalar_var(l.ty);
-        e.vars.push(loc);
-    }
+    let GpuKernel {
+        mut e,
+        params,
+        mut globals,
+        wg,
+    } = gpu::prologue(k, "ptr addrspace(5)")?;
     e.lid = e.b.call("i32", "llvm.amdgcn.workitem.id.x", &[]);
     for d in 0..3 {
         let axis = ["x", "y", "z"][d];

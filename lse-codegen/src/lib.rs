@@ -9,6 +9,7 @@ mod amdgpu;
 mod driver;
 mod emit;
 mod error;
+mod gpu;
 mod host;
 mod inspect;
 mod link;

@@ -11,8 +11,9 @@
 pub(crate) mod math;
 
 use crate::amdgpu::GpuSync;
-use crate::emit::{lty, Emitter};
-use lse_dsl::ir::{Access, Kernel, Param};
+use crate::emit::Emitter;
+use crate::gpu::{self, GpuKernel};
+use lse_dsl::ir::Kernel;
 
 /// LLVM target features for `sm`: the lowest PTX ISA version that supports it.
 pub(crate) fn ptx_features(sm: &str) -> Result<&'static str, String> {
@@ -34,49 +35,13 @@ fn barrier(e: &mut Emitter) {
 /// Lowers `k` to an NVPTX LLVM module for `sm`; `data_layout` comes from the target machine.
 pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<String, String> {
     let features = ptx_features(sm)?;
-    let wg = k.workgroup_size;
-    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
-        return Err(format!(
-            "workgroup size {wg} is not a power of two in 1..=1024"
-        ));
-    }
-    let mut e = Emitter::new(k, "ptr", "ptr addrspace(1)", "ptr addrspace(3)");
+    let GpuKernel {
+        mut e,
+        params,
+        mut globals,
+        wg,
+    } = gpu::prologue(k, "ptr")?;
     e.exp_log_fns = [math::EXP_FN, math::LOG_FN];
-    let mut params = Vec::new();
-    for (i, p) in k.params.iter().enumerate() {
-        let name = format!("%p{i}");
-        match p {
-            Param::Buffer { elem, access, .. } => {
-                let ro = if *access == Access::Read {
-                    " readonly"
-                } else {
-                    ""
-                };
-                params.push(format!(
-                    "ptr addrspace(1) noalias{ro} align {} {name}",
-                    elem.size_bytes()
-                ));
-                e.bufs[i] = Some(name);
-            }
-            Param::Scalar { ty, .. } => {
-                params.push(format!("{} {name}", lty(*ty)));
-                e.scalars[i] = Some(name);
-            }
-        }
-    }
-    let mut globals = String::new();
-    for (i, s) in k.shared.iter().enumerate() {
-        globals.push_str(&format!(
-            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
-            s.len,
-            lty(s.elem)
-        ));
-        e.shared.push(format!("@loom_shared_{i}"));
-    }
-    for l in &k.locals {
-        let loc = e.scalar_var(l.ty);
-        e.vars.push(loc);
-    }
     e.lid = e.b.call("i32", "llvm.nvvm.read.ptx.sreg.tid.x", &[]);
     for d in 0..3 {
         let axis = ["x", "y", "z"][d];

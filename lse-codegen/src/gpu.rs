@@ -1,0 +1,73 @@
+//! What the two GPU lowerings (AMDGPU and NVPTX) share: the workgroup-size check, the kernel
+//! parameter list (buffers as `noalias` global pointers, `readonly` when the kernel only reads
+//! them, scalars by value, all in declaration order), shared arrays as addrspace(3) globals,
+//! and one private slot per kernel variable.
+
+use crate::emit::{lty, Emitter};
+use lse_dsl::ir::{Access, Kernel, Param};
+
+/// A GPU kernel function being built.
+pub(crate) struct GpuKernel<'k> {
+    pub e: Emitter<'k>,
+    /// The function's parameters, as LLVM IR text.
+    pub params: Vec<String>,
+    /// Module-level globals (the shared arrays).
+    pub globals: String,
+    /// Work-items per workgroup.
+    pub wg: u32,
+}
+
+/// Starts a GPU kernel; `private_ptr` is the pointer type of the target's allocas.
+pub(crate) fn prologue<'k>(
+    k: &'k Kernel,
+    private_ptr: &'static str,
+) -> Result<GpuKernel<'k>, String> {
+    let wg = k.workgroup_size;
+    if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
+        return Err(format!(
+            "workgroup size {wg} is not a power of two in 1..=1024"
+        ));
+    }
+    let mut e = Emitter::new(k, private_ptr, "ptr addrspace(1)", "ptr addrspace(3)");
+    let mut params = Vec::new();
+    for (i, p) in k.params.iter().enumerate() {
+        let name = format!("%p{i}");
+        match p {
+            Param::Buffer { elem, access, .. } => {
+                let ro = if *access == Access::Read {
+                    " readonly"
+                } else {
+                    ""
+                };
+                params.push(format!(
+                    "ptr addrspace(1) noalias{ro} align {} {name}",
+                    elem.size_bytes()
+                ));
+                e.bufs[i] = Some(name);
+            }
+            Param::Scalar { ty, .. } => {
+                params.push(format!("{} {name}", lty(*ty)));
+                e.scalars[i] = Some(name);
+            }
+        }
+    }
+    let mut globals = String::new();
+    for (i, s) in k.shared.iter().enumerate() {
+        globals.push_str(&format!(
+            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
+            s.len,
+            lty(s.elem)
+        ));
+        e.shared.push(format!("@loom_shared_{i}"));
+    }
+    for l in &k.locals {
+        let loc = e.scalar_var(l.ty);
+        e.vars.push(loc);
+    }
+    Ok(GpuKernel {
+        e,
+        params,
+        globals,
+        wg,
+    })
+}
