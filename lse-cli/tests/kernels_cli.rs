@@ -2,6 +2,7 @@
 
 use std::process::Command;
 
+/// Runs `lse` with `args`: (success, stdout, stderr).
 fn lse(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_lse"))
         .args(args)
@@ -14,25 +15,38 @@ fn lse(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `lse kernels show NAME --emit EMIT [--arch ARCH]`.
+fn show(name: &str, emit: &str, arch: Option<&str>) -> (bool, String, String) {
+    let mut args = vec!["kernels", "show", name, "--emit", emit];
+    args.extend(arch.iter().flat_map(|a| ["--arch", a]));
+    lse(&args)
+}
+
+/// The `lse kernels list` line of kernel `id`.
+fn list_line(id: &str) -> String {
+    let (ok, out, err) = lse(&["kernels", "list"]);
+    assert!(ok, "{err}");
+    out.lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("{id} missing:\n{out}"))
+        .to_string()
+}
+
 #[test]
 fn list_shows_each_kernel_with_registers_per_arch() {
-    let (ok, out, _) = lse(&["kernels", "list"]);
-    assert!(ok);
     for id in [
         "logits.lse_pick.v1",
         "topk_pairs.v1",
         "lm_head.matrix_bf16.v1",
         "lm_head.matvec_f32.v1",
     ] {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(id))
-            .unwrap_or_else(|| panic!("{id} missing:\n{out}"));
+        let line = list_line(id);
         assert!(
             line.contains("workgroup") && line.contains("gfx1201,gfx1100,gfx942"),
             "{line}"
         );
     }
+    let (_, out, _) = lse(&["kernels", "list"]);
     assert!(
         out.lines()
             .any(|l| l.trim_start().starts_with("gfx942") && l.contains("vgpr")),
@@ -42,27 +56,19 @@ fn list_shows_each_kernel_with_registers_per_arch() {
 
 #[test]
 fn show_prints_every_stage() {
-    let (ok, ir, _) = lse(&["kernels", "show", "logits.lse_pick.v1", "--emit", "ir"]);
+    let (ok, ir, _) = show("logits.lse_pick.v1", "ir", None);
     assert!(
         ok && ir.contains("kernel logits.lse_pick version 1"),
         "{ir}"
     );
-    let (ok, rust, _) = lse(&["kernels", "show", "topk_pairs", "--emit", "rust"]);
+    let (ok, rust, _) = show("topk_pairs", "rust", None);
     assert!(ok && rust.contains("pub fn topk_pairs("), "{rust}");
-    let (ok, llvm, _) = lse(&["kernels", "show", "topk_pairs", "--emit", "llvm"]);
+    let (ok, llvm, _) = show("topk_pairs", "llvm", None);
     assert!(
         ok && llvm.contains("define") && llvm.contains("loom_host_topk_pairs"),
         "{llvm}"
     );
-    let (ok, asm, _) = lse(&[
-        "kernels",
-        "show",
-        "logits.lse_pick",
-        "--emit",
-        "asm",
-        "--arch",
-        "gfx1201",
-    ]);
+    let (ok, asm, _) = show("logits.lse_pick", "asm", Some("gfx1201"));
     assert!(ok && asm.contains("s_endpgm"), "{asm}");
 }
 
@@ -73,15 +79,7 @@ fn unknown_kernels_and_archs_are_named() {
         !ok && err.contains("no kernel named \"nope\"") && err.contains("topk_pairs.v1"),
         "{err}"
     );
-    let (ok, _, err) = lse(&[
-        "kernels",
-        "show",
-        "topk_pairs",
-        "--emit",
-        "asm",
-        "--arch",
-        "gfx803",
-    ]);
+    let (ok, _, err) = show("topk_pairs", "asm", Some("gfx803"));
     assert!(
         !ok && err.contains("gfx803") && err.contains("gfx1201"),
         "{err}"
@@ -90,40 +88,20 @@ fn unknown_kernels_and_archs_are_named() {
 
 #[test]
 fn ptx_is_listed_and_shown_per_sm_arch() {
-    let (ok, out, _) = lse(&["kernels", "list"]);
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("topk_pairs.v1"))
-        .unwrap_or_else(|| panic!("topk_pairs missing:\n{out}"));
-    assert!(ok && line.contains("gfx942,sm_80,sm_90"), "{line}");
-    let (ok, ptx, err) = lse(&[
-        "kernels",
-        "show",
-        "topk_pairs",
-        "--emit",
-        "ptx",
-        "--arch",
-        "sm_90",
-    ]);
+    let line = list_line("topk_pairs.v1");
+    assert!(line.contains("gfx942,sm_80,sm_90"), "{line}");
+    let (ok, ptx, err) = show("topk_pairs", "ptx", Some("sm_90"));
     assert!(ok, "{err}");
     assert!(
         ptx.contains(".target sm_90") && ptx.contains(".visible .entry topk_pairs("),
         "{ptx}"
     );
-    let (ok, _, err) = lse(&["kernels", "show", "topk_pairs", "--emit", "ptx"]);
+    let (ok, _, err) = show("topk_pairs", "ptx", None);
     assert!(
         !ok && err.contains("--arch") && err.contains("sm_80"),
         "{err}"
     );
-    let (ok, _, err) = lse(&[
-        "kernels",
-        "show",
-        "topk_pairs",
-        "--emit",
-        "ptx",
-        "--arch",
-        "sm_70",
-    ]);
+    let (ok, _, err) = show("topk_pairs", "ptx", Some("sm_70"));
     assert!(
         !ok && err.contains("sm_70") && err.contains("sm_90"),
         "{err}"
