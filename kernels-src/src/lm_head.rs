@@ -23,128 +23,79 @@ use loom::kernel;
 /// The `k` loop is unrolled by 4 and the row loop by 4, so each accumulator is read and
 /// written once per 4 multiply-adds and each widened weight is used by 4 rows from a
 /// register; every accumulator still sees its multiply-adds in ascending `k`, one rounding
-/// each. Row blocks past the last row of a partial tile are skipped. `local_id()` and the
-/// row base are written out in every index rather than bound to variables: the host
-/// lowering keeps a variable assigned in a split region per work-item, which would hide from
-/// LLVM that `acc` accesses are consecutive across work-items and `hidden` accesses the same
-/// for all of them. Columns and rows past the end re-read the
-/// last one (the `min`s); their results are not stored.
+/// each. Row blocks past the last row of a partial tile are skipped. Columns and rows past
+/// the end re-read the last one (the `min`s); their results are not stored. The index
+/// `let`s (`lid`, `col`, `r0`, ...) are pure integer values assigned once, which the host
+/// lowering writes out at each use, so LLVM still sees that `acc` accesses are consecutive
+/// across work-items and `hidden` accesses the same for all of them.
 #[kernel(name = "lm_head.matrix", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
 fn lm_head_matrix<W>(hidden: &[f32], w: &[W], out: &mut [f32], rows: u32, vocab: u32, dim: u32) {
     const ROWS: u32 = 128;
     const WG: u32 = 64;
     let acc = shared::<f32>(ROWS * WG);
+    let lid = local_id();
+    let col = group_id() * WG + lid;
+    // This work-item's weight row (the last one for columns past the end).
+    let wrow = min(col, vocab - 1) * dim;
+    // First row of this tile, and the number of 4-row blocks that hold one of its rows.
+    let r0 = group_id_y() * ROWS;
+    let row_blocks = min(ROWS / 4, ((rows - r0 - 1) >> 2) + 1);
     for r in 0..ROWS {
-        acc[r * WG + local_id()] = 0.0;
+        acc[r * WG + lid] = 0.0;
     }
     // Main part: `k` in blocks of 4.
     for kb in 0..(dim >> 2) {
-        let w0 = to_f32(w[min(group_id() * WG + local_id(), vocab - 1) * dim + kb * 4]);
-        let w1 = to_f32(w[min(group_id() * WG + local_id(), vocab - 1) * dim + kb * 4 + 1]);
-        let w2 = to_f32(w[min(group_id() * WG + local_id(), vocab - 1) * dim + kb * 4 + 2]);
-        let w3 = to_f32(w[min(group_id() * WG + local_id(), vocab - 1) * dim + kb * 4 + 3]);
-        // Only the row blocks that hold a row of this tile.
-        for rb in 0..min(ROWS / 4, ((rows - group_id_y() * ROWS - 1) >> 2) + 1) {
-            let a0 = acc[(rb * 4) * WG + local_id()];
-            let a1 = acc[(rb * 4 + 1) * WG + local_id()];
-            let a2 = acc[(rb * 4 + 2) * WG + local_id()];
-            let a3 = acc[(rb * 4 + 3) * WG + local_id()];
-            let b0 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4, rows - 1) * dim + kb * 4],
-                w0,
-                a0,
-            );
-            let b1 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 1, rows - 1) * dim + kb * 4],
-                w0,
-                a1,
-            );
-            let b2 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 2, rows - 1) * dim + kb * 4],
-                w0,
-                a2,
-            );
-            let b3 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 3, rows - 1) * dim + kb * 4],
-                w0,
-                a3,
-            );
-            let c0 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4, rows - 1) * dim + kb * 4 + 1],
-                w1,
-                b0,
-            );
-            let c1 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 1, rows - 1) * dim + kb * 4 + 1],
-                w1,
-                b1,
-            );
-            let c2 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 2, rows - 1) * dim + kb * 4 + 1],
-                w1,
-                b2,
-            );
-            let c3 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 3, rows - 1) * dim + kb * 4 + 1],
-                w1,
-                b3,
-            );
-            let d0 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4, rows - 1) * dim + kb * 4 + 2],
-                w2,
-                c0,
-            );
-            let d1 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 1, rows - 1) * dim + kb * 4 + 2],
-                w2,
-                c1,
-            );
-            let d2 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 2, rows - 1) * dim + kb * 4 + 2],
-                w2,
-                c2,
-            );
-            let d3 = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 3, rows - 1) * dim + kb * 4 + 2],
-                w2,
-                c3,
-            );
-            acc[(rb * 4) * WG + local_id()] = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4, rows - 1) * dim + kb * 4 + 3],
-                w3,
-                d0,
-            );
-            acc[(rb * 4 + 1) * WG + local_id()] = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 1, rows - 1) * dim + kb * 4 + 3],
-                w3,
-                d1,
-            );
-            acc[(rb * 4 + 2) * WG + local_id()] = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 2, rows - 1) * dim + kb * 4 + 3],
-                w3,
-                d2,
-            );
-            acc[(rb * 4 + 3) * WG + local_id()] = fma(
-                hidden[min(group_id_y() * ROWS + rb * 4 + 3, rows - 1) * dim + kb * 4 + 3],
-                w3,
-                d3,
-            );
+        let k = kb * 4;
+        let w0 = to_f32(w[wrow + k]);
+        let w1 = to_f32(w[wrow + k + 1]);
+        let w2 = to_f32(w[wrow + k + 2]);
+        let w3 = to_f32(w[wrow + k + 3]);
+        for rb in 0..row_blocks {
+            let r = rb * 4;
+            // `hidden` rows of the block (the last row for rows past the end).
+            let h0 = min(r0 + r, rows - 1) * dim + k;
+            let h1 = min(r0 + r + 1, rows - 1) * dim + k;
+            let h2 = min(r0 + r + 2, rows - 1) * dim + k;
+            let h3 = min(r0 + r + 3, rows - 1) * dim + k;
+            // Accumulator slots of the block.
+            let s0 = r * WG + lid;
+            let s1 = (r + 1) * WG + lid;
+            let s2 = (r + 2) * WG + lid;
+            let s3 = (r + 3) * WG + lid;
+            let mut a0 = acc[s0];
+            let mut a1 = acc[s1];
+            let mut a2 = acc[s2];
+            let mut a3 = acc[s3];
+            a0 = fma(hidden[h0], w0, a0);
+            a1 = fma(hidden[h1], w0, a1);
+            a2 = fma(hidden[h2], w0, a2);
+            a3 = fma(hidden[h3], w0, a3);
+            a0 = fma(hidden[h0 + 1], w1, a0);
+            a1 = fma(hidden[h1 + 1], w1, a1);
+            a2 = fma(hidden[h2 + 1], w1, a2);
+            a3 = fma(hidden[h3 + 1], w1, a3);
+            a0 = fma(hidden[h0 + 2], w2, a0);
+            a1 = fma(hidden[h1 + 2], w2, a1);
+            a2 = fma(hidden[h2 + 2], w2, a2);
+            a3 = fma(hidden[h3 + 2], w2, a3);
+            acc[s0] = fma(hidden[h0 + 3], w3, a0);
+            acc[s1] = fma(hidden[h1 + 3], w3, a1);
+            acc[s2] = fma(hidden[h2 + 3], w3, a2);
+            acc[s3] = fma(hidden[h3 + 3], w3, a3);
         }
     }
     // The last `dim % 4` values of `k`.
     for k in (dim & 0xffff_fffc)..dim {
-        let wk = to_f32(w[min(group_id() * WG + local_id(), vocab - 1) * dim + k]);
+        let wk = to_f32(w[wrow + k]);
         for r in 0..ROWS {
-            let h = hidden[min(group_id_y() * ROWS + r, rows - 1) * dim + k];
-            acc[r * WG + local_id()] = fma(h, wk, acc[r * WG + local_id()]);
+            let h = hidden[min(r0 + r, rows - 1) * dim + k];
+            acc[r * WG + lid] = fma(h, wk, acc[r * WG + lid]);
         }
     }
-    let col = group_id() * WG + local_id();
     if col < vocab {
-        let r0 = group_id_y() * ROWS;
         for r in 0..ROWS {
             if r0 + r < rows {
-                out[(r0 + r) * vocab + col] = acc[r * WG + local_id()];
+                out[(r0 + r) * vocab + col] = acc[r * WG + lid];
             }
         }
     }

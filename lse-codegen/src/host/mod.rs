@@ -6,8 +6,10 @@
 //! other without a barrier), with `llvm.loop.vectorize.enable`, so LLVM may vectorise across
 //! work-items. Private variables are scalar allocas (promoted by mem2reg), PerItem variables
 //! `[WG x T]` allocas, shared arrays per-call allocas. Regions holding `for` loops with
-//! workgroup-uniform bounds are interchanged so the work-item loop is innermost ([`split`]).
+//! workgroup-uniform bounds are interchanged so the work-item loop is innermost ([`split`]);
+//! pure integer `let`s of such a region are first written out at their uses ([`remat`]).
 
+mod remat;
 mod split;
 
 use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts, VarLoc};
@@ -255,10 +257,17 @@ impl HostPhases {
 
     fn phase(&mut self, e: &mut Emitter, p: &Phase) {
         match p {
-            Phase::Region(block) if split::wants_split(block, &self.storage, &[]) => {
-                self.split_region(e, block)
+            Phase::Region(block) => {
+                // Index-like lets are written at their uses first: a uniform loop bound
+                // named by a `let` then counts as uniform, and a split region does not
+                // move such lets to per-work-item slots (see [`remat`]).
+                let inlined = remat::substitute(block, &self.storage);
+                if split::wants_split(&inlined, &self.storage, &[]) {
+                    self.split_region(e, &inlined)
+                } else {
+                    self.region(e, !has_loop(block), |s, e| e.block(s, block))
+                }
             }
-            Phase::Region(block) => self.region(e, !has_loop(block), |s, e| e.block(s, block)),
             Phase::If {
                 cond,
                 then_phases,

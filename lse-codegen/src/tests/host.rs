@@ -376,3 +376,120 @@ fn index_arithmetic_is_non_wrapping_and_work_item_loops_stay_rolled() {
     assert!(!t.contains("mul nuw"), "{t}");
     assert!(!t.contains("prefer-vector-width"), "{t}");
 }
+
+/// `let lid = local_id(); let col = group_id() * 64 + lid; let n = num_groups() * 64;
+/// let mut acc = 0.0; for k in 0..k_len { acc = acc + m[k * n + col] * x[k]; }
+/// out[col] = acc;` with params `(m: &[f32], x: &[f32], out: &mut [f32], k_len: u32)`.
+fn column_dots() -> Kernel {
+    use super::kernels::{bin, buffer, builtin, load, local, param, scalar, var};
+    use lse_dsl::ir::{Access, BinOp, Builtin, Expr, Ty};
+    let u = |v| var(v, Ty::U32);
+    let m_index = bin(BinOp::Add, bin(BinOp::Mul, u(4), u(2)), u(1));
+    let prod = bin(
+        BinOp::Mul,
+        load(0, m_index, Ty::F32),
+        load(1, u(4), Ty::F32),
+    );
+    Kernel {
+        fn_name: "k_column_dots".into(),
+        name: "test.k_column_dots".into(),
+        version: 1,
+        workgroup_size: 64,
+        targets: vec![],
+        params: vec![
+            buffer("m", Ty::F32, Access::Read),
+            buffer("x", Ty::F32, Access::Read),
+            buffer("out", Ty::F32, Access::ReadWrite),
+            scalar("k_len", Ty::U32),
+        ],
+        shared: vec![],
+        locals: vec![
+            local("lid", Ty::U32),
+            local("col", Ty::U32),
+            local("n", Ty::U32),
+            local("acc", Ty::F32),
+            local("k", Ty::U32),
+        ],
+        body: vec![
+            Stmt::Let {
+                var: 0,
+                value: builtin(Builtin::LocalId),
+            },
+            Stmt::Let {
+                var: 1,
+                value: bin(
+                    BinOp::Add,
+                    bin(
+                        BinOp::Mul,
+                        builtin(Builtin::GroupId(0)),
+                        Expr::const_u32(64),
+                    ),
+                    u(0),
+                ),
+            },
+            Stmt::Let {
+                var: 2,
+                value: bin(
+                    BinOp::Mul,
+                    builtin(Builtin::NumGroups(0)),
+                    Expr::const_u32(64),
+                ),
+            },
+            Stmt::Let {
+                var: 3,
+                value: Expr::const_f32(0.0),
+            },
+            Stmt::For {
+                var: 4,
+                start: Expr::const_u32(0),
+                end: param(3, Ty::U32),
+                step: Expr::const_u32(1),
+                body: vec![Stmt::Assign {
+                    var: 3,
+                    value: bin(BinOp::Add, var(3, Ty::F32), prod),
+                }],
+            },
+            Stmt::Store {
+                buf: 2,
+                index: u(1),
+                value: var(3, Ty::F32),
+            },
+        ],
+    }
+}
+
+#[test]
+fn index_lets_keep_accesses_consecutive_across_work_items() {
+    // `col` and `n` are named by `let`s in a split region: the host lowering writes them
+    // out at their uses, so `m[k * n + col]` is seen as consecutive across work-items
+    // (packed loads, no gathers) while `x[k]` is the same for all of them.
+    let k = column_dots();
+    let (groups, k_len) = (2usize, 19usize);
+    let cols = groups * 64;
+    let m: Vec<f32> = (0..k_len * cols)
+        .map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.375)
+        .collect();
+    let x: Vec<f32> = (0..k_len).map(|i| (i as f32 - 9.0) * 0.625).collect();
+    let mut v4 = String::new();
+    for cpu in HOST_CPUS {
+        let (lib, c) = load(&k, cpu);
+        let (mut mb, mut xb, mut out) = (m.clone(), x.clone(), vec![0f32; cols]);
+        let bufs = [raw(&mut mb), raw(&mut xb), raw(&mut out)];
+        run(&lib, &bufs, &[k_len as u64], [groups as u32, 1, 1], 0, 2);
+        for col in 0..cols {
+            let mut acc = 0f32;
+            for kk in 0..k_len {
+                acc += m[kk * cols + col] * x[kk];
+            }
+            assert_eq!(out[col].to_bits(), acc.to_bits(), "{cpu} column {col}");
+        }
+        if cpu == "x86-64-v4" {
+            v4 = c.asm;
+        }
+    }
+    assert!(has_packed_fp(&v4), "not vectorised:\n{v4}");
+    assert!(
+        !v4.contains("vgather"),
+        "gathers for consecutive loads:\n{v4}"
+    );
+}
