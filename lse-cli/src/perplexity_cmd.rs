@@ -40,7 +40,8 @@ pub struct PerplexityArgs {
     /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
     #[arg(long)]
     model: PathBuf,
-    /// Device: host (LLVM-compiled LOOM kernels on this CPU), cpu (generated Rust), hip:N / hrx:N.
+    /// Device: host (LLVM-compiled LOOM kernels on this CPU), cpu (generated Rust), hip:N / hrx:N
+    /// (AMD GPU via HIP), cuda:N (NVIDIA GPU via the CUDA driver).
     #[arg(long, default_value = "host")]
     pool: Pool,
     /// Kernel dialect (LOOM is the only one).

@@ -6,6 +6,7 @@ use half::{bf16, f16};
 use lse_dsl::rt::{KernelDef, ParamKind, RawBuf};
 use rayon::prelude::*;
 
+use super::gpu::gpu_args;
 use super::pool::{Device, Pool};
 
 /// One kernel argument, in parameter order.
@@ -115,6 +116,13 @@ pub enum LaunchError {
         kernel: &'static str,
         device: String,
     },
+    /// A GPU runtime call failed; `message` names the call and the runtime's error text.
+    #[error("{kernel} on {device}: {message}")]
+    Gpu {
+        kernel: &'static str,
+        device: String,
+        message: String,
+    },
 }
 
 fn expected_arg(kind: ParamKind) -> String {
@@ -197,7 +205,10 @@ fn marshal(kernel: &KernelDef, args: &[Arg<'_>]) -> Result<(Vec<RawBuf>, Vec<u64
 }
 
 impl Device {
-    /// Runs `kernel` over `grid` workgroups with `args`, spreading workgroups over all cores.
+    /// Runs `kernel` over `grid` workgroups with `args`: on the CPU-side devices spreading
+    /// workgroups over all cores; on a GPU copying buffers to device memory, launching `grid`
+    /// workgroups of `workgroup_size` work-items and copying writable buffers back (buffers
+    /// are not yet kept resident on the GPU between launches).
     ///
     /// The caller guarantees the kernel's own contract (index ranges implied by the shapes it
     /// passes); the typed wrappers in [`crate::ops`] check those before launching.
@@ -243,11 +254,24 @@ impl Device {
                         unsafe { entry(bufs.as_ptr(), scalars.as_ptr(), grid.as_ptr(), b, e) }
                     });
             }
-            Pool::Hip(_) => {
-                return Err(LaunchError::NoKernel {
+            Pool::Hip(_) | Pool::Cuda(_) => {
+                let gpu = self.gpu_device().ok_or_else(|| LaunchError::NoKernel {
                     kernel: kernel.id,
                     device: self.arch(),
-                })
+                })?;
+                if !gpu.has_kernel(kernel) {
+                    return Err(LaunchError::NoKernel {
+                        kernel: kernel.id,
+                        device: self.arch(),
+                    });
+                }
+                let args = gpu_args(kernel, &bufs, &scalars);
+                gpu.launch(kernel, grid, &args)
+                    .map_err(|message| LaunchError::Gpu {
+                        kernel: kernel.id,
+                        device: self.arch(),
+                        message,
+                    })?;
             }
         }
         Ok(())

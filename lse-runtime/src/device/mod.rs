@@ -2,13 +2,20 @@
 //!
 //! - `cpu`: the generated Rust code of each kernel (the CPU reference; bounds-checked).
 //! - `host`: the same kernels compiled by LLVM at build time for this CPU (the device CI runs).
-//! - `hip:N` (alias `hrx:N`): AMD GPUs through the HIP runtime; opening one is a clear error
-//!   on machines without it.
+//! - `hip:N` (alias `hrx:N`): AMD GPU N through the HIP runtime (`libamdhip64`), running the
+//!   kernels' AMDGPU code objects.
+//! - `cuda:N`: NVIDIA GPU N through the CUDA driver (`libcuda.so.1`), running the kernels' PTX.
+//!
+//! The GPU runtimes are loaded at run time: on machines without them, opening a GPU device is
+//! a clear error and the CPU-side devices still work.
 //!
 //! On the CPU-side devices, kernel buffers are ordinary host memory and workgroups are spread
 //! over all cores: each thread runs a contiguous range of linearised workgroup ids, which is
 //! exactly the unit the kernels' CPU entry points take.
 
+mod cuda;
+mod gpu;
+mod hip;
 mod launch;
 mod pool;
 mod select;

@@ -2,9 +2,13 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use lse_dsl::rt::{HostEntry, KernelDef};
 
+use super::cuda::{self, CudaDevice};
+use super::gpu::GpuDevice;
+use super::hip::{self, HipDevice};
 use super::select;
 
 /// A `--pool` value.
@@ -14,13 +18,15 @@ pub enum Pool {
     Cpu,
     /// LLVM-compiled host code.
     Host,
-    /// HIP device N.
+    /// HIP device N (AMD GPUs).
     Hip(u32),
+    /// CUDA device N (NVIDIA GPUs).
+    Cuda(u32),
 }
 
-/// A `--pool` value that is not one of `host`, `cpu`, `hip:N`, `hrx:N`.
+/// A `--pool` value that is not one of `host`, `cpu`, `hip:N`, `hrx:N`, `cuda:N`.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid --pool {0:?}: expected host, cpu, hip:N or hrx:N")]
+#[error("invalid --pool {0:?}: expected host, cpu, hip:N, hrx:N or cuda:N")]
 pub struct PoolParseError(String);
 
 impl FromStr for Pool {
@@ -32,11 +38,15 @@ impl FromStr for Pool {
             "host" => return Ok(Pool::Host),
             _ => {}
         }
-        let index = s.strip_prefix("hip:").or_else(|| s.strip_prefix("hrx:"));
-        match index.map(str::parse::<u32>) {
-            Some(Ok(n)) => Ok(Pool::Hip(n)),
-            _ => Err(PoolParseError(s.to_string())),
-        }
+        let bad = || PoolParseError(s.to_string());
+        let (make, index): (fn(u32) -> Pool, &str) = if let Some(i) = s.strip_prefix("cuda:") {
+            (Pool::Cuda, i)
+        } else if let Some(i) = s.strip_prefix("hip:").or_else(|| s.strip_prefix("hrx:")) {
+            (Pool::Hip, i)
+        } else {
+            return Err(bad());
+        };
+        index.parse::<u32>().map(make).map_err(|_| bad())
     }
 }
 
@@ -46,6 +56,7 @@ impl fmt::Display for Pool {
             Pool::Cpu => write!(f, "cpu"),
             Pool::Host => write!(f, "host"),
             Pool::Hip(n) => write!(f, "hip:{n}"),
+            Pool::Cuda(n) => write!(f, "cuda:{n}"),
         }
     }
 }
@@ -56,16 +67,33 @@ pub struct Device {
     pool: Pool,
     /// For `host`: the x86-64 level whose code this CPU runs.
     host_cpu: Option<&'static str>,
+    /// For `hip:N` / `cuda:N`: the opened GPU (shared by clones).
+    gpu: Option<Arc<GpuDevice>>,
 }
 
 /// Why a device could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceOpenError {
-    #[error(
-        "--pool {0}: no HIP runtime on this machine (libamdhip64.so could not be loaded); \
-         use --pool host or --pool cpu"
-    )]
-    NoHipRuntime(Pool),
+    /// The GPU runtime library did not load (or lacks a function LSE needs).
+    #[error("--pool {pool}: no {runtime} runtime on this machine ({detail}); use --pool host or --pool cpu")]
+    NoGpuRuntime {
+        pool: Pool,
+        /// `HIP` or `CUDA`.
+        runtime: &'static str,
+        /// The sonames tried and why each failed, or the missing symbol.
+        detail: String,
+    },
+    /// The runtime loaded but has no device with that index.
+    #[error("--pool {pool}: no {runtime} device {index}: this machine has {count}")]
+    NoSuchDevice {
+        pool: Pool,
+        runtime: &'static str,
+        index: u32,
+        count: u32,
+    },
+    /// A runtime call failed while opening the device.
+    #[error("--pool {pool}: {message}")]
+    Gpu { pool: Pool, message: String },
 }
 
 impl Device {
@@ -76,13 +104,41 @@ impl Device {
             Pool::Cpu => Ok(Device {
                 pool,
                 host_cpu: None,
+                gpu: None,
             }),
             Pool::Host => Ok(Device {
                 pool,
                 host_cpu: Some(select::best_host_cpu()),
+                gpu: None,
             }),
-            Pool::Hip(_) => Err(DeviceOpenError::NoHipRuntime(pool)),
+            Pool::Hip(n) => {
+                let dev = HipDevice::open(n).map_err(|e| hip_error(pool, n, e))?;
+                Ok(Device::gpu(pool, GpuDevice::Hip(dev)))
+            }
+            Pool::Cuda(n) => {
+                let dev = CudaDevice::open(n).map_err(|e| cuda_error(pool, n, e))?;
+                Ok(Device::gpu(pool, GpuDevice::Cuda(dev)))
+            }
         }
+    }
+
+    fn gpu(pool: Pool, dev: GpuDevice) -> Device {
+        Device {
+            pool,
+            host_cpu: None,
+            gpu: Some(Arc::new(dev)),
+        }
+    }
+
+    /// The opened GPU, on `hip:N` / `cuda:N`.
+    pub(super) fn gpu_device(&self) -> Option<&GpuDevice> {
+        self.gpu.as_deref()
+    }
+
+    /// Milliseconds the last kernel launched on this GPU device ran (timed with the runtime's
+    /// events); `None` on CPU-side devices or before the first launch.
+    pub fn last_gpu_kernel_ms(&self) -> Option<f32> {
+        self.gpu.as_ref()?.last_kernel_ms()
     }
 
     /// The host device running one particular host code variant (an entry of
@@ -95,6 +151,7 @@ impl Device {
         (wanted <= best).then_some(Device {
             pool: Pool::Host,
             host_cpu: Some(order[wanted]),
+            gpu: None,
         })
     }
 
@@ -102,8 +159,13 @@ impl Device {
         self.pool
     }
 
-    /// What `config.device_arch` reports: `cpu`, or `host-<x86-64 level>`.
+    /// The device named by `--pool`.
+    /// What `config.device_arch` reports: `cpu`, `host-<x86-64 level>`, or the GPU
+    /// architecture (`gfx1201`, `sm_90`, ...).
     pub fn arch(&self) -> String {
+        if let Some(gpu) = &self.gpu {
+            return gpu.arch().to_string();
+        }
         match (self.pool, self.host_cpu) {
             (Pool::Host, Some(cpu)) => format!("host-{cpu}"),
             _ => self.pool.to_string(),
@@ -121,8 +183,42 @@ impl Device {
         match self.pool {
             Pool::Cpu => true,
             Pool::Host => self.host_entry(kernel).is_some(),
-            Pool::Hip(_) => false,
+            Pool::Hip(_) | Pool::Cuda(_) => self.gpu.as_ref().is_some_and(|g| g.has_kernel(kernel)),
         }
+    }
+}
+
+fn open_error(pool: Pool, runtime: &'static str) -> impl Fn(String) -> DeviceOpenError {
+    move |detail| DeviceOpenError::NoGpuRuntime {
+        pool,
+        runtime,
+        detail,
+    }
+}
+
+fn hip_error(pool: Pool, index: u32, e: hip::OpenError) -> DeviceOpenError {
+    match e {
+        hip::OpenError::NoRuntime(d) => open_error(pool, "HIP")(d),
+        hip::OpenError::NoDevice { count } => DeviceOpenError::NoSuchDevice {
+            pool,
+            runtime: "HIP",
+            index,
+            count,
+        },
+        hip::OpenError::Call(message) => DeviceOpenError::Gpu { pool, message },
+    }
+}
+
+fn cuda_error(pool: Pool, index: u32, e: cuda::OpenError) -> DeviceOpenError {
+    match e {
+        cuda::OpenError::NoRuntime(d) => open_error(pool, "CUDA")(d),
+        cuda::OpenError::NoDevice { count } => DeviceOpenError::NoSuchDevice {
+            pool,
+            runtime: "CUDA",
+            index,
+            count,
+        },
+        cuda::OpenError::Call(message) => DeviceOpenError::Gpu { pool, message },
     }
 }
 
@@ -136,13 +232,22 @@ mod tests {
         assert_eq!("cpu".parse::<Pool>().unwrap(), Pool::Cpu);
         assert_eq!("hip:1".parse::<Pool>().unwrap(), Pool::Hip(1));
         assert_eq!("hrx:0".parse::<Pool>().unwrap(), Pool::Hip(0));
+        assert_eq!("cuda:0".parse::<Pool>().unwrap(), Pool::Cuda(0));
+        assert_eq!("cuda:3".parse::<Pool>().unwrap(), Pool::Cuda(3));
+        assert_eq!(Pool::Cuda(2).to_string(), "cuda:2");
+        assert_eq!(Pool::Hip(1).to_string(), "hip:1");
     }
 
     #[test]
     fn bad_pool_names_are_rejected_with_the_accepted_forms() {
-        for bad in ["gpu", "hip:", "hip:x", "hrx:-1", ""] {
+        for bad in [
+            "gpu", "hip:", "hip:x", "hrx:-1", "", "cuda", "cuda:", "cuda:x", "cuda:-1",
+        ] {
             let err = bad.parse::<Pool>().unwrap_err().to_string();
-            assert!(err.contains("expected host, cpu, hip:N or hrx:N"), "{err}");
+            assert!(
+                err.contains("expected host, cpu, hip:N, hrx:N or cuda:N"),
+                "{err}"
+            );
         }
     }
 
@@ -162,9 +267,59 @@ mod tests {
         assert!(Device::host_variant("pentium").is_none());
     }
 
+    /// Whether `ldconfig -p` lists a library whose name starts with `prefix`.
+    fn installed(prefix: &str) -> bool {
+        let out = std::process::Command::new("ldconfig")
+            .arg("-p")
+            .output()
+            .or_else(|_| {
+                std::process::Command::new("/sbin/ldconfig")
+                    .arg("-p")
+                    .output()
+            })
+            .expect("ldconfig -p runs");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim_start().starts_with(prefix))
+    }
+
     #[test]
     fn hip_without_a_runtime_is_a_clear_error() {
+        if installed("libamdhip64.so") {
+            eprintln!("skipped: libamdhip64 is installed here");
+            return;
+        }
         let err = Device::open(Pool::Hip(0)).unwrap_err().to_string();
-        assert!(err.contains("no HIP runtime"), "{err}");
+        assert!(err.contains("--pool hip:0: no HIP runtime"), "{err}");
+        for soname in hip::SONAMES {
+            assert!(err.contains(soname), "{err}");
+        }
+    }
+
+    #[test]
+    fn cuda_without_a_driver_is_a_clear_error() {
+        if installed("libcuda.so") {
+            eprintln!("skipped: libcuda is installed here");
+            return;
+        }
+        let err = Device::open(Pool::Cuda(1)).unwrap_err().to_string();
+        assert!(err.contains("--pool cuda:1: no CUDA runtime"), "{err}");
+        for soname in cuda::SONAMES {
+            assert!(err.contains(soname), "{err}");
+        }
+    }
+
+    #[test]
+    fn missing_devices_say_how_many_there_are() {
+        let err = DeviceOpenError::NoSuchDevice {
+            pool: Pool::Cuda(3),
+            runtime: "CUDA",
+            index: 3,
+            count: 2,
+        };
+        assert_eq!(
+            err.to_string(),
+            "--pool cuda:3: no CUDA device 3: this machine has 2"
+        );
     }
 }
