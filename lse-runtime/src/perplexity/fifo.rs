@@ -46,15 +46,17 @@ mod tests {
         let lock = Arc::new(FifoLock::default());
         let order = Arc::new(Mutex::new(Vec::new()));
         let first = lock.acquire();
-        let handles: Vec<_> = (0..4)
+        let handles: Vec<_> = (0..4u64)
             .map(|i| {
-                let (lock, order) = (Arc::clone(&lock), Arc::clone(&order));
+                let (lock2, order) = (Arc::clone(&lock), Arc::clone(&order));
                 let h = std::thread::spawn(move || {
-                    let _g = lock.acquire();
+                    let _g = lock2.acquire();
                     order.lock().unwrap().push(i);
                 });
-                // Let thread i take its ticket before thread i + 1 starts.
-                std::thread::sleep(Duration::from_millis(50));
+                // Start thread i + 1 only once thread i holds its ticket (ticket i + 1).
+                while lock.state.lock().unwrap().0 < i + 2 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 h
             })
             .collect();
