@@ -244,16 +244,7 @@ impl CudaDevice {
     ) -> Result<(), String> {
         let module = self.module(kernel).ok_or_else(|| {
             let built: Vec<_> = kernel.ptx.iter().map(|p| p.arch).collect();
-            format!(
-                "{}: no PTX for device arch {} (built for: {})",
-                kernel.id,
-                self.arch,
-                if built.is_empty() {
-                    "none".to_string()
-                } else {
-                    built.join(", ")
-                }
-            )
+            super::gpu::no_code_for_arch(kernel, "PTX", self.arch, &built)
         })?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the primary context retained at open.

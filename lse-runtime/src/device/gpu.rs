@@ -54,6 +54,24 @@ pub(super) fn gpu_args(kernel: &KernelDef, bufs: &[RawBuf], scalars: &[u64]) -> 
     out
 }
 
+/// The error for a kernel with no `what` (code object, PTX) built for the device's `arch`.
+pub(super) fn no_code_for_arch(
+    kernel: &KernelDef,
+    what: &str,
+    arch: &str,
+    built: &[&str],
+) -> String {
+    let built = if built.is_empty() {
+        "none".to_string()
+    } else {
+        built.join(", ")
+    };
+    format!(
+        "{}: no {what} for device arch {arch} (built for: {built})",
+        kernel.id
+    )
+}
+
 /// Opens the first of `sonames` that loads; on failure, the error lists every soname tried.
 pub(super) fn open_library(sonames: &[&str]) -> Result<Library, String> {
     let mut errors = Vec::new();

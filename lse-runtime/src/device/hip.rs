@@ -213,16 +213,7 @@ impl HipDevice {
     ) -> Result<(), String> {
         let object = self.object(kernel).ok_or_else(|| {
             let built: Vec<_> = kernel.gpu.iter().map(|o| o.arch).collect();
-            format!(
-                "{}: no code object for device arch {} (built for: {})",
-                kernel.id,
-                self.arch,
-                if built.is_empty() {
-                    "none".to_string()
-                } else {
-                    built.join(", ")
-                }
-            )
+            super::gpu::no_code_for_arch(kernel, "code object", &self.arch, &built)
         })?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: hipSetDevice with an index checked at open.
