@@ -5,7 +5,7 @@
 //! `s_barrier`, workgroup-scope acquire fence. Collectives go through an LDS scratch array of
 //! WG words and the fixed reduction tree of `lse_dsl::ir`.
 
-use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts};
+use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts};
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::{CollectiveOp, Kernel, Stmt, Ty};
 
@@ -46,42 +46,29 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
     }
     globals.push_str(&gpu.scratch_globals());
 
-    let mut out = String::new();
-    out.push_str(&format!(
-        "; LOOM kernel {} ({}) for {arch}\n",
-        k.id(),
-        k.fn_name
-    ));
-    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
-    out.push_str(&format!(
-        "target triple = \"{}\"\n\n",
-        crate::llvm::AMDGPU_TRIPLE
-    ));
-    out.push_str(&globals);
-    out.push_str(&format!(
-        "\ndefine amdgpu_kernel void @{}({}) #0 !reqd_work_group_size !0 {{\nentry:\n",
+    let comment = format!("; LOOM kernel {} ({}) for {arch}", k.id(), k.fn_name);
+    let define = format!(
+        "define amdgpu_kernel void @{}({}) #0 !reqd_work_group_size !0 {{",
         k.fn_name,
         params.join(", ")
-    ));
-    out.push_str(&e.b.allocas);
-    out.push_str(&e.b.body);
-    out.push_str("}\n\n");
-    for d in &e.b.decls {
-        out.push_str(d);
-        out.push('\n');
-    }
-    out.push_str(&format!(
-        "\nattributes #0 = {{ nounwind \"amdgpu-flat-work-group-size\"=\"1,{wg}\" \
-         \"uniform-work-group-size\"=\"true\" \"target-cpu\"=\"{arch}\" }}\n\n"
-    ));
-    out.push_str("!llvm.module.flags = !{!1}\n");
-    out.push_str(&format!("!0 = !{{i32 {wg}, i32 1, i32 1}}\n"));
-    out.push_str("!1 = !{i32 1, !\"amdhsa_code_object_version\", i32 500}\n");
-    out.push_str("!2 = !{}\n");
-    for m in &e.b.metadata {
-        out.push_str(m);
-        out.push('\n');
-    }
+    );
+    let trailer = format!(
+        "attributes #0 = {{ nounwind \"amdgpu-flat-work-group-size\"=\"1,{wg}\" \
+         \"uniform-work-group-size\"=\"true\" \"target-cpu\"=\"{arch}\" }}\n\n\
+         !llvm.module.flags = !{{!1}}\n\
+         !0 = !{{i32 {wg}, i32 1, i32 1}}\n\
+         !1 = !{{i32 1, !\"amdhsa_code_object_version\", i32 500}}\n\
+         !2 = !{{}}\n"
+    );
+    let out = e.b.module(ModuleText {
+        comment: &comment,
+        data_layout,
+        triple: crate::llvm::AMDGPU_TRIPLE,
+        globals: &globals,
+        define: &define,
+        extra_defs: "",
+        trailer: &trailer,
+    });
     Ok(out)
 }
 

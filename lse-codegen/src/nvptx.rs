@@ -11,7 +11,7 @@
 pub(crate) mod math;
 
 use crate::amdgpu::GpuSync;
-use crate::emit::Emitter;
+use crate::emit::{Emitter, ModuleText};
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::Kernel;
 
@@ -65,37 +65,24 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
     }
 
     let name = &k.fn_name;
-    let mut out = String::new();
-    out.push_str(&format!("; LOOM kernel {} ({name}) for {sm}\n", k.id()));
-    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
-    out.push_str(&format!(
-        "target triple = \"{}\"\n\n",
-        crate::llvm::NVPTX_TRIPLE
-    ));
-    out.push_str(&globals);
-    out.push_str(&format!(
-        "\ndefine void @{name}({}) #0 {{\nentry:\n",
-        params.join(", ")
-    ));
-    out.push_str(&e.b.allocas);
-    out.push_str(&e.b.body);
-    out.push_str("}\n\n");
-    out.push_str(&math::definitions());
-    out.push('\n');
-    for d in &e.b.decls {
-        out.push_str(d);
-        out.push('\n');
-    }
-    out.push_str(&format!(
-        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{sm}\" \"target-features\"=\"{features}\" }}\n\n"
-    ));
+    let comment = format!("; LOOM kernel {} ({name}) for {sm}", k.id());
+    let define = format!("define void @{name}({}) #0 {{", params.join(", "));
+    let extra_defs = format!("{}\n", math::definitions());
     // `.reqntid` only: ptxas rejects a kernel that has both `.reqntid` and `.maxntid`.
-    out.push_str("!nvvm.annotations = !{!0, !1}\n");
-    out.push_str(&format!("!0 = !{{ptr @{name}, !\"kernel\", i32 1}}\n"));
-    out.push_str(&format!("!1 = !{{ptr @{name}, !\"reqntidx\", i32 {wg}}}\n"));
-    for m in &e.b.metadata {
-        out.push_str(m);
-        out.push('\n');
-    }
+    let trailer = format!(
+        "attributes #0 = {{ nounwind \"target-cpu\"=\"{sm}\" \"target-features\"=\"{features}\" }}\n\n\
+         !nvvm.annotations = !{{!0, !1}}\n\
+         !0 = !{{ptr @{name}, !\"kernel\", i32 1}}\n\
+         !1 = !{{ptr @{name}, !\"reqntidx\", i32 {wg}}}\n"
+    );
+    let out = e.b.module(ModuleText {
+        comment: &comment,
+        data_layout,
+        triple: crate::llvm::NVPTX_TRIPLE,
+        globals: &globals,
+        define: &define,
+        extra_defs: &extra_defs,
+        trailer: &trailer,
+    });
     Ok(out)
 }

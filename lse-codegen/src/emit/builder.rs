@@ -21,7 +21,44 @@ pub(crate) struct Builder {
     pub md_base: u32,
 }
 
+/// The target-specific parts of a one-kernel module; [`Builder::module`] puts them around the
+/// function the builder holds.
+pub(crate) struct ModuleText<'a> {
+    /// First line, a `;` comment naming the kernel and target.
+    pub comment: &'a str,
+    pub data_layout: &'a str,
+    pub triple: &'a str,
+    /// Module-level globals.
+    pub globals: &'a str,
+    /// The function's `define ... {` line, without the `entry:` label.
+    pub define: &'a str,
+    /// Helper function definitions placed after the kernel.
+    pub extra_defs: &'a str,
+    /// Attribute groups and named metadata, before the builder's own metadata nodes.
+    pub trailer: &'a str,
+}
+
 impl Builder {
+    /// The whole module: header, globals, the function (allocas first), helpers, the
+    /// declarations the function uses, `trailer`, then the metadata nodes handed out.
+    pub fn module(&self, m: ModuleText<'_>) -> String {
+        let mut out = format!(
+            "{}\ntarget datalayout = \"{}\"\ntarget triple = \"{}\"\n\n{}\n{}\nentry:\n{}{}}}\n\n{}",
+            m.comment, m.data_layout, m.triple, m.globals, m.define, self.allocas, self.body, m.extra_defs
+        );
+        for d in &self.decls {
+            out.push_str(d);
+            out.push('\n');
+        }
+        out.push('\n');
+        out.push_str(m.trailer);
+        for md in &self.metadata {
+            out.push_str(md);
+            out.push('\n');
+        }
+        out
+    }
+
     pub fn new() -> Self {
         Builder {
             allocas: String::new(),

@@ -11,7 +11,7 @@ mod combine;
 mod expr;
 mod stmt;
 
-pub(crate) use builder::Builder;
+pub(crate) use builder::{Builder, ModuleText};
 pub(crate) use combine::{combine, combine_argmax};
 
 use lse_dsl::ir::{Kernel, Stmt, Ty};

@@ -12,7 +12,7 @@
 mod remat;
 mod split;
 
-use crate::emit::{combine, combine_argmax, lty, Emitter, TargetStmts, VarLoc};
+use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts, VarLoc};
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 
@@ -115,28 +115,15 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     }
 
     let sym = lse_dsl::rt::host_symbol(&k.fn_name, cpu);
-    let mut out = String::new();
-    out.push_str(&format!(
-        "; LOOM kernel {} ({}) for host cpu {cpu}\n",
+    let comment = format!(
+        "; LOOM kernel {} ({}) for host cpu {cpu}",
         k.id(),
         k.fn_name
-    ));
-    out.push_str(&format!("target datalayout = \"{data_layout}\"\n"));
-    out.push_str(&format!(
-        "target triple = \"{}\"\n\n",
-        crate::llvm::HOST_TRIPLE
-    ));
-    out.push_str(&format!(
+    );
+    let define = format!(
         "define void @{sym}(ptr noalias nocapture readonly %bufs, ptr noalias nocapture readonly %scalars, \
-         ptr noalias nocapture readonly %ng, i32 %group_begin, i32 %group_end) #0 {{\nentry:\n"
-    ));
-    out.push_str(&e.b.allocas);
-    out.push_str(&e.b.body);
-    out.push_str("}\n\n");
-    for d in &e.b.decls {
-        out.push_str(d);
-        out.push('\n');
-    }
+         ptr noalias nocapture readonly %ng, i32 %group_begin, i32 %group_end) #0 {{"
+    );
     // LLVM prefers 256-bit vectors on AVX-512 cpus by default (clock throttling on old
     // parts); the work-item loops are plain streams of FMAs, which gain from full width.
     let width = if cpu == "x86-64-v4" {
@@ -144,13 +131,16 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     } else {
         ""
     };
-    out.push_str(&format!(
-        "\nattributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\"{width} }}\n\n"
-    ));
-    for m in &e.b.metadata {
-        out.push_str(m);
-        out.push('\n');
-    }
+    let trailer = format!("attributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\"{width} }}\n\n");
+    let out = e.b.module(ModuleText {
+        comment: &comment,
+        data_layout,
+        triple: crate::llvm::HOST_TRIPLE,
+        globals: "",
+        define: &define,
+        extra_defs: "",
+        trailer: &trailer,
+    });
     Ok(out)
 }
 
