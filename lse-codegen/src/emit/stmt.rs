@@ -43,19 +43,9 @@ impl Emitter<'_> {
                 else_body,
             } => {
                 let c = self.expr(cond);
-                let (lt, le, end) = (
-                    self.b.label("if.then"),
-                    self.b.label("if.else"),
-                    self.b.label("if.end"),
-                );
-                self.b.cbr(&c, &lt, &le);
-                self.b.start(&lt);
-                self.block(t, then_body);
-                self.b.br(&end);
-                self.b.start(&le);
-                self.block(t, else_body);
-                self.b.br(&end);
-                self.b.start(&end);
+                self.if_else(&c, &mut |e, taken| {
+                    e.block(t, if taken { then_body } else { else_body })
+                });
             }
             Stmt::For {
                 var,
@@ -100,6 +90,23 @@ impl Emitter<'_> {
             }
             Stmt::Barrier | Stmt::Collective { .. } => t.sync_stmt(self, s),
         }
+    }
+
+    /// `if c { .. } else { .. }` on an evaluated `i1` `c`: `branch(e, true)` lowers the then
+    /// side, `branch(e, false)` the else side.
+    pub fn if_else(&mut self, c: &str, branch: &mut dyn FnMut(&mut Self, bool)) {
+        let (lt, le, end) = (
+            self.b.label("if.then"),
+            self.b.label("if.else"),
+            self.b.label("if.end"),
+        );
+        self.b.cbr(c, &lt, &le);
+        for (label, taken) in [(&lt, true), (&le, false)] {
+            self.b.start(label);
+            branch(self, taken);
+            self.b.br(&end);
+        }
+        self.b.start(&end);
     }
 
     /// `for var in (start..end).step_by(step)`: `end` and `step` are evaluated once; the

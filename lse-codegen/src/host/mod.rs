@@ -264,19 +264,9 @@ impl HostPhases {
                 else_phases,
             } => {
                 let c = self.uniform(e, cond);
-                let (lt, le, end) = (
-                    e.b.label("ph.then"),
-                    e.b.label("ph.else"),
-                    e.b.label("ph.end"),
-                );
-                e.b.cbr(&c, &lt, &le);
-                e.b.start(&lt);
-                self.phases(e, then_phases);
-                e.b.br(&end);
-                e.b.start(&le);
-                self.phases(e, else_phases);
-                e.b.br(&end);
-                e.b.start(&end);
+                e.if_else(&c, &mut |e, taken| {
+                    self.phases(e, if taken { then_phases } else { else_phases })
+                });
             }
             Phase::For {
                 var,
