@@ -1,61 +1,10 @@
-//! One differential harness for every LOOM kernel (in the spirit of ggml's test-backend-ops):
-//! each case runs on the `cpu` device (generated Rust), on the `host` device (LLVM-compiled
-//! code) and through an independent plain-Rust reference written here, and the three must
-//! agree: integers exactly, floats within the case's stated tolerance. A new kernel joins by
-//! adding a `Case` implementation and its entries in `cases()`.
+//! Differential cases of the scoring kernels (`lse_pick`, `topk_pairs`, the LM head) on the
+//! shared harness [`lse_tests::diff`].
 
 use half::{bf16, f16};
-use lse_runtime::device::{Device, Pool};
+use lse_runtime::device::Device;
 use lse_runtime::ops::{self, HeadWeight};
-
-/// One output of a case.
-#[derive(Debug)]
-enum Out {
-    F32(&'static str, Vec<f32>),
-    U32(&'static str, Vec<u32>),
-}
-
-/// How close floats must be: `|a - b| <= abs + rel * |b|`; NaN must match NaN and ±inf must
-/// match exactly.
-#[derive(Clone, Copy, Debug)]
-struct Tol {
-    abs: f32,
-    rel: f32,
-}
-
-/// Generated Rust and LLVM host code follow the same operation order, so they must agree to
-/// the bit; this is the tolerance between those two.
-const SAME_ORDER: Tol = Tol { abs: 0.0, rel: 0.0 };
-
-trait Case {
-    fn name(&self) -> String;
-    fn run(&self, dev: &Device) -> Vec<Out>;
-    fn reference(&self) -> Vec<Out>;
-    /// Tolerance of a device against the reference.
-    fn tolerance(&self) -> Tol;
-}
-
-/// Deterministic inputs (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-scale, scale).
-    fn f32(&mut self, scale: f32) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+use lse_tests::diff::{run_cases, Case, Out, Rng, Tol, SAME_ORDER};
 
 /// How logit rows are filled.
 #[derive(Clone, Copy, Debug)]
@@ -441,76 +390,7 @@ fn cases() -> Vec<Box<dyn Case>> {
     ]
 }
 
-fn close(a: f32, b: f32, tol: Tol) -> bool {
-    if a.is_nan() || b.is_nan() {
-        return a.is_nan() && b.is_nan();
-    }
-    if a.is_infinite() || b.is_infinite() {
-        return a == b;
-    }
-    (a - b).abs() <= tol.abs + tol.rel * b.abs()
-}
-
-/// Compares two output lists; returns a description of the first difference.
-fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
-    for (g, w) in got.iter().zip(want) {
-        match (g, w) {
-            (Out::U32(name, g), Out::U32(_, w)) => {
-                if g.len() != w.len() {
-                    return Err(format!("{name}: {} values, expected {}", g.len(), w.len()));
-                }
-                if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
-                    return Err(format!("{name}[{i}] = {}, expected {}", g[i], w[i]));
-                }
-            }
-            (Out::F32(name, g), Out::F32(_, w)) => {
-                if g.len() != w.len() {
-                    return Err(format!("{name}: {} values, expected {}", g.len(), w.len()));
-                }
-                if let Some(i) = (0..g.len()).find(|&i| !close(g[i], w[i], tol)) {
-                    return Err(format!(
-                        "{name}[{i}] = {:e}, expected {:e} (tolerance {tol:?})",
-                        g[i], w[i]
-                    ));
-                }
-            }
-            _ => return Err("output kinds differ".into()),
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
-    let cpu = Device::open(Pool::Cpu).unwrap();
-    // Every host code variant this CPU can run, not only the one the runtime picks.
-    let hosts: Vec<Device> = lse_dsl::rt::HOST_CPUS
-        .iter()
-        .filter_map(|cpu| Device::host_variant(cpu))
-        .collect();
-    assert!(!hosts.is_empty());
-    let mut failures = Vec::new();
-    for case in cases() {
-        let on_cpu = case.run(&cpu);
-        let reference = case.reference();
-        if let Err(e) = compare(&on_cpu, &reference, case.tolerance()) {
-            failures.push(format!("{}: cpu vs reference: {e}", case.name()));
-        }
-        for host in &hosts {
-            let on_host = case.run(host);
-            let checks = [
-                (
-                    "vs reference",
-                    compare(&on_host, &reference, case.tolerance()),
-                ),
-                ("vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
-            ];
-            for (what, result) in checks {
-                if let Err(e) = result {
-                    failures.push(format!("{}: {} {what}: {e}", case.name(), host.arch()));
-                }
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    run_cases(cases());
 }
