@@ -6,21 +6,44 @@
 
 use lse_dsl::rt::KernelDef;
 
+pub mod attention;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod topk_pairs;
 
-/// Every kernel of this crate.
-pub static ALL: &[&KernelDef] = &[
-    &lse_pick::lse_pick::KERNEL,
-    &topk_pairs::topk_pairs::KERNEL,
-    &lm_head::lm_head_matrix_bf16::KERNEL,
-    &lm_head::lm_head_matrix_f16::KERNEL,
-    &lm_head::lm_head_matrix_f32::KERNEL,
-    &lm_head::lm_head_matvec_bf16::KERNEL,
-    &lm_head::lm_head_matvec_f16::KERNEL,
-    &lm_head::lm_head_matvec_f32::KERNEL,
-];
+/// Lists every kernel module once: [`ALL`] gets their `KERNEL`s and [`BUILD_IR_HASHES`] the
+/// hashes of the IR the build script lowered, in the same order.
+macro_rules! kernels {
+    ($($($seg:ident)::+),* $(,)?) => {
+        /// Every kernel of this crate.
+        pub static ALL: &[&KernelDef] = &[$(&$($seg)::+::KERNEL),*];
+        /// `BUILD_IR_HASHES[i]` is the hash of the IR the build script lowered for `ALL[i]`; it
+        /// must equal `ALL[i].ir_hash`, the macro's.
+        pub static BUILD_IR_HASHES: &[&str] = &[$($($seg)::+::BUILD_IR_HASH),*];
+    };
+}
+
+kernels!(
+    lse_pick::lse_pick,
+    topk_pairs::topk_pairs,
+    lm_head::lm_head_matrix_bf16,
+    lm_head::lm_head_matrix_f16,
+    lm_head::lm_head_matrix_f32,
+    lm_head::lm_head_matvec_bf16,
+    lm_head::lm_head_matvec_f16,
+    lm_head::lm_head_matvec_f32,
+    attention::key_blocks::key_block_mean_bf16,
+    attention::key_blocks::key_block_mean_f16,
+    attention::key_blocks::key_block_mean_f32,
+    attention::block_score::block_score,
+    attention::block_select::block_select,
+    attention::dense::prefill_dense_bf16,
+    attention::dense::prefill_dense_f16,
+    attention::dense::prefill_dense_f32,
+    attention::sparse::prefill_sparse_bf16,
+    attention::sparse::prefill_sparse_f16,
+    attention::sparse::prefill_sparse_f32,
+);
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable
 /// name (`logits.lse_pick`, which picks the highest version).

@@ -1,3 +1,4 @@
 //! Workspace-level tests live in `tests/tests/`; this library holds what several of them share.
 
 pub mod diff;
+pub mod reference;

@@ -104,48 +104,9 @@ fn barriers_use_workgroup_scope_fences_on_gfx1201() {
 
 #[test]
 fn build_script_and_macro_lowered_the_same_ir() {
-    use lse_kernels::lm_head::*;
-    let pairs = [
-        (
-            lse_kernels::lse_pick::lse_pick::BUILD_IR_HASH,
-            &lse_kernels::lse_pick::lse_pick::KERNEL,
-        ),
-        (
-            lse_kernels::topk_pairs::topk_pairs::BUILD_IR_HASH,
-            &lse_kernels::topk_pairs::topk_pairs::KERNEL,
-        ),
-        (
-            lm_head_matrix_bf16::BUILD_IR_HASH,
-            &lm_head_matrix_bf16::KERNEL,
-        ),
-        (
-            lm_head_matrix_f16::BUILD_IR_HASH,
-            &lm_head_matrix_f16::KERNEL,
-        ),
-        (
-            lm_head_matrix_f32::BUILD_IR_HASH,
-            &lm_head_matrix_f32::KERNEL,
-        ),
-        (
-            lm_head_matvec_bf16::BUILD_IR_HASH,
-            &lm_head_matvec_bf16::KERNEL,
-        ),
-        (
-            lm_head_matvec_f16::BUILD_IR_HASH,
-            &lm_head_matvec_f16::KERNEL,
-        ),
-        (
-            lm_head_matvec_f32::BUILD_IR_HASH,
-            &lm_head_matvec_f32::KERNEL,
-        ),
-    ];
-    assert_eq!(
-        pairs.len(),
-        lse_kernels::ALL.len(),
-        "every kernel is checked"
-    );
-    for (build, kernel) in pairs {
-        assert_eq!(build, kernel.ir_hash, "{}", kernel.id);
+    assert_eq!(lse_kernels::BUILD_IR_HASHES.len(), lse_kernels::ALL.len());
+    for (build, kernel) in lse_kernels::BUILD_IR_HASHES.iter().zip(lse_kernels::ALL) {
+        assert_eq!(*build, kernel.ir_hash, "{}", kernel.id);
     }
 }
 

@@ -93,7 +93,7 @@ impl AttnShape {
         if self.t == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.head_dim == 0 {
             return invalid(format!("empty shape {self:?}"));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return invalid(format!(
                 "n_heads {} is not a multiple of n_kv_heads {}",
                 self.n_heads, self.n_kv_heads
@@ -110,7 +110,7 @@ impl AttnShape {
         super::check_len(op, "out", out, rows)?;
         let row = self.n_kv_heads * self.head_dim;
         for (what, x) in [("k", kv.k), ("v", kv.v)] {
-            if x.len() < self.kv_len() * row || x.len() % row != 0 {
+            if x.len() < self.kv_len() * row || !x.len().is_multiple_of(row) {
                 return invalid(format!(
                     "{what} has {} elements, expected a whole number of {row}-element rows, at least {}",
                     x.len(),
@@ -127,3 +127,77 @@ impl AttnShape {
 /// Largest head dimension the attention kernels take (their shared-memory tiles are sized
 /// for it); every Qwen3.5 checkpoint has 256.
 pub const MAX_HEAD_DIM: usize = 256;
+
+/// FlashPrefill V2's selection parameters (`../shared/research/flashprefill.md` §1.5, §4).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlashPrefillParams {
+    /// Tokens per query block and per key block.
+    pub block_size: usize,
+    /// Relative threshold: key block J is kept when its score is at least `alpha` times the
+    /// row's largest score. 0 keeps every causal block.
+    pub alpha: f32,
+    /// The first `sink_blocks` key blocks are always kept.
+    pub sink_blocks: usize,
+    /// Key blocks with `0 <= I - J < window_blocks` are always kept (the diagonal included);
+    /// at least 1.
+    pub window_blocks: usize,
+    /// The pass's last `last_full_blocks` query blocks attend to every causal key block.
+    pub last_full_blocks: usize,
+    /// The `min_budget` best-scoring causal blocks of each row are also kept.
+    pub min_budget: usize,
+}
+
+impl Default for FlashPrefillParams {
+    /// The published defaults: blocks of 128, alpha 0.1, 2 sink blocks, a 4-block window,
+    /// 2 dense trailing query blocks, no minimum budget.
+    fn default() -> Self {
+        FlashPrefillParams {
+            block_size: 128,
+            alpha: 0.1,
+            sink_blocks: 2,
+            window_blocks: 4,
+            last_full_blocks: 2,
+            min_budget: 0,
+        }
+    }
+}
+
+/// Per-KV-head block lists of one prefill pass: which key blocks each query block attends to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockLists {
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Absolute index of the pass's first query block (`pos0 / block_size`).
+    pub qblock0: usize,
+    /// Query blocks the pass touches: `(pos0 + t - 1) / block_size - qblock0 + 1`.
+    pub n_qblocks: usize,
+    /// Row stride of `blocks`: the number of causal key blocks of the last query block.
+    pub max_blocks: usize,
+    /// `[n_kv_heads, n_qblocks, max_blocks]`: absolute key-block ids, ascending; the first
+    /// `counts[..]` entries of each row are meaningful.
+    pub blocks: Vec<u32>,
+    /// `[n_kv_heads, n_qblocks]`: kept blocks per row.
+    pub counts: Vec<u32>,
+}
+
+impl BlockLists {
+    /// Kept blocks over causal blocks, over every row of every KV head.
+    pub fn density(&self) -> f64 {
+        let (kept, causal) = self.kept_and_causal();
+        if causal == 0 {
+            1.0
+        } else {
+            kept as f64 / causal as f64
+        }
+    }
+
+    /// (kept, causal) block pairs over every row: query block `I` has `I + 1` causal key blocks.
+    pub fn kept_and_causal(&self) -> (u64, u64) {
+        let kept = self.counts.iter().map(|&c| u64::from(c)).sum();
+        let heads = self.counts.len().checked_div(self.n_qblocks).unwrap_or(0) as u64;
+        let per_head: u64 = (0..self.n_qblocks)
+            .map(|i| (self.qblock0 + i + 1) as u64)
+            .sum();
+        (kept, heads * per_head)
+    }
+}

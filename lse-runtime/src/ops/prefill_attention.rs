@@ -1,0 +1,345 @@
+//! Causal prefill attention over a KV cache: dense (`attention.prefill_dense_<ty>.v1`) and
+//! FlashPrefill's block-sparse form (`attention.prefill_sparse_<ty>.v1`), ty = the cache's
+//! dtype (bf16, f16, f32). Both write f32 `[t, n_heads, head_dim]`.
+
+use lse_dsl::rt::KernelDef;
+use lse_kernels::attention::dense::{prefill_dense_bf16, prefill_dense_f16, prefill_dense_f32};
+use lse_kernels::attention::sparse::{prefill_sparse_bf16, prefill_sparse_f16, prefill_sparse_f32};
+
+use super::{check_len, to_u32, AttnShape, BlockLists, KvSlice, KvView, OpError};
+use crate::device::{Arg, Device};
+
+const DENSE: &str = "attention.prefill_dense";
+const SPARSE: &str = "attention.prefill_sparse";
+
+/// Key blocks are split into the kernels' 64-key tiles and hold whole query tiles, so the
+/// block size must be a multiple of this.
+const BLOCK_MULTIPLE: usize = 64;
+
+/// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
+/// `j <= pos0 + r`, for the `t` query rows of `shape` (`q`, `out`: `[t, n_heads, head_dim]`;
+/// query head `h` reads KV head `h / (n_heads / n_kv_heads)`).
+pub fn prefill_attention_dense(
+    dev: &Device,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: KvView,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    check(DENSE, shape, q, &kv, out)?;
+    let kernel = kv.k.pick((
+        &prefill_dense_bf16::KERNEL,
+        &prefill_dense_f16::KERNEL,
+        &prefill_dense_f32::KERNEL,
+    ));
+    let grid = grid(kernel, shape);
+    let mut args = vec![Arg::buf(q), kv.k.arg(), kv.v.arg(), Arg::buf_mut(out)];
+    args.extend(scalars(shape));
+    dev.launch(kernel, grid, &args)?;
+    Ok(())
+}
+
+/// [`prefill_attention_dense`] restricted to the key blocks `lists` keeps: query block `I`
+/// (absolute, `position / block_size`) of query head `h` attends only to the keys of the
+/// blocks listed for (`h`'s KV head, `I`), the causal mask applying inside the diagonal
+/// block. With every causal block listed the result equals the dense op's bit for bit.
+pub fn prefill_attention_sparse(
+    dev: &Device,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: KvView,
+    lists: &BlockLists,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    check(SPARSE, shape, q, &kv, out)?;
+    check_lists(shape, lists)?;
+    let kernel = kv.k.pick((
+        &prefill_sparse_bf16::KERNEL,
+        &prefill_sparse_f16::KERNEL,
+        &prefill_sparse_f32::KERNEL,
+    ));
+    let grid = grid(kernel, shape);
+    let mut args = vec![
+        Arg::buf(q),
+        kv.k.arg(),
+        kv.v.arg(),
+        Arg::buf(&lists.blocks),
+        Arg::buf(&lists.counts),
+        Arg::buf_mut(out),
+    ];
+    args.extend(scalars(shape));
+    args.extend([
+        Arg::U32(lists.block_size as u32),
+        Arg::U32(lists.qblock0 as u32),
+        Arg::U32(lists.max_blocks as u32),
+    ]);
+    dev.launch(kernel, grid, &args)?;
+    Ok(())
+}
+
+/// The shape and buffers, plus what the kernels add: keys and values of one dtype, and
+/// `n_heads * n_kv_heads < 2^24` (the kernels find a query head's KV head by an f32
+/// division that is exact below that).
+fn check(
+    op: &'static str,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: &KvView,
+    out: &[f32],
+) -> Result<(), OpError> {
+    shape.check(op, q.len(), kv, out.len())?;
+    if std::mem::discriminant(&kv.k) != std::mem::discriminant(&kv.v) {
+        return Err(OpError::Invalid {
+            op,
+            message: format!(
+                "k is {} and v is {}, expected one dtype",
+                dtype(&kv.k),
+                dtype(&kv.v)
+            ),
+        });
+    }
+    if shape.n_heads.saturating_mul(shape.n_kv_heads) >= 1 << 24 {
+        return Err(OpError::Invalid {
+            op,
+            message: format!(
+                "n_heads {} times n_kv_heads {} is not below 2^24",
+                shape.n_heads, shape.n_kv_heads
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn dtype(x: &KvSlice) -> &'static str {
+    x.pick(("bf16", "f16", "f32"))
+}
+
+/// Checks `lists` against `shape`: block size a positive multiple of 64, `qblock0` and
+/// `n_qblocks` those of the pass, buffer lengths, and every row a non-empty ascending list of
+/// causal key blocks ending with the diagonal one.
+fn check_lists(shape: &AttnShape, lists: &BlockLists) -> Result<(), OpError> {
+    let invalid = |message: String| {
+        Err(OpError::Invalid {
+            op: SPARSE,
+            message,
+        })
+    };
+    let b = lists.block_size;
+    if b == 0 || !b.is_multiple_of(BLOCK_MULTIPLE) {
+        return invalid(format!(
+            "block_size {b} is not a positive multiple of {BLOCK_MULTIPLE}"
+        ));
+    }
+    to_u32(SPARSE, "block_size", b)?;
+    let qblock0 = shape.pos0 / b;
+    let n_qblocks = (shape.kv_len() - 1) / b - qblock0 + 1;
+    if lists.qblock0 != qblock0 || lists.n_qblocks != n_qblocks {
+        return invalid(format!(
+            "lists cover query blocks {}..{} (qblock0, n_qblocks = {}, {}), expected {qblock0}..{} \
+             for positions {}..{} in blocks of {b}",
+            lists.qblock0,
+            lists.qblock0 + lists.n_qblocks,
+            lists.qblock0,
+            lists.n_qblocks,
+            qblock0 + n_qblocks,
+            shape.pos0,
+            shape.kv_len()
+        ));
+    }
+    if lists.max_blocks == 0 {
+        return invalid("max_blocks is 0".into());
+    }
+    let rows = shape.n_kv_heads * n_qblocks;
+    check_len(SPARSE, "counts", lists.counts.len(), rows)?;
+    let want = rows
+        .checked_mul(lists.max_blocks)
+        .ok_or_else(|| OpError::Invalid {
+            op: SPARSE,
+            message: format!("max_blocks {} overflows the lists' size", lists.max_blocks),
+        })?;
+    check_len(SPARSE, "blocks", lists.blocks.len(), want)?;
+    to_u32(SPARSE, "blocks elements", want)?;
+    for (row, &count) in lists.counts.iter().enumerate() {
+        let (kvh, qb) = (row / n_qblocks, qblock0 + row % n_qblocks);
+        let count = count as usize;
+        if count == 0 || count > lists.max_blocks {
+            return invalid(format!(
+                "counts[{row}] (KV head {kvh}, query block {qb}) is {count}, expected 1..={}",
+                lists.max_blocks
+            ));
+        }
+        let ids = &lists.blocks[row * lists.max_blocks..][..count];
+        if ids.windows(2).any(|w| w[0] >= w[1]) || ids[count - 1] as usize != qb {
+            return invalid(format!(
+                "blocks of KV head {kvh}, query block {qb} are {ids:?}, expected ascending ids \
+                 ending with the diagonal block {qb}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Workgroups: x = the query tiles (`QT` = the workgroup size, aligned to absolute
+/// positions) that hold a row of the pass, y = query heads.
+fn grid(kernel: &KernelDef, shape: &AttnShape) -> [u32; 3] {
+    let qt = kernel.workgroup_size as usize;
+    let tiles = shape.kv_len().div_ceil(qt) - shape.pos0 / qt;
+    [tiles as u32, shape.n_heads as u32, 1]
+}
+
+/// The scalar arguments both kernels take after their buffers. `shape.check` has bounded
+/// every value by the 32-bit element counts.
+fn scalars(shape: &AttnShape) -> [Arg<'static>; 6] {
+    [
+        Arg::U32(shape.t as u32),
+        Arg::U32(shape.pos0 as u32),
+        Arg::U32(shape.n_heads as u32),
+        Arg::U32(shape.n_kv_heads as u32),
+        Arg::U32(shape.head_dim as u32),
+        Arg::F32(shape.scale),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Pool;
+    use half::bf16;
+
+    /// 2 query heads on 1 KV head, head_dim 8, rows 130..200 of a 200-row cache.
+    fn shape() -> AttnShape {
+        AttnShape {
+            t: 70,
+            pos0: 130,
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 8,
+            scale: 0.35,
+        }
+    }
+
+    /// Every causal block of the pass in blocks of 64: query blocks 2 and 3.
+    fn full_lists() -> BlockLists {
+        BlockLists {
+            block_size: 64,
+            qblock0: 2,
+            n_qblocks: 2,
+            max_blocks: 4,
+            blocks: vec![0, 1, 2, 0, 0, 1, 2, 3],
+            counts: vec![3, 4],
+        }
+    }
+
+    fn inputs(s: &AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let q = (0..s.t * s.n_heads * s.head_dim)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+            .collect();
+        let kv = s.kv_len() * s.n_kv_heads * s.head_dim;
+        let k = (0..kv).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+        let v = (0..kv).map(|i| ((i * 3 % 17) as f32 - 8.0) / 5.0).collect();
+        (q, k, v)
+    }
+
+    fn message(r: Result<(), OpError>) -> String {
+        r.expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn dense_refuses_bad_shapes_and_mixed_dtypes() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape();
+        let (q, k, v) = inputs(&s);
+        let kv = KvView {
+            k: KvSlice::F32(&k),
+            v: KvSlice::F32(&v),
+        };
+        let mut out = vec![0.0; q.len()];
+        let e = message(prefill_attention_dense(&dev, &s, &q[1..], kv, &mut out));
+        assert!(
+            e.contains("attention.prefill_dense") && e.contains("q"),
+            "{e}"
+        );
+        let short = KvView {
+            k: KvSlice::F32(&k[..k.len() - 8]),
+            v: KvSlice::F32(&v),
+        };
+        let e = message(prefill_attention_dense(&dev, &s, &q, short, &mut out));
+        assert!(e.contains("k has"), "{e}");
+        let vb: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+        let mixed = KvView {
+            k: KvSlice::F32(&k),
+            v: KvSlice::Bf16(&vb),
+        };
+        let e = message(prefill_attention_dense(&dev, &s, &q, mixed, &mut out));
+        assert!(e.contains("k is f32 and v is bf16"), "{e}");
+        let wide = AttnShape { head_dim: 512, ..s };
+        let e = message(prefill_attention_dense(&dev, &wide, &q, kv, &mut out));
+        assert!(e.contains("head_dim 512"), "{e}");
+        let odd = AttnShape { n_kv_heads: 3, ..s };
+        let e = message(prefill_attention_dense(&dev, &odd, &q, kv, &mut out));
+        assert!(e.contains("not a multiple of n_kv_heads"), "{e}");
+    }
+
+    /// Makes valid lists invalid in one way.
+    type Spoil = fn(&mut BlockLists);
+
+    #[test]
+    fn sparse_refuses_inconsistent_lists() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape();
+        let (q, k, v) = inputs(&s);
+        let kv = KvView {
+            k: KvSlice::F32(&k),
+            v: KvSlice::F32(&v),
+        };
+        let mut out = vec![0.0; q.len()];
+        let mut run = |lists: &BlockLists| {
+            message(prefill_attention_sparse(&dev, &s, &q, kv, lists, &mut out))
+        };
+        let cases: [(&str, Spoil); 9] = [
+            ("not a positive multiple of 64", |l| l.block_size = 96),
+            ("expected 2..4", |l| l.qblock0 = 1),
+            ("expected 2..4", |l| l.n_qblocks = 3),
+            ("max_blocks is 0", |l| l.max_blocks = 0),
+            ("counts has 1 elements", |l| l.counts.truncate(1)),
+            ("blocks has 7 elements", |l| l.blocks.truncate(7)),
+            ("counts[0] (KV head 0, query block 2) is 0", |l| {
+                l.counts[0] = 0
+            }),
+            ("ending with the diagonal block 3", |l| l.counts[1] = 3),
+            ("expected ascending ids", |l| l.blocks[5] = 0),
+        ];
+        for (want, spoil) in cases {
+            let mut lists = full_lists();
+            spoil(&mut lists);
+            let e = run(&lists);
+            assert!(
+                e.contains("attention.prefill_sparse") && e.contains(want),
+                "{want}: {e}"
+            );
+        }
+    }
+
+    /// With every causal block listed the sparse kernel visits the dense kernel's key tiles
+    /// in the same order, so the two agree to the bit (here on the generated Rust).
+    #[test]
+    fn sparse_with_every_block_is_dense() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape();
+        let (q, k, v) = inputs(&s);
+        let kv = KvView {
+            k: KvSlice::F32(&k),
+            v: KvSlice::F32(&v),
+        };
+        let mut dense = vec![0.0; q.len()];
+        prefill_attention_dense(&dev, &s, &q, kv, &mut dense).unwrap();
+        let mut sparse = vec![0.0; q.len()];
+        prefill_attention_sparse(&dev, &s, &q, kv, &full_lists(), &mut sparse).unwrap();
+        assert!(dense.iter().all(|x| x.is_finite()));
+        let same = dense
+            .iter()
+            .zip(&sparse)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same);
+    }
+}

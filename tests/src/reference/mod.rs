@@ -1,0 +1,4 @@
+//! Plain-Rust references the differential tests compare kernels against.
+
+pub mod attention;
+pub mod flashprefill;
