@@ -3,10 +3,15 @@
 //! integers exactly, floats within a small tolerance (GPUs may contract multiply-adds and
 //! use other `exp` implementations). Where no GPU runtime opens, the test prints
 //! `skipped: <reason>` and passes.
+//!
+//! Besides each op on host slices, the resident path the scoring head takes is exercised:
+//! device buffers round-tripped through GPU memory, the LM-head weight made resident once,
+//! hidden rows uploaded, logits left in a device buffer and reduced there by `lse_pick` and
+//! `topk_pairs` (whose ids and outputs are host slices in the same launches).
 
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
-use lse_runtime::ops::{self, HeadWeight};
+use lse_runtime::ops::{self, HeadWeight, ResidentHeadWeight};
 
 /// One output of a case.
 #[derive(Debug)]
@@ -83,7 +88,92 @@ fn cases() -> Vec<Case> {
             }),
         ));
     }
+    out.push((
+        "device buffers round-trip through device memory".to_string(),
+        Box::new(|dev| {
+            let x = values(1000, 3.0, 7);
+            let mut f = dev.alloc::<f32>(1003).unwrap();
+            f.upload(&x).unwrap();
+            let mut back = vec![0.0f32; 1003];
+            f.download(&mut back).unwrap();
+            let words: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+            let mut b = dev.alloc::<bf16>(words.len()).unwrap();
+            b.upload(&words).unwrap();
+            let mut wback = vec![bf16::ZERO; words.len()];
+            b.download(&mut wback).unwrap();
+            let ids: Vec<u32> = (0..77u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+            let mut u = dev.alloc::<u32>(ids.len()).unwrap();
+            u.upload(&ids).unwrap();
+            let mut uback = vec![0u32; ids.len()];
+            u.download(&mut uback).unwrap();
+            vec![
+                Out::F32("f32 (zeroed tail)", back),
+                Out::U32(
+                    "bf16 bits",
+                    wback.iter().map(|w| u32::from(w.to_bits())).collect(),
+                ),
+                Out::U32("u32", uback),
+            ]
+        }),
+    ));
+    for (rows, dim, vocab) in [(1, 64, 300), (7, 96, 4099)] {
+        for bf16_weight in [true, false] {
+            let dtype = if bf16_weight { "bf16" } else { "f32" };
+            out.push((
+                format!("resident head chain {dtype} rows={rows} dim={dim} vocab={vocab}"),
+                Box::new(move |dev| resident_chain(dev, rows, dim, vocab, bf16_weight)),
+            ));
+        }
+    }
     out
+}
+
+/// The scoring head's device path: weight resident, hidden rows uploaded into a buffer larger
+/// than the block, logits kept in a device buffer (larger too) and reduced where they are.
+fn resident_chain(
+    dev: &Device,
+    rows: usize,
+    dim: usize,
+    vocab: usize,
+    bf16_weight: bool,
+) -> Vec<Out> {
+    let (n_ids, k) = (3, 8);
+    let h = values(rows * dim, 2.0, 8);
+    let wf = values(vocab * dim, 0.5, 9);
+    let wb: Vec<bf16> = wf.iter().map(|&x| bf16::from_f32(x)).collect();
+    let weight = if bf16_weight {
+        HeadWeight::Bf16(&wb)
+    } else {
+        HeadWeight::F32(&wf)
+    };
+    let resident: ResidentHeadWeight<'_> = weight.resident(dev).unwrap();
+    let mut hidden = dev.alloc::<f32>((rows + 2) * dim).unwrap();
+    hidden.upload(&h).unwrap();
+    let mut logits = dev.alloc::<f32>((rows + 2) * vocab).unwrap();
+    ops::lm_head_dev(
+        dev,
+        hidden.slice(..rows * dim).unwrap(),
+        dim,
+        &resident,
+        vocab,
+        logits.slice_mut(..rows * vocab).unwrap(),
+    )
+    .unwrap();
+    let view = logits.slice(..rows * vocab).unwrap();
+    let ids: Vec<u32> = (0..rows * n_ids)
+        .map(|i| (i * 131 % vocab) as u32)
+        .collect();
+    let pick = ops::lse_pick_dev(dev, view, vocab, &ids, n_ids).unwrap();
+    let top = ops::topk_pairs_dev(dev, view, vocab, k).unwrap();
+    let mut all = vec![0.0f32; rows * vocab];
+    logits.download(&mut all).unwrap();
+    vec![
+        Out::F32("logits", all),
+        Out::F32("stats", pick.stats),
+        Out::F32("picked", pick.picked),
+        Out::U32("top ids", top.ids),
+        Out::F32("top logits", top.logits),
+    ]
 }
 
 /// The GPU device to test, or why there is none.

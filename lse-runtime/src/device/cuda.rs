@@ -1,9 +1,10 @@
 //! NVIDIA GPUs through the CUDA driver API (`libcuda.so.1`), loaded at run time; kernels are
 //! the PTX each `KernelDef` carries, JIT-compiled by the driver.
 //!
-//! Each launch copies its buffers to device memory, runs the kernel and copies writable
-//! buffers back. Keeping buffers resident on the device across launches (what the scoring
-//! path needs for speed) is later work.
+//! Device buffers ([`super::DeviceBuf`]: `cuMemAlloc_v2`, zeroed with `cuMemsetD8_v2`, filled
+//! and read with `cuMemcpyHtoD_v2` / `cuMemcpyDtoH_v2`, released with `cuMemFree_v2`) stay on
+//! the device across launches and are passed by address; host slices are copied to device
+//! memory for the launch and writable ones copied back.
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
@@ -44,6 +45,7 @@ struct Api {
     memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> Res,
     memcpy_dtoh: unsafe extern "C" fn(Ptr, u64, usize) -> Res,
     mem_free: unsafe extern "C" fn(u64) -> Res,
+    memset_d8: unsafe extern "C" fn(u64, u8, usize) -> Res,
     #[allow(clippy::type_complexity)]
     launch_kernel: unsafe extern "C" fn(
         Ptr,
@@ -88,6 +90,7 @@ impl Api {
                 memcpy_htod: symbol(lib, "cuMemcpyHtoD_v2")?,
                 memcpy_dtoh: symbol(lib, "cuMemcpyDtoH_v2")?,
                 mem_free: symbol(lib, "cuMemFree_v2")?,
+                memset_d8: symbol(lib, "cuMemsetD8_v2")?,
                 launch_kernel: symbol(lib, "cuLaunchKernel")?,
                 event_create: symbol(lib, "cuEventCreate")?,
                 event_record: symbol(lib, "cuEventRecord")?,
@@ -234,8 +237,84 @@ impl CudaDevice {
         *self.last_ms.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Copies buffers in, runs `kernel` over `grid` blocks of `workgroup_size` threads, copies
-    /// writable buffers back and frees the device memory.
+    /// Makes the device's primary context current on the calling thread.
+    fn set_current(&self) -> Result<(), String> {
+        // SAFETY: the primary context retained at open.
+        unsafe {
+            self.api
+                .check("cuCtxSetCurrent", (self.api.ctx_set_current)(self.ctx))
+        }
+    }
+
+    /// `cuMemAlloc_v2` of `bytes` (at least one), zeroed with `cuMemsetD8_v2`.
+    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        let api = &self.api;
+        self.set_current()?;
+        let bytes = bytes.max(1);
+        let mut d = 0u64;
+        // SAFETY: valid out-pointer.
+        unsafe { api.check("cuMemAlloc", (api.mem_alloc)(&mut d, bytes))? };
+        // SAFETY: `d` was just allocated with `bytes` bytes.
+        let zeroed = unsafe { api.check("cuMemsetD8", (api.memset_d8)(d, 0, bytes)) };
+        if let Err(e) = zeroed {
+            // SAFETY: freeing the allocation made above, which nothing else references.
+            unsafe { (api.mem_free)(d) };
+            return Err(e);
+        }
+        Ok(d)
+    }
+
+    /// `cuMemcpyHtoD_v2` (synchronous).
+    ///
+    /// # Safety
+    /// As [`super::gpu::GpuDevice::upload`].
+    pub(super) unsafe fn upload(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), String> {
+        self.set_current()?;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe {
+            self.api.check(
+                "cuMemcpyHtoD",
+                (self.api.memcpy_htod)(dst, src.cast(), bytes),
+            )
+        }
+    }
+
+    /// `cuMemcpyDtoH_v2` (it waits for the kernels launched before it).
+    ///
+    /// # Safety
+    /// As [`super::gpu::GpuDevice::download`].
+    pub(super) unsafe fn download(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        self.set_current()?;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe {
+            self.api.check(
+                "cuMemcpyDtoH",
+                (self.api.memcpy_dtoh)(dst.cast(), src, bytes),
+            )
+        }
+    }
+
+    /// `cuMemFree_v2` of an allocation made by [`CudaDevice::alloc`].
+    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
+        self.set_current()?;
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once (its owner is
+        // being dropped).
+        unsafe { self.api.check("cuMemFree", (self.api.mem_free)(ptr)) }
+    }
+
+    /// Copies host buffers in, runs `kernel` over `grid` blocks of `workgroup_size` threads
+    /// (device buffers in place), copies writable host buffers back and frees the device
+    /// memory it allocated for them.
     pub(super) fn launch(
         &self,
         kernel: &KernelDef,
@@ -247,11 +326,7 @@ impl CudaDevice {
             super::gpu::no_code_for_arch(kernel, "PTX", self.arch, &built)
         })?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the primary context retained at open.
-        unsafe {
-            self.api
-                .check("cuCtxSetCurrent", (self.api.ctx_set_current)(self.ctx))?
-        };
+        self.set_current()?;
         let function = match cache.iter().find(|c| c.0 == kernel.fn_name) {
             Some(c) => c.2,
             None => {
@@ -343,6 +418,7 @@ impl CudaDevice {
                     device_bufs.push((d, *a));
                     slots.push(d);
                 }
+                GpuArg::Device(d) => slots.push(d),
                 GpuArg::Scalar(v) => slots.push(u64::from(v)),
             }
         }

@@ -1,11 +1,14 @@
-//! What the GPU runtimes share: opening a shared library by one of several sonames, and the
-//! per-launch argument list (host buffers with their byte sizes, scalars as 32-bit words).
+//! What the GPU runtimes share: opening a shared library by one of several sonames, the
+//! per-launch argument list (host buffers with their byte sizes, device buffers by address,
+//! scalars as 32-bit words), and device memory for [`super::DeviceBuf`].
 
 use std::ffi::c_void;
 use std::sync::Mutex;
 
 use libloading::Library;
 use lse_dsl::rt::{KernelDef, ParamKind, RawBuf};
+
+use super::launch::{Place, PlacedBuf};
 
 /// One kernel argument as the GPU runtimes see it.
 #[derive(Clone, Copy, Debug)]
@@ -16,34 +19,37 @@ pub(super) enum GpuArg {
         bytes: usize,
         writable: bool,
     },
+    /// Device memory the kernel uses in place (a device address).
+    Device(u64),
     /// A 32-bit scalar (u32, i32 or f32 bits).
     Scalar(u32),
 }
 
 /// Bytes per element of a LOOM buffer element type.
-fn elem_bytes(elem: &str) -> usize {
+pub(super) fn elem_bytes(elem: &str) -> usize {
     match elem {
         "bf16" | "f16" => 2,
         _ => 4,
     }
 }
 
-/// Pairs the marshalled buffers and scalars (already checked against the signature) with the
-/// kernel's parameters, in declaration order.
-pub(super) fn gpu_args(kernel: &KernelDef, bufs: &[RawBuf], scalars: &[u64]) -> Vec<GpuArg> {
+/// Pairs the marshalled buffers and scalars (already checked against the signature and the
+/// device) with the kernel's parameters, in declaration order: host memory becomes a buffer
+/// to copy, this GPU's memory its device address.
+pub(super) fn gpu_args(kernel: &KernelDef, bufs: &[PlacedBuf], scalars: &[u64]) -> Vec<GpuArg> {
     let (mut b, mut s) = (bufs.iter(), scalars.iter());
     let mut out = Vec::with_capacity(kernel.params.len());
     for p in kernel.params {
         match p.kind {
-            ParamKind::Buffer { elem, writable } => {
-                if let Some(raw) = b.next() {
-                    out.push(GpuArg::Buf {
-                        host: *raw,
-                        bytes: raw.len * elem_bytes(elem),
-                        writable,
-                    });
-                }
-            }
+            ParamKind::Buffer { elem, writable } => match b.next() {
+                Some((raw, Place::Host)) => out.push(GpuArg::Buf {
+                    host: *raw,
+                    bytes: raw.len * elem_bytes(elem),
+                    writable,
+                }),
+                Some((raw, Place::Gpu { .. })) => out.push(GpuArg::Device(raw.ptr as usize as u64)),
+                None => {}
+            },
             ParamKind::Scalar { .. } => {
                 if let Some(v) = s.next() {
                     out.push(GpuArg::Scalar(*v as u32));
@@ -122,7 +128,8 @@ impl GpuDevice {
         }
     }
 
-    /// Runs one launch (buffers copied in and out); errors name the failing runtime call.
+    /// Runs one launch (host buffers copied in and out, device buffers used in place); errors
+    /// name the failing runtime call.
     pub(super) fn launch(
         &self,
         kernel: &KernelDef,
@@ -132,6 +139,62 @@ impl GpuDevice {
         match self {
             GpuDevice::Hip(d) => d.launch(kernel, grid, args),
             GpuDevice::Cuda(d) => d.launch(kernel, grid, args),
+        }
+    }
+
+    /// Allocates `bytes` (at least one) of zeroed device memory; returns its device address.
+    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        match self {
+            GpuDevice::Hip(d) => d.alloc(bytes),
+            GpuDevice::Cuda(d) => d.alloc(bytes),
+        }
+    }
+
+    /// Copies `bytes` from host `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// `src` must be readable for `bytes` bytes and `dst` an allocation of this device with at
+    /// least `bytes` bytes from there on.
+    pub(super) unsafe fn upload(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), String> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match self {
+                GpuDevice::Hip(d) => d.upload(dst, src, bytes),
+                GpuDevice::Cuda(d) => d.upload(dst, src, bytes),
+            }
+        }
+    }
+
+    /// Copies `bytes` from device address `src` to host `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `bytes` bytes and `src` an allocation of this device with at
+    /// least `bytes` bytes from there on.
+    pub(super) unsafe fn download(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            match self {
+                GpuDevice::Hip(d) => d.download(dst, src, bytes),
+                GpuDevice::Cuda(d) => d.download(dst, src, bytes),
+            }
+        }
+    }
+
+    /// Frees an allocation made by [`GpuDevice::alloc`]; errors name the runtime call.
+    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
+        match self {
+            GpuDevice::Hip(d) => d.free(ptr),
+            GpuDevice::Cuda(d) => d.free(ptr),
         }
     }
 
@@ -173,35 +236,71 @@ mod tests {
                     .any(|p| matches!(p.kind, ParamKind::Scalar { .. }))
                     && k.params
                         .iter()
-                        .any(|p| matches!(p.kind, ParamKind::Buffer { .. }))
+                        .filter(|p| matches!(p.kind, ParamKind::Buffer { .. }))
+                        .count()
+                        >= 2
             })
-            .expect("a kernel with buffers and scalars");
+            .expect("a kernel with two buffers and a scalar");
         let mut storage = vec![0u8; 64];
         let nb = k
             .params
             .iter()
             .filter(|p| matches!(p.kind, ParamKind::Buffer { .. }))
             .count();
-        let bufs: Vec<RawBuf> = (0..nb)
-            .map(|_| RawBuf {
-                ptr: storage.as_mut_ptr(),
-                len: 3,
+        // Alternate host memory and device memory: host buffers keep their byte size, device
+        // buffers become their address.
+        let device_addr = 0x7000_0000_0000u64;
+        let bufs: Vec<PlacedBuf> = (0..nb)
+            .map(|i| {
+                if i % 2 == 0 {
+                    let raw = RawBuf {
+                        ptr: storage.as_mut_ptr(),
+                        len: 3,
+                    };
+                    (raw, Place::Host)
+                } else {
+                    let raw = RawBuf {
+                        ptr: (device_addr + i as u64) as usize as *mut u8,
+                        len: 3,
+                    };
+                    let place = Place::Gpu {
+                        id: 1,
+                        pool: super::super::Pool::Cuda(0),
+                    };
+                    (raw, place)
+                }
             })
             .collect();
         let scalars: Vec<u64> = (0..k.params.len() - nb).map(|i| i as u64 + 7).collect();
         let args = gpu_args(k, &bufs, &scalars);
         assert_eq!(args.len(), k.params.len());
         let mut next_scalar = 7;
+        let mut next_buf = 0;
         for (p, a) in k.params.iter().zip(&args) {
             match (p.kind, a) {
+                (ParamKind::Buffer { .. }, GpuArg::Device(addr)) => {
+                    assert_eq!(
+                        next_buf % 2,
+                        1,
+                        "host buffer {next_buf} passed as device memory"
+                    );
+                    assert_eq!(*addr, device_addr + next_buf as u64);
+                    next_buf += 1;
+                }
                 (
                     ParamKind::Buffer { elem, writable },
                     GpuArg::Buf {
                         bytes, writable: w, ..
                     },
                 ) => {
+                    assert_eq!(
+                        next_buf % 2,
+                        0,
+                        "device buffer {next_buf} passed as host memory"
+                    );
                     assert_eq!(*bytes, 3 * elem_bytes(elem));
                     assert_eq!(*w, writable);
+                    next_buf += 1;
                 }
                 (ParamKind::Scalar { .. }, GpuArg::Scalar(v)) => {
                     assert_eq!(*v, next_scalar);

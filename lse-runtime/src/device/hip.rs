@@ -1,9 +1,11 @@
 //! AMD GPUs through the HIP runtime (`libamdhip64`), loaded at run time so the binary runs on
 //! machines without ROCm.
 //!
-//! Each launch copies its buffers to device memory, runs the kernel's code object for the
-//! device's architecture and copies writable buffers back. Keeping buffers resident on the
-//! device across launches (what the scoring path needs for speed) is later work.
+//! Each launch runs the kernel's code object for the device's architecture. Device buffers
+//! ([`super::DeviceBuf`]: `hipMalloc`, zeroed with `hipMemset`, filled and read with
+//! `hipMemcpy`, released with `hipFree`) stay on the device across launches and are passed
+//! by address; host slices are copied to device memory for the launch and writable ones
+//! copied back.
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
@@ -38,6 +40,7 @@ struct Api {
     module_unload: unsafe extern "C" fn(Ptr) -> Err,
     malloc: unsafe extern "C" fn(*mut Ptr, usize) -> Err,
     memcpy: unsafe extern "C" fn(Ptr, *const c_void, usize, i32) -> Err,
+    memset: unsafe extern "C" fn(Ptr, i32, usize) -> Err,
     free: unsafe extern "C" fn(Ptr) -> Err,
     #[allow(clippy::type_complexity)]
     module_launch_kernel: unsafe extern "C" fn(
@@ -79,6 +82,7 @@ impl Api {
                 module_unload: symbol(lib, "hipModuleUnload")?,
                 malloc: symbol(lib, "hipMalloc")?,
                 memcpy: symbol(lib, "hipMemcpy")?,
+                memset: symbol(lib, "hipMemset")?,
                 free: symbol(lib, "hipFree")?,
                 module_launch_kernel: symbol(lib, "hipModuleLaunchKernel")?,
                 device_synchronize: symbol(lib, "hipDeviceSynchronize")?,
@@ -203,8 +207,89 @@ impl HipDevice {
         *self.last_ms.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Copies buffers in, runs `kernel` over `grid` workgroups of `workgroup_size` work-items,
-    /// copies writable buffers back and frees the device memory.
+    /// Makes this device current on the calling thread (HIP's current device is per thread).
+    fn set_current(&self) -> Result<(), String> {
+        // SAFETY: hipSetDevice with an index checked at open.
+        unsafe {
+            self.api
+                .check("hipSetDevice", (self.api.set_device)(self.index))
+        }
+    }
+
+    /// `hipMalloc` of `bytes` (at least one), zeroed with `hipMemset`.
+    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        let api = &self.api;
+        self.set_current()?;
+        let bytes = bytes.max(1);
+        let mut d: Ptr = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { api.check("hipMalloc", (api.malloc)(&mut d, bytes))? };
+        // SAFETY: `d` was just allocated with `bytes` bytes.
+        let zeroed = unsafe { api.check("hipMemset", (api.memset)(d, 0, bytes)) };
+        if let Err(e) = zeroed {
+            // SAFETY: freeing the allocation made above, which nothing else references.
+            unsafe { (api.free)(d) };
+            return Err(e);
+        }
+        Ok(d as usize as u64)
+    }
+
+    /// `hipMemcpy` host to device.
+    ///
+    /// # Safety
+    /// As [`super::gpu::GpuDevice::upload`].
+    pub(super) unsafe fn upload(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), String> {
+        self.set_current()?;
+        let dst = dst as usize as Ptr;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe {
+            self.api.check(
+                "hipMemcpy(host to device)",
+                (self.api.memcpy)(dst, src.cast(), bytes, MEMCPY_HOST_TO_DEVICE),
+            )
+        }
+    }
+
+    /// `hipMemcpy` device to host (it waits for the kernels launched before it).
+    ///
+    /// # Safety
+    /// As [`super::gpu::GpuDevice::download`].
+    pub(super) unsafe fn download(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        self.set_current()?;
+        let src = src as usize as *const c_void;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe {
+            self.api.check(
+                "hipMemcpy(device to host)",
+                (self.api.memcpy)(dst.cast(), src, bytes, MEMCPY_DEVICE_TO_HOST),
+            )
+        }
+    }
+
+    /// `hipFree` of an allocation made by [`HipDevice::alloc`].
+    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
+        self.set_current()?;
+        // SAFETY: `ptr` came from hipMalloc on this device and is freed once (its owner is
+        // being dropped).
+        unsafe {
+            self.api
+                .check("hipFree", (self.api.free)(ptr as usize as Ptr))
+        }
+    }
+
+    /// Copies host buffers in, runs `kernel` over `grid` workgroups of `workgroup_size`
+    /// work-items (device buffers in place), copies writable host buffers back and frees the
+    /// device memory it allocated for them.
     pub(super) fn launch(
         &self,
         kernel: &KernelDef,
@@ -216,11 +301,7 @@ impl HipDevice {
             super::gpu::no_code_for_arch(kernel, "code object", &self.arch, &built)
         })?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: hipSetDevice with an index checked at open.
-        unsafe {
-            self.api
-                .check("hipSetDevice", (self.api.set_device)(self.index))?
-        };
+        self.set_current()?;
         let function = match cache.iter().find(|c| c.0 == kernel.fn_name) {
             Some(c) => c.2,
             None => {
@@ -296,6 +377,7 @@ impl HipDevice {
                     device_bufs.push((d, *a));
                     values.push(KernargValue::Ptr(d as u64));
                 }
+                GpuArg::Device(d) => values.push(KernargValue::Ptr(d)),
                 GpuArg::Scalar(v) => values.push(KernargValue::U32(v)),
             }
         }

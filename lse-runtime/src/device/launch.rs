@@ -6,31 +6,43 @@ use half::{bf16, f16};
 use lse_dsl::rt::{KernelDef, ParamKind, RawBuf};
 use rayon::prelude::*;
 
+use super::buffer::{DevSlice, DevSliceMut};
 use super::gpu::gpu_args;
 use super::pool::{Device, Pool};
 
 /// One kernel argument, in parameter order.
 #[derive(Debug)]
 pub enum Arg<'a> {
-    /// A read-only buffer.
-    Buf {
-        raw: RawBuf,
-        elem: &'static str,
-        _borrow: PhantomData<&'a [u8]>,
-    },
-    /// A writable buffer.
-    BufMut {
-        raw: RawBuf,
-        elem: &'static str,
-        _borrow: PhantomData<&'a mut [u8]>,
-    },
+    /// A buffer: a host slice ([`Arg::buf`], [`Arg::buf_mut`]) or device memory
+    /// ([`Arg::dev`], [`Arg::dev_mut`]).
+    Buf(BufArg<'a>),
     U32(u32),
     I32(i32),
     F32(f32),
 }
 
+/// A buffer argument: where its elements are, how many, of which type, and whether the kernel
+/// may write them. Built only by the [`Arg`] constructors, which borrow the memory for `'a`.
+#[derive(Debug)]
+pub struct BufArg<'a> {
+    raw: RawBuf,
+    elem: &'static str,
+    writable: bool,
+    place: Place,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+/// Which memory a buffer argument's address points into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    /// Host memory: a slice, or a device buffer of a CPU-side device.
+    Host,
+    /// Memory of the opened GPU `id` (its `GpuDevice`'s address), opened as `pool`.
+    Gpu { id: usize, pool: Pool },
+}
+
 /// Element types a kernel buffer may hold.
-pub trait Elem: Copy {
+pub trait Elem: Copy + Default {
     /// The LOOM name of the type.
     const NAME: &'static str;
 }
@@ -52,36 +64,58 @@ impl Elem for f16 {
 }
 
 impl<'a> Arg<'a> {
-    /// A read-only buffer argument.
+    /// A read-only host buffer argument (copied to the device for the launch on a GPU).
     pub fn buf<T: Elem>(data: &'a [T]) -> Arg<'a> {
         let raw = RawBuf {
             ptr: data.as_ptr() as *mut u8,
             len: data.len(),
         };
-        Arg::Buf {
-            raw,
-            elem: T::NAME,
-            _borrow: PhantomData,
-        }
+        Arg::buffer::<T>(raw, false, Place::Host)
     }
 
-    /// A writable buffer argument.
+    /// A writable host buffer argument (copied to the device and back on a GPU).
     pub fn buf_mut<T: Elem>(data: &'a mut [T]) -> Arg<'a> {
         let raw = RawBuf {
             ptr: data.as_mut_ptr() as *mut u8,
             len: data.len(),
         };
-        Arg::BufMut {
+        Arg::buffer::<T>(raw, true, Place::Host)
+    }
+
+    /// A read-only device buffer argument: the kernel reads it where it is, nothing is copied.
+    pub fn dev<T: Elem>(data: DevSlice<'a, T>) -> Arg<'a> {
+        let (raw, place) = data.parts();
+        Arg::buffer::<T>(raw, false, place)
+    }
+
+    /// A writable device buffer argument: the kernel writes it where it is, nothing is copied.
+    pub fn dev_mut<T: Elem>(data: DevSliceMut<'a, T>) -> Arg<'a> {
+        let (raw, place) = data.parts();
+        Arg::buffer::<T>(raw, true, place)
+    }
+
+    fn buffer<T: Elem>(raw: RawBuf, writable: bool, place: Place) -> Arg<'a> {
+        Arg::Buf(BufArg {
             raw,
             elem: T::NAME,
+            writable,
+            place,
             _borrow: PhantomData,
+        })
+    }
+
+    /// The element count of a buffer argument; `None` for a scalar.
+    pub fn buf_len(&self) -> Option<usize> {
+        match self {
+            Arg::Buf(b) => Some(b.raw.len),
+            _ => None,
         }
     }
 
     fn describe(&self) -> String {
         match self {
-            Arg::Buf { elem, .. } => format!("&[{elem}]"),
-            Arg::BufMut { elem, .. } => format!("&mut [{elem}]"),
+            Arg::Buf(b) if b.writable => format!("&mut [{}]", b.elem),
+            Arg::Buf(b) => format!("&[{}]", b.elem),
             Arg::U32(_) => "u32".into(),
             Arg::I32(_) => "i32".into(),
             Arg::F32(_) => "f32".into(),
@@ -111,6 +145,18 @@ pub enum LaunchError {
         kernel: &'static str,
         grid: [u32; 3],
     },
+    #[error(
+        "{kernel}: argument {index} ({name}) is memory allocated through another device \
+         handle ({owner}); a launch on {device} only takes buffers allocated through its own \
+         Device or its clones"
+    )]
+    Placement {
+        kernel: &'static str,
+        index: usize,
+        name: &'static str,
+        owner: Pool,
+        device: String,
+    },
     #[error("{kernel}: no code for device {device}")]
     NoKernel {
         kernel: &'static str,
@@ -139,9 +185,16 @@ fn expected_arg(kind: ParamKind) -> String {
     }
 }
 
-/// Checks `args` against the kernel's signature and splits them into the ABI's buffer and
-/// scalar lists.
-fn marshal(kernel: &KernelDef, args: &[Arg<'_>]) -> Result<(Vec<RawBuf>, Vec<u64>), LaunchError> {
+/// A marshalled buffer: its address and where that address points.
+pub(super) type PlacedBuf = (RawBuf, Place);
+
+/// Checks `args` against the kernel's signature and `dev` (device memory must be `dev`'s own)
+/// and splits them into the ABI's buffer and scalar lists.
+fn marshal(
+    dev: &Device,
+    kernel: &KernelDef,
+    args: &[Arg<'_>],
+) -> Result<(Vec<PlacedBuf>, Vec<u64>), LaunchError> {
     if args.len() != kernel.params.len() {
         return Err(LaunchError::Arity {
             kernel: kernel.id,
@@ -153,28 +206,21 @@ fn marshal(kernel: &KernelDef, args: &[Arg<'_>]) -> Result<(Vec<RawBuf>, Vec<u64
     let mut scalars = Vec::new();
     for (index, (param, arg)) in kernel.params.iter().zip(args).enumerate() {
         let fits = match (param.kind, arg) {
-            (
-                ParamKind::Buffer {
-                    elem,
-                    writable: false,
-                },
-                Arg::Buf { raw, elem: e, .. },
-            )
-            | (
-                ParamKind::Buffer {
-                    elem,
-                    writable: false,
-                },
-                Arg::BufMut { raw, elem: e, .. },
-            )
-            | (
-                ParamKind::Buffer {
-                    elem,
-                    writable: true,
-                },
-                Arg::BufMut { raw, elem: e, .. },
-            ) if elem == *e => {
-                bufs.push(*raw);
+            (ParamKind::Buffer { elem, writable }, Arg::Buf(b))
+                if elem == b.elem && (b.writable || !writable) =>
+            {
+                if let Place::Gpu { id, pool } = b.place {
+                    if dev.gpu_id() != Some(id) {
+                        return Err(LaunchError::Placement {
+                            kernel: kernel.id,
+                            index,
+                            name: param.name,
+                            owner: pool,
+                            device: dev.pool().to_string(),
+                        });
+                    }
+                }
+                bufs.push((b.raw, b.place));
                 true
             }
             (ParamKind::Scalar { ty: "u32" }, Arg::U32(v)) => {
@@ -206,9 +252,10 @@ fn marshal(kernel: &KernelDef, args: &[Arg<'_>]) -> Result<(Vec<RawBuf>, Vec<u64
 
 impl Device {
     /// Runs `kernel` over `grid` workgroups with `args`: on the CPU-side devices spreading
-    /// workgroups over all cores; on a GPU copying buffers to device memory, launching `grid`
-    /// workgroups of `workgroup_size` work-items and copying writable buffers back (buffers
-    /// are not yet kept resident on the GPU between launches).
+    /// workgroups over all cores; on a GPU launching `grid` workgroups of `workgroup_size`
+    /// work-items. Device buffers ([`Arg::dev`], [`Arg::dev_mut`]) are used where they are; on
+    /// a GPU, host slices are copied to device memory for the launch and writable ones copied
+    /// back. One launch may mix both kinds on every device.
     ///
     /// The caller guarantees the kernel's own contract (index ranges implied by the shapes it
     /// passes); the typed wrappers in [`crate::ops`] check those before launching.
@@ -218,7 +265,7 @@ impl Device {
         grid: [u32; 3],
         args: &[Arg<'_>],
     ) -> Result<(), LaunchError> {
-        let (bufs, scalars) = marshal(kernel, args)?;
+        let (placed, scalars) = marshal(self, kernel, args)?;
         let total = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
         let total = u32::try_from(total).map_err(|_| LaunchError::Grid {
             kernel: kernel.id,
@@ -230,6 +277,8 @@ impl Device {
         let threads = rayon::current_num_threads() as u32;
         let chunk = total.div_ceil(threads * 8).max(1);
         let ranges = (0..total.div_ceil(chunk)).map(|i| (i * chunk, ((i + 1) * chunk).min(total)));
+        // On the CPU-side devices every buffer is host memory (`marshal` refused GPU memory).
+        let bufs: Vec<RawBuf> = placed.iter().map(|(raw, _)| *raw).collect();
         match self.pool() {
             Pool::Cpu => {
                 let entry = kernel.cpu;
@@ -265,7 +314,7 @@ impl Device {
                         device: self.arch(),
                     });
                 }
-                let args = gpu_args(kernel, &bufs, &scalars);
+                let args = gpu_args(kernel, &placed, &scalars);
                 gpu.launch(kernel, grid, &args)
                     .map_err(|message| LaunchError::Gpu {
                         kernel: kernel.id,
@@ -275,5 +324,81 @@ impl Device {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lse_kernels::topk_pairs::topk_pairs::KERNEL as TOPK;
+
+    use super::*;
+
+    /// GPU memory (an address of some opened GPU) is refused by a device that is not that
+    /// GPU, naming the argument and the device that owns it.
+    #[test]
+    fn gpu_memory_is_refused_by_other_devices() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let gpu_logits = Arg::buffer::<f32>(
+            RawBuf {
+                ptr: 0x7000_0000_0000usize as *mut u8,
+                len: 8,
+            },
+            false,
+            Place::Gpu {
+                id: 1,
+                pool: Pool::Cuda(0),
+            },
+        );
+        let (mut ids, mut logits) = (vec![0u32; 2], vec![0.0f32; 2]);
+        let err = dev
+            .launch(
+                &TOPK,
+                [1, 1, 1],
+                &[
+                    gpu_logits,
+                    Arg::buf_mut(&mut ids),
+                    Arg::buf_mut(&mut logits),
+                    Arg::U32(8),
+                    Arg::U32(2),
+                ],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, LaunchError::Placement { index: 0, .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("argument 0 (logits)"), "{msg}");
+        assert!(
+            msg.contains("(cuda:0)") && msg.contains("a launch on cpu"),
+            "{msg}"
+        );
+    }
+
+    /// A read-only device view cannot stand in for a writable parameter.
+    #[test]
+    fn read_only_device_buffers_are_not_writable_arguments() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let logits = vec![1.0f32; 8];
+        let ids_buf = dev.alloc::<u32>(2).unwrap();
+        let mut out = vec![0.0f32; 2];
+        let err = dev
+            .launch(
+                &TOPK,
+                [1, 1, 1],
+                &[
+                    Arg::buf(&logits),
+                    Arg::dev(ids_buf.slice(..).unwrap()),
+                    Arg::buf_mut(&mut out),
+                    Arg::U32(8),
+                    Arg::U32(2),
+                ],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("argument 1 (out_ids) must be &mut [u32], got &[u32]"),
+            "{err}"
+        );
     }
 }

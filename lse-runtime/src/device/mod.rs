@@ -12,7 +12,12 @@
 //! On the CPU-side devices, kernel buffers are ordinary host memory and workgroups are spread
 //! over all cores: each thread runs a contiguous range of linearised workgroup ids, which is
 //! exactly the unit the kernels' CPU entry points take.
+//!
+//! Kernel arguments are host slices or device buffers ([`DeviceBuf`], [`Resident`]), mixed
+//! freely in one launch: on a GPU, device buffers stay in device memory between launches and
+//! host slices are copied in (and back, when writable) around each launch.
 
+mod buffer;
 mod cuda;
 mod gpu;
 mod hip;
@@ -20,7 +25,8 @@ mod launch;
 mod pool;
 mod select;
 
-pub use launch::{Arg, Elem, LaunchError};
+pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf, Resident};
+pub use launch::{Arg, BufArg, Elem, LaunchError};
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
 
 /// The x86-64 level whose host code this CPU runs (`x86-64`, `x86-64-v3` or `x86-64-v4`).

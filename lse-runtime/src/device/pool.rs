@@ -131,8 +131,14 @@ impl Device {
     }
 
     /// The opened GPU, on `hip:N` / `cuda:N`.
-    pub(super) fn gpu_device(&self) -> Option<&GpuDevice> {
-        self.gpu.as_deref()
+    pub(super) fn gpu_device(&self) -> Option<&Arc<GpuDevice>> {
+        self.gpu.as_ref()
+    }
+
+    /// The identity of the opened GPU (shared by clones of this device): device memory
+    /// allocated through one handle is only launched on by that handle.
+    pub(super) fn gpu_id(&self) -> Option<usize> {
+        self.gpu.as_ref().map(|g| Arc::as_ptr(g) as usize)
     }
 
     /// Milliseconds the last kernel launched on this GPU device ran (timed with the runtime's

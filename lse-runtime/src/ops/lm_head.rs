@@ -8,8 +8,8 @@ use lse_kernels::lm_head::{
     lm_head_matvec_f16, lm_head_matvec_f32,
 };
 
-use super::{check_len, to_u32, OpError};
-use crate::device::{Arg, Device};
+use super::{buf_len, check_len, to_u32, OpError};
+use crate::device::{Arg, DevSlice, DevSliceMut, Device, Resident};
 
 /// Rows per workgroup of `lm_head.matrix_*` (its `ROWS` constant).
 const MATRIX_ROW_TILE: u32 = 128;
@@ -22,12 +22,46 @@ pub enum HeadWeight<'a> {
     F32(&'a [f32]),
 }
 
-impl<'a> HeadWeight<'a> {
-    fn len(&self) -> usize {
+/// The head's weight made available to a device once ([`HeadWeight::resident`]): a device
+/// copy on a GPU, the weight itself on the CPU-side devices.
+pub enum ResidentHeadWeight<'a> {
+    Bf16(Resident<'a, bf16>),
+    F16(Resident<'a, f16>),
+    F32(Resident<'a, f32>),
+}
+
+/// The weight dtypes, each with its two kernels.
+#[derive(Clone, Copy, Debug)]
+enum HeadDtype {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl HeadDtype {
+    fn matrix_kernel(self) -> &'static KernelDef {
         match self {
-            HeadWeight::Bf16(w) => w.len(),
-            HeadWeight::F16(w) => w.len(),
-            HeadWeight::F32(w) => w.len(),
+            HeadDtype::Bf16 => &lm_head_matrix_bf16::KERNEL,
+            HeadDtype::F16 => &lm_head_matrix_f16::KERNEL,
+            HeadDtype::F32 => &lm_head_matrix_f32::KERNEL,
+        }
+    }
+
+    fn matvec_kernel(self) -> &'static KernelDef {
+        match self {
+            HeadDtype::Bf16 => &lm_head_matvec_bf16::KERNEL,
+            HeadDtype::F16 => &lm_head_matvec_f16::KERNEL,
+            HeadDtype::F32 => &lm_head_matvec_f32::KERNEL,
+        }
+    }
+}
+
+impl<'a> HeadWeight<'a> {
+    fn dtype(&self) -> HeadDtype {
+        match self {
+            HeadWeight::Bf16(_) => HeadDtype::Bf16,
+            HeadWeight::F16(_) => HeadDtype::F16,
+            HeadWeight::F32(_) => HeadDtype::F32,
         }
     }
 
@@ -42,19 +76,40 @@ impl<'a> HeadWeight<'a> {
 
     /// The matrix kernel (many rows) for this weight's dtype.
     pub fn matrix_kernel(&self) -> &'static KernelDef {
-        match self {
-            HeadWeight::Bf16(_) => &lm_head_matrix_bf16::KERNEL,
-            HeadWeight::F16(_) => &lm_head_matrix_f16::KERNEL,
-            HeadWeight::F32(_) => &lm_head_matrix_f32::KERNEL,
-        }
+        self.dtype().matrix_kernel()
     }
 
     /// The matrix-vector kernel (one row) for this weight's dtype.
     pub fn matvec_kernel(&self) -> &'static KernelDef {
+        self.dtype().matvec_kernel()
+    }
+
+    /// Makes the weight available to `dev` for [`lm_head_dev`]: uploaded once on a GPU,
+    /// borrowed as is on the CPU-side devices.
+    pub fn resident(self, dev: &Device) -> Result<ResidentHeadWeight<'a>, OpError> {
+        Ok(match self {
+            HeadWeight::Bf16(w) => ResidentHeadWeight::Bf16(dev.resident(w)?),
+            HeadWeight::F16(w) => ResidentHeadWeight::F16(dev.resident(w)?),
+            HeadWeight::F32(w) => ResidentHeadWeight::F32(dev.resident(w)?),
+        })
+    }
+}
+
+impl ResidentHeadWeight<'_> {
+    fn dtype(&self) -> HeadDtype {
         match self {
-            HeadWeight::Bf16(_) => &lm_head_matvec_bf16::KERNEL,
-            HeadWeight::F16(_) => &lm_head_matvec_f16::KERNEL,
-            HeadWeight::F32(_) => &lm_head_matvec_f32::KERNEL,
+            ResidentHeadWeight::Bf16(_) => HeadDtype::Bf16,
+            ResidentHeadWeight::F16(_) => HeadDtype::F16,
+            ResidentHeadWeight::F32(_) => HeadDtype::F32,
+        }
+    }
+
+    /// The weight as a kernel argument.
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            ResidentHeadWeight::Bf16(w) => Arg::dev(w.as_slice()),
+            ResidentHeadWeight::F16(w) => Arg::dev(w.as_slice()),
+            ResidentHeadWeight::F32(w) => Arg::dev(w.as_slice()),
         }
     }
 }
@@ -69,6 +124,50 @@ pub fn lm_head(
     vocab: usize,
     out: &mut [f32],
 ) -> Result<(), OpError> {
+    let dtype = weight.dtype();
+    run(
+        dev,
+        Arg::buf(hidden),
+        dim,
+        weight.arg(),
+        dtype,
+        vocab,
+        Arg::buf_mut(out),
+    )
+}
+
+/// [`lm_head`] on device buffers: `hidden` and `out` stay where they are (on a GPU, in
+/// device memory), with the weight made resident once by [`HeadWeight::resident`].
+pub fn lm_head_dev(
+    dev: &Device,
+    hidden: DevSlice<'_, f32>,
+    dim: usize,
+    weight: &ResidentHeadWeight<'_>,
+    vocab: usize,
+    out: DevSliceMut<'_, f32>,
+) -> Result<(), OpError> {
+    run(
+        dev,
+        Arg::dev(hidden),
+        dim,
+        weight.arg(),
+        weight.dtype(),
+        vocab,
+        Arg::dev_mut(out),
+    )
+}
+
+/// Checks the shapes of `hidden` `[rows, dim]`, `weight` `[vocab, dim]` and `out`
+/// `[rows, vocab]` (any placement), then launches the kernel for the row count.
+fn run(
+    dev: &Device,
+    hidden: Arg<'_>,
+    dim: usize,
+    weight: Arg<'_>,
+    dtype: HeadDtype,
+    vocab: usize,
+    out: Arg<'_>,
+) -> Result<(), OpError> {
     const OP: &str = "lm_head";
     if dim == 0 || vocab == 0 {
         return Err(OpError::Invalid {
@@ -76,42 +175,33 @@ pub fn lm_head(
             message: format!("dim = {dim} and vocab = {vocab} must be positive"),
         });
     }
-    let rows = hidden.len() / dim;
-    check_len(OP, "hidden", hidden.len(), rows * dim)?;
-    check_len(OP, "weight", weight.len(), vocab * dim)?;
-    check_len(OP, "out", out.len(), rows * vocab)?;
+    let hidden_len = buf_len(&hidden);
+    let rows = hidden_len / dim;
+    check_len(OP, "hidden", hidden_len, rows * dim)?;
+    check_len(OP, "weight", buf_len(&weight), vocab * dim)?;
+    check_len(OP, "out", buf_len(&out), rows * vocab)?;
     to_u32(OP, "vocab * dim", vocab * dim)?;
     to_u32(OP, "rows * vocab", rows * vocab)?;
     let vocab32 = to_u32(OP, "vocab", vocab)?;
-    if rows == 1 {
-        let blocks = vocab32.div_ceil(weight.matvec_kernel().workgroup_size);
-        dev.launch(
-            weight.matvec_kernel(),
-            [blocks, 1, 1],
-            &[
-                Arg::buf(hidden),
-                weight.arg(),
-                Arg::buf_mut(out),
-                Arg::U32(vocab as u32),
-                Arg::U32(dim as u32),
-            ],
-        )?;
-    } else if rows > 1 {
-        let blocks = vocab32.div_ceil(weight.matrix_kernel().workgroup_size);
-        let tiles = to_u32(OP, "rows", rows)?.div_ceil(MATRIX_ROW_TILE);
-        dev.launch(
-            weight.matrix_kernel(),
-            [blocks, tiles, 1],
-            &[
-                Arg::buf(hidden),
-                weight.arg(),
-                Arg::buf_mut(out),
-                Arg::U32(rows as u32),
-                Arg::U32(vocab as u32),
-                Arg::U32(dim as u32),
-            ],
-        )?;
+    if rows == 0 {
+        return Ok(());
     }
+    let kernel = if rows == 1 {
+        dtype.matvec_kernel()
+    } else {
+        dtype.matrix_kernel()
+    };
+    let blocks = vocab32.div_ceil(kernel.workgroup_size);
+    let mut args = vec![hidden, weight, out];
+    let grid = if rows == 1 {
+        [blocks, 1, 1]
+    } else {
+        let rows32 = to_u32(OP, "rows", rows)?;
+        args.push(Arg::U32(rows32));
+        [blocks, rows32.div_ceil(MATRIX_ROW_TILE), 1]
+    };
+    args.extend([Arg::U32(vocab32), Arg::U32(dim as u32)]);
+    dev.launch(kernel, grid, &args)?;
     Ok(())
 }
 
@@ -191,5 +281,122 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The scoring chain on device buffers (hidden rows uploaded, the weight resident, logits
+    /// left in a device buffer and read there by both reductions) gives the bits of the chain
+    /// on host slices, on every CPU-side device and for one row (matvec) and many (matrix).
+    #[test]
+    fn device_buffer_chain_matches_the_host_slice_chain() {
+        use crate::ops::{lse_pick, lse_pick_dev, topk_pairs, topk_pairs_dev};
+        let (dim, vocab, n_ids, k) = (24, 333, 2, 5);
+        let wf = values(vocab * dim, 7, 0.5);
+        let wb: Vec<bf16> = wf.iter().map(|&x| bf16::from_f32(x)).collect();
+        let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
+        devs.extend(
+            lse_dsl::rt::HOST_CPUS
+                .iter()
+                .filter_map(|c| Device::host_variant(c)),
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for dev in &devs {
+            let resident = HeadWeight::Bf16(&wb).resident(dev).unwrap();
+            // Buffers larger than any block, as the head stage keeps them.
+            let mut hidden_buf = dev.alloc::<f32>(9 * dim).unwrap();
+            let mut logits_buf = dev.alloc::<f32>(9 * vocab + 1).unwrap();
+            for rows in [1, 6] {
+                let hidden = values(rows * dim, rows as u64, 2.0);
+                let ids: Vec<u32> = (0..rows * n_ids).map(|i| (i * 53 % vocab) as u32).collect();
+                let mut want = vec![0.0f32; rows * vocab];
+                lm_head(dev, &hidden, dim, HeadWeight::Bf16(&wb), vocab, &mut want).unwrap();
+                let want_pick = lse_pick(dev, &want, vocab, &ids, n_ids).unwrap();
+                let want_top = topk_pairs(dev, &want, vocab, k).unwrap();
+
+                hidden_buf.upload(&hidden).unwrap();
+                let h = hidden_buf.slice(..rows * dim).unwrap();
+                let out = logits_buf.slice_mut(..rows * vocab).unwrap();
+                lm_head_dev(dev, h, dim, &resident, vocab, out).unwrap();
+                let logits = logits_buf.slice(..rows * vocab).unwrap();
+                let pick = lse_pick_dev(dev, logits, vocab, &ids, n_ids).unwrap();
+                let top = topk_pairs_dev(dev, logits, vocab, k).unwrap();
+
+                let mut got = vec![0.0f32; rows * vocab];
+                logits_buf.download(&mut got).unwrap();
+                let at = format!("rows={rows} on {}", dev.arch());
+                assert_eq!(bits(&got), bits(&want), "logits, {at}");
+                assert_eq!(bits(&pick.stats), bits(&want_pick.stats), "stats, {at}");
+                assert_eq!(bits(&pick.picked), bits(&want_pick.picked), "picked, {at}");
+                assert_eq!(top.ids, want_top.ids, "top-k ids, {at}");
+                assert_eq!(
+                    bits(&top.logits),
+                    bits(&want_top.logits),
+                    "top-k logits, {at}"
+                );
+            }
+        }
+    }
+
+    /// The device variants share the host variants' checks: the same bad shapes give the
+    /// same errors.
+    #[test]
+    fn device_variants_refuse_bad_shapes_like_the_host_variants() {
+        use crate::ops::{lse_pick, lse_pick_dev, topk_pairs, topk_pairs_dev};
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let (dim, vocab) = (4, 10);
+        let w = values(vocab * dim, 1, 1.0);
+        let resident = HeadWeight::F32(&w).resident(&dev).unwrap();
+        let hidden = values(2 * dim + 1, 2, 1.0);
+        let mut hidden_buf = dev.alloc::<f32>(hidden.len()).unwrap();
+        hidden_buf.upload(&hidden).unwrap();
+        let mut out = vec![0.0f32; 2 * vocab];
+        let mut out_buf = dev.alloc::<f32>(2 * vocab).unwrap();
+        let host = lm_head(&dev, &hidden, dim, HeadWeight::F32(&w), vocab, &mut out)
+            .unwrap_err()
+            .to_string();
+        let on_dev = lm_head_dev(
+            &dev,
+            hidden_buf.slice(..).unwrap(),
+            dim,
+            &resident,
+            vocab,
+            out_buf.slice_mut(..).unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(host, on_dev);
+        assert!(host.contains("hidden has 9 elements, expected 8"), "{host}");
+
+        let logits = values(2 * vocab + 3, 3, 1.0);
+        let mut logits_buf = dev.alloc::<f32>(logits.len()).unwrap();
+        logits_buf.upload(&logits).unwrap();
+        let view = logits_buf.slice(..).unwrap();
+        let host = lse_pick(&dev, &logits, vocab, &[1, 2], 1)
+            .unwrap_err()
+            .to_string();
+        let on_dev = lse_pick_dev(&dev, view, vocab, &[1, 2], 1)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(host, on_dev);
+        let view = logits_buf.slice(..2 * vocab).unwrap();
+        let host = lse_pick(&dev, &logits[..2 * vocab], vocab, &[1, 10], 1)
+            .unwrap_err()
+            .to_string();
+        let on_dev = lse_pick_dev(&dev, view, vocab, &[1, 10], 1)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(host, on_dev);
+        assert!(
+            host.contains("id 10 is not below the vocabulary size 10"),
+            "{host}"
+        );
+        let host = topk_pairs(&dev, &logits, vocab, 2).unwrap_err().to_string();
+        let on_dev = topk_pairs_dev(&dev, logits_buf.slice(..).unwrap(), vocab, 2)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(host, on_dev);
+        assert!(
+            host.contains("logits has 23 elements, expected 20"),
+            "{host}"
+        );
     }
 }

@@ -2,8 +2,8 @@
 
 use lse_kernels::lse_pick::lse_pick as kernel;
 
-use super::{check_len, to_u32, OpError};
-use crate::device::{Arg, Device};
+use super::{buf_len, check_len, to_u32, OpError};
+use crate::device::{Arg, DevSlice, Device};
 
 /// Per-row results of `lse_pick`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -23,6 +23,29 @@ pub fn lse_pick(
     ids: &[u32],
     n_ids: usize,
 ) -> Result<LsePick, OpError> {
+    run(dev, Arg::buf(logits), vocab, ids, n_ids)
+}
+
+/// [`lse_pick`] of logits in a device buffer (on a GPU they stay in device memory); the ids
+/// go in and the per-row results come back, `rows * (2 + n_ids)` values.
+pub fn lse_pick_dev(
+    dev: &Device,
+    logits: DevSlice<'_, f32>,
+    vocab: usize,
+    ids: &[u32],
+    n_ids: usize,
+) -> Result<LsePick, OpError> {
+    run(dev, Arg::dev(logits), vocab, ids, n_ids)
+}
+
+/// Checks `logits` (any placement) and `ids` against `vocab` and `n_ids`, then launches.
+fn run(
+    dev: &Device,
+    logits: Arg<'_>,
+    vocab: usize,
+    ids: &[u32],
+    n_ids: usize,
+) -> Result<LsePick, OpError> {
     const OP: &str = "logits.lse_pick.v1";
     if vocab == 0 {
         return Err(OpError::Invalid {
@@ -30,8 +53,9 @@ pub fn lse_pick(
             message: "vocab is 0".into(),
         });
     }
-    let rows = logits.len() / vocab;
-    check_len(OP, "logits", logits.len(), rows * vocab)?;
+    let logits_len = buf_len(&logits);
+    let rows = logits_len / vocab;
+    check_len(OP, "logits", logits_len, rows * vocab)?;
     check_len(OP, "ids", ids.len(), rows * n_ids)?;
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
         return Err(OpError::Invalid {
@@ -47,7 +71,7 @@ pub fn lse_pick(
         &kernel::KERNEL,
         [to_u32(OP, "rows", rows)?, 1, 1],
         &[
-            Arg::buf(logits),
+            logits,
             Arg::buf(ids),
             Arg::buf_mut(&mut out.stats),
             Arg::buf_mut(&mut out.picked),

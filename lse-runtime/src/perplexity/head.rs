@@ -1,13 +1,16 @@
 //! The scoring head: after each prefill pass, the LM head and the two reductions run on the
 //! device over the pass's scored rows, `HEAD_ROWS` at a time, and only per-row scalars and
-//! top-k pairs come back. The host forms log-probabilities in f64.
+//! top-k pairs come back. The head weight is made resident on the device once per run; each
+//! block's hidden rows go in, its logits stay in a device buffer that the reductions read
+//! where it is (nothing vocabulary-sized per row crosses to the host on a GPU). The host
+//! forms log-probabilities in f64.
 
 use half::{bf16, f16};
 
 use super::EngineError;
-use crate::device::Device;
+use crate::device::{Device, DeviceBuf};
 use crate::model::{DType, LmHeadView};
-use crate::ops::{self, HeadWeight};
+use crate::ops::{self, HeadWeight, OpError, ResidentHeadWeight};
 use crate::scoring::{
     base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldBaseReader, KldBaseWriter,
     PplAccumulator,
@@ -52,30 +55,47 @@ pub fn head_weight<'a>(view: &LmHeadView<'a>) -> Result<HeadWeight<'a>, EngineEr
     }
 }
 
-/// Reused buffers of the head stage.
+/// The head weight on the device and the reused buffers of the head stage.
 pub struct HeadStage<'a> {
     dev: &'a Device,
-    weight: HeadWeight<'a>,
+    weight: ResidentHeadWeight<'a>,
     vocab: usize,
     dim: usize,
-    logits: Vec<f32>,
+    /// Device buffers, grown to the largest block so far: `[rows, dim]` and `[rows, vocab]`.
+    hidden: DeviceBuf<f32>,
+    logits: DeviceBuf<f32>,
     ids: Vec<u32>,
     picked: Vec<f32>,
     base: Vec<BaseRecord>,
 }
 
 impl<'a> HeadStage<'a> {
-    pub fn new(dev: &'a Device, weight: HeadWeight<'a>, vocab: usize, dim: usize) -> HeadStage<'a> {
-        HeadStage {
+    /// Makes `weight` (`[vocab, dim]`) resident on `dev`: on a GPU it is uploaded here, once.
+    pub fn new(
+        dev: &'a Device,
+        weight: HeadWeight<'a>,
+        vocab: usize,
+        dim: usize,
+    ) -> Result<HeadStage<'a>, EngineError> {
+        Ok(HeadStage {
             dev,
-            weight,
+            weight: weight.resident(dev)?,
             vocab,
             dim,
-            logits: Vec::new(),
+            hidden: dev.alloc(0).map_err(OpError::from)?,
+            logits: dev.alloc(0).map_err(OpError::from)?,
             ids: Vec::new(),
             picked: Vec::new(),
             base: Vec::new(),
+        })
+    }
+
+    /// Grows `buf` to at least `len` elements (its contents are rewritten before every use).
+    fn reserve(dev: &Device, buf: &mut DeviceBuf<f32>, len: usize) -> Result<(), OpError> {
+        if buf.len() < len {
+            *buf = dev.alloc(len)?;
         }
+        Ok(())
     }
 
     /// Scores up to [`HEAD_ROWS`] rows: `hidden` is `[n, dim]`, `targets` the `n` tokens the
@@ -90,8 +110,18 @@ impl<'a> HeadStage<'a> {
         let n = targets.len();
         debug_assert!(n <= HEAD_ROWS && hidden.len() == n * self.dim);
         let v = self.vocab;
-        self.logits.resize(n * v, 0.0);
-        ops::lm_head(self.dev, hidden, self.dim, self.weight, v, &mut self.logits)?;
+        Self::reserve(self.dev, &mut self.hidden, hidden.len())?;
+        Self::reserve(self.dev, &mut self.logits, n * v)?;
+        self.hidden.upload(hidden).map_err(OpError::from)?;
+        ops::lm_head_dev(
+            self.dev,
+            self.hidden.slice(..hidden.len()).map_err(OpError::from)?,
+            self.dim,
+            &self.weight,
+            v,
+            self.logits.slice_mut(..n * v).map_err(OpError::from)?,
+        )?;
+        let logits = self.logits.slice(..n * v).map_err(OpError::from)?;
 
         // The ids each row's logits are picked at: the target, then a base's top-k.
         let per_row = match mode {
@@ -110,13 +140,13 @@ impl<'a> HeadStage<'a> {
                 self.base.push(rec);
             }
         }
-        let pick = ops::lse_pick(self.dev, &self.logits, v, &self.ids, per_row)?;
+        let pick = ops::lse_pick_dev(self.dev, logits, v, &self.ids, per_row)?;
         let top = match mode {
             KldMode::Off => None,
             KldMode::Record { top_k, .. } => {
-                Some(ops::topk_pairs(self.dev, &self.logits, v, *top_k)?)
+                Some(ops::topk_pairs_dev(self.dev, logits, v, *top_k)?)
             }
-            KldMode::Compare { .. } => Some(ops::topk_pairs(self.dev, &self.logits, v, 1)?),
+            KldMode::Compare { .. } => Some(ops::topk_pairs_dev(self.dev, logits, v, 1)?),
         };
 
         for r in 0..n {

@@ -1,0 +1,532 @@
+//! Buffers that stay in a device's memory between launches, so that data produced by one
+//! kernel and read by the next never crosses to the host.
+//!
+//! On a GPU a [`DeviceBuf`] is a device allocation, freed when dropped; kernels use it in
+//! place and only what the caller downloads comes back. On the CPU-side devices it is ordinary
+//! host memory whose pointer the launch passes (no copies). A [`Resident`] is read-only data
+//! made available to a device once: a device copy on a GPU, the borrowed slice itself on the
+//! CPU-side devices.
+
+use std::marker::PhantomData;
+use std::mem;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use lse_dsl::rt::RawBuf;
+
+use super::gpu::GpuDevice;
+use super::launch::{Elem, Place};
+use super::pool::{Device, Pool};
+
+/// A device-buffer call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BufError {
+    /// An upload or download longer than the buffer.
+    #[error("{call}: {got} {elem} elements do not fit a device buffer of {len}")]
+    Len {
+        call: &'static str,
+        elem: &'static str,
+        got: usize,
+        len: usize,
+    },
+    /// A view outside the buffer.
+    #[error("device buffer view {start}..{end} is outside a buffer of {len} {elem} elements")]
+    Range {
+        elem: &'static str,
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+    /// A buffer larger than the address space.
+    #[error("a device buffer of {len} {elem} elements is larger than the address space")]
+    Size { elem: &'static str, len: usize },
+    /// A GPU runtime call failed; `message` names the call and the runtime's error text.
+    #[error("device buffer on {pool}: {message}")]
+    Gpu { pool: Pool, message: String },
+}
+
+/// `len` elements of `T` in a device's memory (see the module docs). New buffers are zeroed.
+pub struct DeviceBuf<T: Elem> {
+    len: usize,
+    mem: Mem<T>,
+}
+
+enum Mem<T> {
+    /// On the CPU-side devices.
+    Host(Vec<T>),
+    /// On a GPU.
+    Gpu(GpuMem),
+}
+
+/// A GPU allocation, freed when dropped. Holding the device keeps its runtime loaded (and,
+/// on CUDA, its context retained) for as long as the memory lives.
+struct GpuMem {
+    gpu: Arc<GpuDevice>,
+    pool: Pool,
+    ptr: u64,
+}
+
+impl Drop for GpuMem {
+    fn drop(&mut self) {
+        if let Err(e) = self.gpu.free(self.ptr) {
+            // Drop cannot return the error; a failed free leaks device memory but leaves
+            // every result intact, so it is reported and the run continues.
+            eprintln!("warning: device buffer on {}: {e}", self.pool);
+        }
+    }
+}
+
+impl<T: Elem> std::fmt::Debug for DeviceBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = match &self.mem {
+            Mem::Host(_) => "host".to_string(),
+            Mem::Gpu(g) => g.pool.to_string(),
+        };
+        write!(f, "DeviceBuf<{}>({} on {on})", T::NAME, self.len)
+    }
+}
+
+/// Bytes of `len` elements of `T`, if they fit the address space.
+fn byte_len<T: Elem>(len: usize) -> Result<usize, BufError> {
+    len.checked_mul(mem::size_of::<T>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(BufError::Size { elem: T::NAME, len })
+}
+
+impl Device {
+    /// A zeroed buffer of `len` elements in this device's memory.
+    pub fn alloc<T: Elem>(&self, len: usize) -> Result<DeviceBuf<T>, BufError> {
+        let bytes = byte_len::<T>(len)?;
+        let mem = match self.gpu_device() {
+            None => Mem::Host(vec![T::default(); len]),
+            Some(gpu) => {
+                let ptr = gpu.alloc(bytes).map_err(|message| BufError::Gpu {
+                    pool: self.pool(),
+                    message,
+                })?;
+                Mem::Gpu(GpuMem {
+                    gpu: Arc::clone(gpu),
+                    pool: self.pool(),
+                    ptr,
+                })
+            }
+        };
+        Ok(DeviceBuf { len, mem })
+    }
+
+    /// `data` made available to this device's kernels: on a GPU a device copy uploaded now;
+    /// on the CPU-side devices `data` itself (nothing is copied).
+    pub fn resident<'a, T: Elem>(&self, data: &'a [T]) -> Result<Resident<'a, T>, BufError> {
+        let mem = if self.gpu_device().is_some() {
+            let mut buf = self.alloc(data.len())?;
+            buf.upload(data)?;
+            ResidentMem::Copied(buf)
+        } else {
+            ResidentMem::Borrowed(data)
+        };
+        Ok(Resident { mem })
+    }
+}
+
+impl<T: Elem> DeviceBuf<T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check_fits(&self, call: &'static str, got: usize) -> Result<(), BufError> {
+        if got <= self.len {
+            Ok(())
+        } else {
+            Err(BufError::Len {
+                call,
+                elem: T::NAME,
+                got,
+                len: self.len,
+            })
+        }
+    }
+
+    /// Copies `data` into the first `data.len()` elements.
+    pub fn upload(&mut self, data: &[T]) -> Result<(), BufError> {
+        self.check_fits("upload", data.len())?;
+        match &mut self.mem {
+            Mem::Host(v) => v[..data.len()].copy_from_slice(data),
+            Mem::Gpu(g) if !data.is_empty() => {
+                // SAFETY: `data` is readable for its byte size, which `check_fits` bounded by
+                // the allocation's size.
+                unsafe {
+                    g.gpu
+                        .upload(g.ptr, data.as_ptr().cast(), mem::size_of_val(data))
+                }
+                .map_err(|message| BufError::Gpu {
+                    pool: g.pool,
+                    message,
+                })?
+            }
+            Mem::Gpu(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Copies the first `out.len()` elements into `out` (after every kernel launched before).
+    pub fn download(&self, out: &mut [T]) -> Result<(), BufError> {
+        self.check_fits("download", out.len())?;
+        match &self.mem {
+            Mem::Host(v) => out.copy_from_slice(&v[..out.len()]),
+            Mem::Gpu(g) if !out.is_empty() => {
+                let bytes = mem::size_of_val(out);
+                // SAFETY: `out` is writable for its byte size, which `check_fits` bounded by
+                // the allocation's size.
+                unsafe { g.gpu.download(out.as_mut_ptr().cast(), g.ptr, bytes) }.map_err(
+                    |message| BufError::Gpu {
+                        pool: g.pool,
+                        message,
+                    },
+                )?
+            }
+            Mem::Gpu(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The elements in `range` as a read-only kernel argument ([`super::Arg::dev`]).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DevSlice<'_, T>, BufError> {
+        let (start, end) = self.bounds(range)?;
+        let (raw, place) = self.view_within(start, end);
+        Ok(DevSlice {
+            raw,
+            place,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// The elements in `range` as a writable kernel argument ([`super::Arg::dev_mut`]).
+    pub fn slice_mut(
+        &mut self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<DevSliceMut<'_, T>, BufError> {
+        let (start, end) = self.bounds(range)?;
+        let (mut raw, place) = self.view_within(start, end);
+        if let Mem::Host(v) = &mut self.mem {
+            // Kernels write through this address: derive it from the exclusive borrow.
+            raw.ptr = v[start..end].as_mut_ptr().cast();
+        }
+        Ok(DevSliceMut {
+            raw,
+            place,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// `range` as `start..end`, which must lie in the buffer.
+    fn bounds(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize), BufError> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        if start > end || end > self.len {
+            return Err(BufError::Range {
+                elem: T::NAME,
+                start,
+                end,
+                len: self.len,
+            });
+        }
+        Ok((start, end))
+    }
+
+    /// The address and placement of elements `start..end`, with `start <= end <= len`.
+    fn view_within(&self, start: usize, end: usize) -> (RawBuf, Place) {
+        let len = end - start;
+        match &self.mem {
+            Mem::Host(v) => {
+                let raw = RawBuf {
+                    ptr: v[start..end].as_ptr() as *mut u8,
+                    len,
+                };
+                (raw, Place::Host)
+            }
+            Mem::Gpu(g) => {
+                // In bounds of the allocation, so no overflow.
+                let addr = g.ptr + (start * mem::size_of::<T>()) as u64;
+                let raw = RawBuf {
+                    ptr: addr as usize as *mut u8,
+                    len,
+                };
+                let place = Place::Gpu {
+                    id: Arc::as_ptr(&g.gpu) as usize,
+                    pool: g.pool,
+                };
+                (raw, place)
+            }
+        }
+    }
+}
+
+/// Read-only data made available to a device (see [`Device::resident`]).
+pub struct Resident<'a, T: Elem> {
+    mem: ResidentMem<'a, T>,
+}
+
+enum ResidentMem<'a, T: Elem> {
+    /// The caller's slice, on the CPU-side devices.
+    Borrowed(&'a [T]),
+    /// A device copy, on a GPU.
+    Copied(DeviceBuf<T>),
+}
+
+impl<T: Elem> Resident<'_, T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match &self.mem {
+            ResidentMem::Borrowed(s) => s.len(),
+            ResidentMem::Copied(b) => b.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// All elements as a read-only kernel argument ([`super::Arg::dev`]).
+    pub fn as_slice(&self) -> DevSlice<'_, T> {
+        let (raw, place) = match &self.mem {
+            ResidentMem::Borrowed(s) => {
+                let raw = RawBuf {
+                    ptr: s.as_ptr() as *mut u8,
+                    len: s.len(),
+                };
+                (raw, Place::Host)
+            }
+            ResidentMem::Copied(b) => b.view_within(0, b.len),
+        };
+        DevSlice {
+            raw,
+            place,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// Read-only elements of a device buffer, borrowed for `'a` (a kernel argument).
+#[derive(Clone, Copy, Debug)]
+pub struct DevSlice<'a, T> {
+    raw: RawBuf,
+    place: Place,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+/// Writable elements of a device buffer, borrowed exclusively for `'a` (a kernel argument).
+#[derive(Debug)]
+pub struct DevSliceMut<'a, T> {
+    raw: RawBuf,
+    place: Place,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+impl<T> DevSlice<'_, T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.raw.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.raw.len == 0
+    }
+
+    pub(super) fn parts(&self) -> (RawBuf, Place) {
+        (self.raw, self.place)
+    }
+}
+
+impl<T> DevSliceMut<'_, T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.raw.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.raw.len == 0
+    }
+
+    pub(super) fn parts(&self) -> (RawBuf, Place) {
+        (self.raw, self.place)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+    use lse_kernels::lse_pick::lse_pick::KERNEL as LSE_PICK;
+
+    use super::*;
+    use crate::device::Arg;
+
+    /// The CPU-side devices: generated Rust and every host code variant this CPU runs.
+    fn cpu_side_devices() -> Vec<Device> {
+        let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
+        devs.extend(
+            lse_dsl::rt::HOST_CPUS
+                .iter()
+                .filter_map(|c| Device::host_variant(c)),
+        );
+        devs
+    }
+
+    /// Deterministic values in [-scale, scale).
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    #[test]
+    fn uploads_and_downloads_round_trip_on_cpu_side_devices() {
+        for dev in cpu_side_devices() {
+            let mut buf = dev.alloc::<f32>(5).unwrap();
+            assert_eq!(buf.len(), 5);
+            let mut out = vec![7.0f32; 5];
+            buf.download(&mut out).unwrap();
+            assert_eq!(out, [0.0; 5], "new buffers are zeroed");
+            buf.upload(&[1.5, -2.0, 3.25]).unwrap();
+            buf.download(&mut out).unwrap();
+            assert_eq!(out, [1.5, -2.0, 3.25, 0.0, 0.0]);
+            let mut head = [0.0f32; 2];
+            buf.download(&mut head).unwrap();
+            assert_eq!(head, [1.5, -2.0]);
+
+            let words: Vec<bf16> = [0.5f32, -1.0, 8.0].map(bf16::from_f32).to_vec();
+            let mut b = dev.alloc::<bf16>(3).unwrap();
+            b.upload(&words).unwrap();
+            let mut back = vec![bf16::ZERO; 3];
+            b.download(&mut back).unwrap();
+            assert_eq!(back, words);
+
+            let empty = dev.alloc::<u32>(0).unwrap();
+            assert!(empty.is_empty());
+            empty.download(&mut []).unwrap();
+        }
+    }
+
+    #[test]
+    fn oversized_transfers_and_views_are_errors() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let mut buf = dev.alloc::<f32>(4).unwrap();
+        let e = buf.upload(&[0.0; 5]).unwrap_err().to_string();
+        assert_eq!(e, "upload: 5 f32 elements do not fit a device buffer of 4");
+        let e = buf.download(&mut [0.0; 6]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "download: 6 f32 elements do not fit a device buffer of 4"
+        );
+        let e = buf.slice(2..5).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "device buffer view 2..5 is outside a buffer of 4 f32 elements"
+        );
+        assert!(buf.slice_mut(3..=4).is_err());
+        assert_eq!(buf.slice(1..3).unwrap().len(), 2);
+        assert_eq!(buf.slice(..).unwrap().len(), 4);
+        assert!(buf.slice(4..).unwrap().is_empty());
+        let e = dev.alloc::<f32>(usize::MAX / 2).unwrap_err().to_string();
+        assert!(e.contains("larger than the address space"), "{e}");
+    }
+
+    #[test]
+    fn resident_data_is_borrowed_on_cpu_side_devices() {
+        let data = values(10, 3, 1.0);
+        for dev in cpu_side_devices() {
+            let r = dev.resident(&data).unwrap();
+            assert_eq!(r.len(), 10);
+            let (raw, place) = r.as_slice().parts();
+            assert_eq!(
+                raw.ptr as *const f32,
+                data.as_ptr(),
+                "no copy on {}",
+                dev.arch()
+            );
+            assert_eq!(raw.len, 10);
+            assert_eq!(place, Place::Host);
+        }
+    }
+
+    /// `lse_pick` with its logits in a device buffer (at an offset, through a view), its ids
+    /// a host slice, its stats a device buffer and its picked logits a host slice must give
+    /// the bits of the launch on host slices alone.
+    #[test]
+    fn a_launch_mixing_host_slices_and_device_buffers_matches_the_slice_launch() {
+        let (rows, vocab, n_ids) = (3usize, 300usize, 2usize);
+        let logits = values(rows * vocab, 5, 12.0);
+        let ids: Vec<u32> = (0..rows * n_ids).map(|i| (i * 97 % vocab) as u32).collect();
+        for dev in cpu_side_devices() {
+            let mut want_stats = vec![0.0f32; rows * 2];
+            let mut want_picked = vec![0.0f32; rows * n_ids];
+            dev.launch(
+                &LSE_PICK,
+                [rows as u32, 1, 1],
+                &[
+                    Arg::buf(&logits),
+                    Arg::buf(&ids),
+                    Arg::buf_mut(&mut want_stats),
+                    Arg::buf_mut(&mut want_picked),
+                    Arg::U32(vocab as u32),
+                    Arg::U32(n_ids as u32),
+                ],
+            )
+            .unwrap();
+
+            let offset = 7;
+            let mut dev_logits = dev.alloc::<f32>(offset + logits.len() + 5).unwrap();
+            let mut padded = vec![f32::NAN; offset];
+            padded.extend(&logits);
+            dev_logits.upload(&padded).unwrap();
+            let mut dev_stats = dev.alloc::<f32>(rows * 2).unwrap();
+            let mut picked = vec![0.0f32; rows * n_ids];
+            dev.launch(
+                &LSE_PICK,
+                [rows as u32, 1, 1],
+                &[
+                    Arg::dev(dev_logits.slice(offset..offset + logits.len()).unwrap()),
+                    Arg::buf(&ids),
+                    Arg::dev_mut(dev_stats.slice_mut(..).unwrap()),
+                    Arg::buf_mut(&mut picked),
+                    Arg::U32(vocab as u32),
+                    Arg::U32(n_ids as u32),
+                ],
+            )
+            .unwrap();
+            let mut stats = vec![0.0f32; rows * 2];
+            dev_stats.download(&mut stats).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&stats), bits(&want_stats), "stats on {}", dev.arch());
+            assert_eq!(
+                bits(&picked),
+                bits(&want_picked),
+                "picked on {}",
+                dev.arch()
+            );
+            assert!(want_stats.iter().all(|x| x.is_finite()));
+        }
+    }
+}
