@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use lse_runtime::device::Pool;
+use lse_runtime::ops::FlashPrefillParams;
 use lse_runtime::perplexity::{
     Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request,
+    DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };
 use lse_runtime::scoring::{self, Method};
 
@@ -62,9 +64,32 @@ pub struct PerplexityArgs {
     /// Accepted for serving compatibility; scoring never uses MTP.
     #[arg(long)]
     no_mtp: bool,
-    /// Sparse prefill attention: on or off (default: the engine decides).
+    /// Sparse prefill attention (FlashPrefill V2): on or off. Unset, passes whose attention
+    /// reads at least --flashprefill-min-kv-len cache rows run sparse, shorter ones dense.
     #[arg(long = "FlashPrefillV2", value_enum)]
     flash_prefill_v2: Option<OnOff>,
+    /// FlashPrefill V2's threshold alpha: a key block is kept when its score is at least alpha
+    /// times its row's best (0 keeps every block; larger is sparser).
+    #[arg(long, default_value_t = 0.1)]
+    prefill_attention_scale: f32,
+    /// FlashPrefill V2: tokens per query and key block (a multiple of 64).
+    #[arg(long, default_value_t = 128)]
+    flashprefill_block_size: usize,
+    /// FlashPrefill V2: leading key blocks every query block keeps.
+    #[arg(long, default_value_t = 2)]
+    flashprefill_sink_blocks: usize,
+    /// FlashPrefill V2: key blocks kept left of and including the diagonal (at least 1).
+    #[arg(long, default_value_t = 4)]
+    flashprefill_window_blocks: usize,
+    /// FlashPrefill V2: the last query blocks of each pass attend densely.
+    #[arg(long, default_value_t = 2)]
+    flashprefill_last_full_blocks: usize,
+    /// FlashPrefill V2: best-scoring key blocks every query block keeps besides the threshold.
+    #[arg(long, default_value_t = 0)]
+    flashprefill_min_budget: usize,
+    /// With --FlashPrefillV2 unset: the cache rows a pass's attention must read to run sparse.
+    #[arg(long, default_value_t = DEFAULT_FLASHPREFILL_MIN_KV_LEN)]
+    flashprefill_min_kv_len: usize,
     /// Fail instead of running any operation on the CPU backend (also LSE_REQUIRE_DEVICE_KERNELS=1).
     #[arg(long)]
     no_cpu_fallback: bool,
@@ -161,6 +186,15 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
         Some(OnOff::On) => FlashPrefill::On,
         Some(OnOff::Off) => FlashPrefill::Off,
     };
+    settings.flashprefill = FlashPrefillParams {
+        block_size: args.flashprefill_block_size,
+        alpha: args.prefill_attention_scale,
+        sink_blocks: args.flashprefill_sink_blocks,
+        window_blocks: args.flashprefill_window_blocks,
+        last_full_blocks: args.flashprefill_last_full_blocks,
+        min_budget: args.flashprefill_min_budget,
+    };
+    settings.flashprefill_min_kv_len = args.flashprefill_min_kv_len;
     settings.no_cpu_fallback |= args.no_cpu_fallback;
 
     let mut request = Request::new(input);
@@ -180,6 +214,14 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     let report = engine
         .perplexity(&request, &Progress::stderr(args.quiet))
         .map_err(|e| e.to_string())?;
+    if !args.quiet {
+        if let Some(d) = report.prefill_attention_density {
+            eprintln!(
+                "prefill attention: flashprefill-v2, key-block density {:.2}%",
+                100.0 * d
+            );
+        }
+    }
     let json = report
         .to_json()
         .map_err(|e| format!("could not serialise the report: {e}"))?;

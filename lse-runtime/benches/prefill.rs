@@ -4,11 +4,22 @@
 //! context lengths, LSE_BENCH_UBATCH for the pass size, default 512). Prints tokens/s per
 //! context and the process's peak RSS (VmHWM).
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
+use lse_runtime::device::{Device, Pool};
 use lse_runtime::generator::Generator;
 use lse_runtime::model::synthetic::{write_random_model, SyntheticSpec};
-use lse_runtime::model::{DType, HybridLM};
+use lse_runtime::model::{DType, HybridLM, PrefillAttention};
+
+/// Dense prefill attention on the host device, shared by every test.
+fn dense() -> &'static PrefillAttention<'static> {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    static ATTN: OnceLock<PrefillAttention<'static>> = OnceLock::new();
+    ATTN.get_or_init(|| {
+        PrefillAttention::dense(DEVICE.get_or_init(|| Device::open(Pool::Host).unwrap()))
+    })
+}
 
 fn vm_hwm() -> String {
     std::fs::read_to_string("/proc/self/status")
@@ -49,7 +60,7 @@ fn main() {
         let tokens: Vec<u32> = (0..ctx as u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 8) % spec.vocab_size as u32)
             .collect();
-        let mut g = Generator::new(&model, DType::BF16, ctx).expect("session");
+        let mut g = Generator::new(&model, dense(), DType::BF16, ctx).expect("session");
         let t = Instant::now();
         let h = g.prefill(&tokens, 2048, ubatch).expect("prefill");
         let s = t.elapsed().as_secs_f64();

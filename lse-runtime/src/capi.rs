@@ -31,6 +31,13 @@ struct EngineConfig {
     kv_len: Option<usize>,
     kv_cache_dtype: Option<KvDtype>,
     flash_prefill_v2: Option<FlashPrefill>,
+    prefill_attention_scale: Option<f32>,
+    flashprefill_block_size: Option<usize>,
+    flashprefill_sink_blocks: Option<usize>,
+    flashprefill_window_blocks: Option<usize>,
+    flashprefill_last_full_blocks: Option<usize>,
+    flashprefill_min_budget: Option<usize>,
+    flashprefill_min_kv_len: Option<usize>,
     no_cpu_fallback: Option<bool>,
 }
 
@@ -70,6 +77,18 @@ fn settings_from_json(json: &str) -> Result<EngineSettings, Failure> {
     s.kv_len = c.kv_len.unwrap_or(s.kv_len);
     s.kv_cache_dtype = c.kv_cache_dtype.unwrap_or(s.kv_cache_dtype);
     s.flash_prefill = c.flash_prefill_v2.unwrap_or(s.flash_prefill);
+    let fp = &mut s.flashprefill;
+    fp.alpha = c.prefill_attention_scale.unwrap_or(fp.alpha);
+    fp.block_size = c.flashprefill_block_size.unwrap_or(fp.block_size);
+    fp.sink_blocks = c.flashprefill_sink_blocks.unwrap_or(fp.sink_blocks);
+    fp.window_blocks = c.flashprefill_window_blocks.unwrap_or(fp.window_blocks);
+    fp.last_full_blocks = c
+        .flashprefill_last_full_blocks
+        .unwrap_or(fp.last_full_blocks);
+    fp.min_budget = c.flashprefill_min_budget.unwrap_or(fp.min_budget);
+    s.flashprefill_min_kv_len = c
+        .flashprefill_min_kv_len
+        .unwrap_or(s.flashprefill_min_kv_len);
     s.no_cpu_fallback |= c.no_cpu_fallback.unwrap_or(false);
     Ok(s)
 }

@@ -8,19 +8,27 @@
 
 use std::ops::Range;
 
-use crate::model::{DType, HybridLM, ModelError, Result, Session};
+use crate::model::{DType, HybridLM, ModelError, PrefillAttention, Result, Session};
 
 /// Runs prompts through a model pass by pass, carrying one session.
 pub struct Generator<'m> {
     model: &'m HybridLM,
+    attn: &'m PrefillAttention<'m>,
     session: Session,
 }
 
 impl<'m> Generator<'m> {
-    /// A generator with a fresh session (KV cache of `kv_len` tokens in `kv_dtype`).
-    pub fn new(model: &'m HybridLM, kv_dtype: DType, kv_len: usize) -> Result<Self> {
+    /// A generator with a fresh session (KV cache of `kv_len` tokens in `kv_dtype`) whose
+    /// full-attention layers run their attention through `attn`.
+    pub fn new(
+        model: &'m HybridLM,
+        attn: &'m PrefillAttention<'m>,
+        kv_dtype: DType,
+        kv_len: usize,
+    ) -> Result<Self> {
         Ok(Generator {
             model,
+            attn,
             session: model.new_session(kv_dtype, kv_len)?,
         })
     }
@@ -70,7 +78,10 @@ impl<'m> Generator<'m> {
         self.session.check_fits(tokens.len())?;
         let mut out = Vec::with_capacity(tokens.len() * self.model.config().hidden_size);
         for r in plan {
-            out.extend(self.model.hidden(&mut self.session, &tokens[r])?);
+            out.extend(
+                self.model
+                    .hidden(&mut self.session, &tokens[r], self.attn)?,
+            );
         }
         Ok(out)
     }
@@ -95,7 +106,7 @@ impl<'m> Generator<'m> {
         for pass in plan {
             let hidden = self
                 .model
-                .hidden(&mut self.session, &tokens[pass.clone()])?;
+                .hidden(&mut self.session, &tokens[pass.clone()], self.attn)?;
             let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
             let mut b = lo;
             while b < hi {

@@ -5,9 +5,20 @@
 //! `logits_reference`, and the log-softmax is taken in f64 over the full vocabulary.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
+use lse_runtime::device::{Device, Pool};
 use lse_runtime::generator::Generator;
-use lse_runtime::model::{DType, HybridLM};
+use lse_runtime::model::{DType, HybridLM, PrefillAttention};
+
+/// Dense prefill attention on the host device, shared by every test.
+fn dense() -> &'static PrefillAttention<'static> {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    static ATTN: OnceLock<PrefillAttention<'static>> = OnceLock::new();
+    ATTN.get_or_init(|| {
+        PrefillAttention::dense(DEVICE.get_or_init(|| Device::open(Pool::Host).unwrap()))
+    })
+}
 
 /// Max absolute log-prob difference allowed with f32 KV (f32 weights and activations).
 /// Observed worst: 1.5e-4 (f32 noise of these random models; logits reach ~10-20).
@@ -90,7 +101,7 @@ fn matches_transformers_goldens_for_every_plan() {
         // One pass; chunk-aligned; odd sizes; batch splits; ubatch 1 (per-token).
         let plans = [(t, t), (t, 64), (t, 17), (40, 13), (8, 3), (t, 1)];
         for (b, u) in plans {
-            let mut gen = Generator::new(&model, DType::F32, t).unwrap();
+            let mut gen = Generator::new(&model, dense(), DType::F32, t).unwrap();
             let h = gen.prefill(&g.tokens, b, u).unwrap();
             let d = max_diff(&model, &h, &g);
             println!(
@@ -103,7 +114,7 @@ fn matches_transformers_goldens_for_every_plan() {
                 mdir.display()
             );
         }
-        let mut gen = Generator::new(&model, DType::BF16, t).unwrap();
+        let mut gen = Generator::new(&model, dense(), DType::BF16, t).unwrap();
         let h = gen.prefill(&g.tokens, t, 32).unwrap();
         let d = max_diff(&model, &h, &g);
         println!("{}: bf16 KV: max |dlogprob| = {d:.3e}", mdir.display());

@@ -2,13 +2,24 @@
 //! random models written by `write_random_model`.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
+use lse_runtime::device::{Device, Pool};
 use lse_runtime::generator::Generator;
 use lse_runtime::model::synthetic::{
     write_random_model, write_safetensors, SyntheticSpec, TensorDecl,
 };
 use lse_runtime::model::weights::WeightStore;
-use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, MoeConfig};
+use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, MoeConfig, PrefillAttention};
+
+/// Dense prefill attention on the host device, shared by every test.
+fn dense() -> &'static PrefillAttention<'static> {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    static ATTN: OnceLock<PrefillAttention<'static>> = OnceLock::new();
+    ATTN.get_or_init(|| {
+        PrefillAttention::dense(DEVICE.get_or_init(|| Device::open(Pool::Host).unwrap()))
+    })
+}
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32)
@@ -48,7 +59,7 @@ fn hidden_is_independent_of_the_pass_plan() {
         let model = HybridLM::load(dir.path()).unwrap();
         let t = 150; // crosses the 64-token DeltaNet chunk twice, not a multiple of it
         let toks = tokens(t, spec.vocab_size);
-        let reference = Generator::new(&model, DType::F32, t)
+        let reference = Generator::new(&model, dense(), DType::F32, t)
             .unwrap()
             .prefill(&toks, t, t)
             .unwrap();
@@ -60,7 +71,7 @@ fn hidden_is_independent_of_the_pass_plan() {
         let scale = reference.iter().fold(1.0f32, |a, x| a.max(x.abs()));
         let tol = 1.5e-4 * scale;
         for (b, u) in plans {
-            let h = Generator::new(&model, DType::F32, t)
+            let h = Generator::new(&model, dense(), DType::F32, t)
                 .unwrap()
                 .prefill(&toks, b, u)
                 .unwrap();
@@ -81,11 +92,18 @@ fn kv_overflow_is_reported_before_any_work() {
     let model = HybridLM::load(dir.path()).unwrap();
     let toks = tokens(10, spec.vocab_size);
     let full = model
-        .hidden(&mut model.new_session(DType::F32, 10).unwrap(), &toks)
+        .hidden(
+            &mut model.new_session(DType::F32, 10).unwrap(),
+            &toks,
+            dense(),
+        )
         .unwrap();
     let mut s = model.new_session(DType::F32, 10).unwrap();
-    let a = model.hidden(&mut s, &toks[..8]).unwrap();
-    let e = model.hidden(&mut s, &toks[..5]).unwrap_err().to_string();
+    let a = model.hidden(&mut s, &toks[..8], dense()).unwrap();
+    let e = model
+        .hidden(&mut s, &toks[..5], dense())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("KV cache overflow")
             && e.contains("holds 8")
@@ -94,12 +112,12 @@ fn kv_overflow_is_reported_before_any_work() {
     );
     assert_eq!(s.position(), 8);
     // The failed call changed nothing: the session continues exactly.
-    let b = model.hidden(&mut s, &toks[8..]).unwrap();
+    let b = model.hidden(&mut s, &toks[8..], dense()).unwrap();
     let h = model.config().hidden_size;
     assert!(max_abs(&a, &full[..8 * h]) < 1e-5);
     assert!(max_abs(&b, &full[8 * h..]) < 1e-4);
     // Generator checks the whole prompt up front.
-    let mut g = Generator::new(&model, DType::BF16, 4).unwrap();
+    let mut g = Generator::new(&model, dense(), DType::BF16, 4).unwrap();
     let e = g.prefill(&toks, 2, 2).unwrap_err().to_string();
     assert!(e.contains("KV cache overflow"), "{e}");
     assert_eq!(g.session().position(), 0);
@@ -112,7 +130,10 @@ fn bad_token_and_foreign_session_are_errors() {
     write_random_model(dir.path(), &spec, 5).unwrap();
     let model = HybridLM::load(dir.path()).unwrap();
     let mut s = model.new_session(DType::BF16, 8).unwrap();
-    let e = model.hidden(&mut s, &[1, 96, 2]).unwrap_err().to_string();
+    let e = model
+        .hidden(&mut s, &[1, 96, 2], dense())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("token id 96 at index 1") && e.contains("vocab_size 96"),
         "{e}"
@@ -130,7 +151,7 @@ fn bad_token_and_foreign_session_are_errors() {
     .unwrap();
     let big = HybridLM::load(other.path()).unwrap();
     let e = model
-        .hidden(&mut big.new_session(DType::F32, 8).unwrap(), &[1])
+        .hidden(&mut big.new_session(DType::F32, 8).unwrap(), &[1], dense())
         .unwrap_err()
         .to_string();
     assert!(e.contains("session layout"), "{e}");
@@ -146,12 +167,16 @@ fn bf16_kv_cache_stays_close_to_f32() {
     let model = HybridLM::load(dir.path()).unwrap();
     let toks = tokens(100, spec.vocab_size);
     let f32h = model
-        .hidden(&mut model.new_session(DType::F32, 100).unwrap(), &toks)
+        .hidden(
+            &mut model.new_session(DType::F32, 100).unwrap(),
+            &toks,
+            dense(),
+        )
         .unwrap();
     let mut diffs = Vec::new();
     for dt in [DType::BF16, DType::F16] {
         let h = model
-            .hidden(&mut model.new_session(dt, 100).unwrap(), &toks)
+            .hidden(&mut model.new_session(dt, 100).unwrap(), &toks, dense())
             .unwrap();
         diffs.push(max_abs(&h, &f32h));
     }
@@ -193,7 +218,11 @@ fn random_models_are_deterministic_and_tied_heads_share_the_embedding() {
         ws.tensor("lm_head.weight").unwrap().bytes()
     );
     let h = m
-        .hidden(&mut m.new_session(DType::F32, 3).unwrap(), &[1, 2, 3])
+        .hidden(
+            &mut m.new_session(DType::F32, 3).unwrap(),
+            &[1, 2, 3],
+            dense(),
+        )
         .unwrap();
     assert_eq!(m.logits_reference(&h, 3).len(), 3 * 96);
 }
@@ -374,14 +403,14 @@ fn score_hands_the_head_exactly_the_requested_rows_in_blocks() {
     let model = HybridLM::load(dir.path()).unwrap();
     let toks = tokens(90, spec.vocab_size);
     let dim = model.config().hidden_size;
-    let whole = Generator::new(&model, DType::F32, 128)
+    let whole = Generator::new(&model, dense(), DType::F32, 128)
         .unwrap()
         .prefill(&toks, 90, 90)
         .unwrap();
 
     // Passes of 7 tokens, blocks of at most 4 rows, rows 40..83 wanted.
     let mut got = Vec::new();
-    let mut g = Generator::new(&model, DType::F32, 128).unwrap();
+    let mut g = Generator::new(&model, dense(), DType::F32, 128).unwrap();
     g.score(
         &toks,
         40..83,

@@ -24,9 +24,12 @@ typedef struct lse_engine lse_engine;
 
 /* Opens an engine. `config_json` is an object with the serving options:
  *   "model" (string, required): Hugging Face model directory;
- *   "pool": "host" (default), "cpu", "hip:N" / "hrx:N";
+ *   "pool": "host" (default), "cpu", "hip:N" / "hrx:N", "cuda:N";
  *   "batch_size", "ubatch_size", "kv_len" (integers), "kv_cache_dtype": "bf16" | "f16" | "f32";
- *   "flash_prefill_v2": "on" | "off" | "auto"; "no_cpu_fallback": boolean.
+ *   "flash_prefill_v2": "on" | "off" | "auto"; "prefill_attention_scale" (number, alpha);
+ *   "flashprefill_block_size", "flashprefill_sink_blocks", "flashprefill_window_blocks",
+ *   "flashprefill_last_full_blocks", "flashprefill_min_budget", "flashprefill_min_kv_len"
+ *   (integers, as the CLI options of the same names); "no_cpu_fallback": boolean.
  * On success stores the engine in *out. */
 int lse_engine_open(const char *config_json, lse_engine **out, char **err);
 

@@ -5,12 +5,11 @@ use rayon::prelude::*;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::kv_cache::KvCache;
-use super::linear::{gemm, linear, WeightMat};
+use super::linear::{linear, WeightMat};
 use super::ops::{rmsnorm_zc_rows, rope_neox, sigmoid};
+use super::prefill::PrefillAttention;
 use super::weights::{Tensor, WeightStore};
-
-/// Query rows per attention work item.
-const QBLOCK: usize = 64;
+use crate::ops::AttnShape;
 
 /// Weights of one full-attention layer.
 pub struct AttnWeights {
@@ -44,7 +43,8 @@ impl AttnWeights {
 }
 
 /// Runs the layer on `u` [t, H] for tokens at absolute positions `pos0..pos0+t`, appending
-/// their K/V to `cache`, and writes the layer output [t, H] to `out`.
+/// their K/V to `cache`, and writes the layer output [t, H] to `out`. Projections, norms and
+/// RoPE run here; attention itself runs through `attn`'s LOOM kernels.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     cfg: &ModelConfig,
@@ -54,8 +54,9 @@ pub fn forward(
     t: usize,
     pos0: usize,
     cache: &mut KvCache,
+    attn: &PrefillAttention,
     out: &mut [f32],
-) {
+) -> Result<()> {
     let (nh, nkv, hd) = (
         cfg.num_attention_heads,
         cfg.num_key_value_heads,
@@ -93,94 +94,27 @@ pub fn forward(
             rope_neox(&mut kr[h * hd..(h + 1) * hd], inv_freq, pos0 + ti);
         }
     });
-    for ti in 0..t {
-        cache.write(
-            pos0 + ti,
-            &k[ti * nkv * hd..(ti + 1) * nkv * hd],
-            &v[ti * nkv * hd..(ti + 1) * nkv * hd],
-        );
-    }
+    cache.write(pos0, &k, &v);
     drop((k, v));
 
-    // Keys/values of all cached tokens, as f32, per kv head: [nkv][len][hd].
-    let len = pos0 + t;
-    let mut kf = vec![0.0; nkv * len * hd];
-    let mut vf = vec![0.0; nkv * len * hd];
-    kf.par_chunks_mut(len * hd)
-        .zip(vf.par_chunks_mut(len * hd))
-        .enumerate()
-        .for_each(|(j, (kh, vh))| cache.read_head(j, hd, len, kh, vh));
-
-    let group = nh / nkv;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let nblocks = t.div_ceil(QBLOCK);
-    // Each task: one query head, one block of query rows -> [rows, hd].
-    let results: Vec<(usize, usize, Vec<f32>)> = (0..nh * nblocks)
-        .into_par_iter()
-        .map(|task| {
-            let (h, b) = (task / nblocks, task % nblocks);
-            let j = h / group;
-            let t0 = b * QBLOCK;
-            let rows = QBLOCK.min(t - t0);
-            let end = pos0 + t0 + rows; // keys visible to the last row of the block
-            let kh = &kf[j * len * hd..(j * len + end) * hd];
-            let vh = &vf[j * len * hd..(j * len + end) * hd];
-            let mut s = vec![0.0; rows * end];
-            gemm(
-                rows,
-                hd,
-                end,
-                scale,
-                &q[t0 * nh * hd + h * hd..],
-                (nh * hd, 1),
-                kh,
-                (1, hd),
-                0.0,
-                &mut s,
-                (end, 1),
-            );
-            for (i, row) in s.chunks_exact_mut(end).enumerate() {
-                let visible = pos0 + t0 + i + 1;
-                let m = row[..visible]
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-                let mut sum = 0.0;
-                for x in &mut row[..visible] {
-                    *x = (*x - m).exp();
-                    sum += *x;
-                }
-                let inv = 1.0 / sum;
-                for x in &mut row[..visible] {
-                    *x *= inv;
-                }
-                row[visible..].fill(0.0);
-            }
-            let mut o = vec![0.0; rows * hd];
-            gemm(
-                rows,
-                end,
-                hd,
-                1.0,
-                &s,
-                (end, 1),
-                vh,
-                (hd, 1),
-                0.0,
-                &mut o,
-                (hd, 1),
-            );
-            (h, t0, o)
-        })
-        .collect();
-    // Gate and scatter into [t, nh*hd].
+    let shape = AttnShape {
+        t,
+        pos0,
+        n_heads: nh,
+        n_kv_heads: nkv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
     let mut o = vec![0.0; t * nh * hd];
-    for (h, t0, blk) in results {
-        for (i, r) in blk.chunks_exact(hd).enumerate() {
-            let base = (t0 + i) * nh * hd + h * hd;
-            for d in 0..hd {
-                o[base + d] = r[d] * sigmoid(gate[base + d]);
+    attn.run(&shape, &q, cache.view(), &mut o)?;
+    drop(q);
+    o.par_chunks_mut(nh * hd)
+        .zip(gate.par_chunks(nh * hd))
+        .for_each(|(o, g)| {
+            for (x, &g) in o.iter_mut().zip(g) {
+                *x *= sigmoid(g);
             }
-        }
-    }
+        });
     linear(&o, t, WeightMat::of(&w.o_proj), out);
+    Ok(())
 }

@@ -8,6 +8,9 @@ use std::path::PathBuf;
 /// Anything that can go wrong while loading a model directory or running prefill.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A prefill kernel (attention) refused its inputs or failed to launch.
+    #[error("prefill attention: {0}")]
+    Kernel(#[from] crate::ops::OpError),
     /// A required file is absent.
     #[error("{path}: missing file ({what})")]
     MissingFile {

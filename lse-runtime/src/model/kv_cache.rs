@@ -3,51 +3,76 @@
 
 use super::config::{LayerKind, ModelConfig};
 use super::error::{ModelError, Result};
-use super::weights::{to_f32, DType};
+use half::{bf16, f16};
+
+use super::weights::DType;
+use crate::ops::{KvSlice, KvView};
 
 /// KV-cache dtype used unless the user asks otherwise (llama.cpp's default is f16; LSE keeps
 /// bf16 because Qwen3.5 checkpoints are bf16 and bf16 has f32's range).
 pub const DEFAULT_KV_DTYPE: DType = DType::BF16;
 
-/// Keys and values of one full-attention layer: layout [token][kv head][head_dim].
+/// One tensor of a KV cache in its storage dtype.
+enum KvStore {
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl KvStore {
+    fn zeros(dtype: DType, len: usize) -> KvStore {
+        match dtype {
+            DType::BF16 => KvStore::Bf16(vec![bf16::ZERO; len]),
+            DType::F16 => KvStore::F16(vec![f16::ZERO; len]),
+            DType::F32 => KvStore::F32(vec![0.0; len]),
+        }
+    }
+
+    /// Rounds `src` to the storage dtype into elements `at..at + src.len()`.
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            KvStore::Bf16(x) => {
+                for (d, &s) in x[at..at + src.len()].iter_mut().zip(src) {
+                    *d = bf16::from_f32(s);
+                }
+            }
+            KvStore::F16(x) => {
+                for (d, &s) in x[at..at + src.len()].iter_mut().zip(src) {
+                    *d = f16::from_f32(s);
+                }
+            }
+            KvStore::F32(x) => x[at..at + src.len()].copy_from_slice(src),
+        }
+    }
+
+    fn slice(&self) -> KvSlice<'_> {
+        match self {
+            KvStore::Bf16(x) => KvSlice::Bf16(x),
+            KvStore::F16(x) => KvSlice::F16(x),
+            KvStore::F32(x) => KvSlice::F32(x),
+        }
+    }
+}
+
+/// Keys and values of one full-attention layer: layout [token][kv head][head_dim], in the
+/// cache dtype, as the attention kernels read them.
 pub struct KvCache {
     dtype: DType,
     capacity: usize,
     row: usize,
-    k: Vec<u8>,
-    v: Vec<u8>,
-}
-
-fn store(dtype: DType, src: &[f32], dst: &mut [u8]) {
-    match dtype {
-        DType::BF16 => {
-            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
-                d.copy_from_slice(&half::bf16::from_f32(*s).to_bits().to_le_bytes());
-            }
-        }
-        DType::F16 => {
-            for (d, s) in dst.chunks_exact_mut(2).zip(src) {
-                d.copy_from_slice(&half::f16::from_f32(*s).to_bits().to_le_bytes());
-            }
-        }
-        DType::F32 => {
-            for (d, s) in dst.chunks_exact_mut(4).zip(src) {
-                d.copy_from_slice(&s.to_le_bytes());
-            }
-        }
-    }
+    k: KvStore,
+    v: KvStore,
 }
 
 impl KvCache {
     /// An empty cache for `capacity` tokens of `row` values (nKV·hd) each for K and for V.
     pub fn new(dtype: DType, capacity: usize, row: usize) -> Self {
-        let bytes = capacity * row * dtype.size();
         KvCache {
             dtype,
             capacity,
             row,
-            k: vec![0; bytes],
-            v: vec![0; bytes],
+            k: KvStore::zeros(dtype, capacity * row),
+            v: KvStore::zeros(dtype, capacity * row),
         }
     }
     /// Storage dtype.
@@ -58,28 +83,17 @@ impl KvCache {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
-    /// Stores the K and V rows (each nKV·hd values) of token `pos`, rounding to the cache dtype.
-    pub fn write(&mut self, pos: usize, k: &[f32], v: &[f32]) {
-        let s = self.dtype.size();
-        let r = pos * self.row * s..(pos + 1) * self.row * s;
-        store(self.dtype, k, &mut self.k[r.clone()]);
-        store(self.dtype, v, &mut self.v[r]);
+    /// Stores the K and V rows of tokens `pos0..`, `k` and `v` holding whole rows of nKV·hd
+    /// values, rounding to the cache dtype.
+    pub fn write(&mut self, pos0: usize, k: &[f32], v: &[f32]) {
+        self.k.write(pos0 * self.row, k);
+        self.v.write(pos0 * self.row, v);
     }
-    /// Reads tokens `[0, len)` of kv head `h` (width `hd`) into `k_out`/`v_out` as f32 [len, hd].
-    pub fn read_head(&self, h: usize, hd: usize, len: usize, k_out: &mut [f32], v_out: &mut [f32]) {
-        let s = self.dtype.size();
-        for t in 0..len {
-            let off = (t * self.row + h * hd) * s;
-            to_f32(
-                self.dtype,
-                &self.k[off..off + hd * s],
-                &mut k_out[t * hd..(t + 1) * hd],
-            );
-            to_f32(
-                self.dtype,
-                &self.v[off..off + hd * s],
-                &mut v_out[t * hd..(t + 1) * hd],
-            );
+    /// The whole cache (every token slot, written or not) as the attention kernels take it.
+    pub fn view(&self) -> KvView<'_> {
+        KvView {
+            k: self.k.slice(),
+            v: self.v.slice(),
         }
     }
 }
@@ -164,14 +178,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kv_roundtrip_per_dtype() {
+    fn kv_write_rounds_to_the_cache_dtype_at_the_token_row() {
         for (dt, tol) in [(DType::F32, 0.0), (DType::F16, 1e-3), (DType::BF16, 1e-2)] {
             let mut c = KvCache::new(dt, 3, 4);
             c.write(1, &[1.0, 2.0, 0.3, -4.0], &[0.1, 0.2, 0.3, 0.4]);
-            let (mut k, mut v) = (vec![0.0; 4], vec![0.0; 4]);
-            c.read_head(1, 2, 2, &mut k, &mut v);
-            assert_eq!(&k[..2], &[0.0, 0.0]);
-            assert!((k[2] - 0.3).abs() <= tol * 0.3 + 1e-9 && (v[3] - 0.4).abs() <= tol);
+            let widen = |x: KvSlice| -> Vec<f32> {
+                match x {
+                    KvSlice::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
+                    KvSlice::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
+                    KvSlice::F32(x) => x.to_vec(),
+                }
+            };
+            let (k, v) = (widen(c.view().k), widen(c.view().v));
+            assert_eq!(k.len(), 12);
+            assert_eq!(&k[..4], &[0.0; 4]);
+            assert!((k[6] - 0.3).abs() <= tol * 0.3 + 1e-9 && (v[7] - 0.4).abs() <= tol);
+            assert_eq!(&k[8..], &[0.0; 4]);
         }
     }
 }

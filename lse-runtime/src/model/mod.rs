@@ -12,6 +12,7 @@ pub mod ffn;
 pub mod kv_cache;
 pub mod linear;
 pub mod ops;
+pub mod prefill;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 pub use config::{LayerKind, ModelConfig, MoeConfig};
 pub use error::{ModelError, Result};
 pub use kv_cache::{Session, DEFAULT_KV_DTYPE};
+pub use prefill::{PrefillAttention, SparseWhen};
 pub use weights::DType;
 
 use attention::AttnWeights;
@@ -83,6 +85,14 @@ impl HybridLM {
             });
         }
         let cfg = ModelConfig::from_file(&dir.join("config.json"))?;
+        if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
+            return Err(ModelError::InvalidArgument(format!(
+                "{}: head_dim {} is above {}, the largest the attention kernels take",
+                dir.join("config.json").display(),
+                cfg.head_dim,
+                crate::ops::MAX_HEAD_DIM
+            )));
+        }
         let ws = WeightStore::open(dir)?;
         let prefix = PREFIXES
             .iter()
@@ -175,10 +185,16 @@ impl HybridLM {
     }
 
     /// One prefill pass over `tokens`, continuing `session` (KV cache, conv and recurrent
-    /// states, position). Returns the final-norm hidden rows [T, H] in f32.
+    /// states, position), with the full-attention layers' attention run by `attn`. Returns the
+    /// final-norm hidden rows [T, H] in f32.
     ///
     /// All checks (token ids, KV capacity, session shape) happen before any state changes.
-    pub fn hidden(&self, session: &mut Session, tokens: &[u32]) -> Result<Vec<f32>> {
+    pub fn hidden(
+        &self,
+        session: &mut Session,
+        tokens: &[u32],
+        attn: &PrefillAttention,
+    ) -> Result<Vec<f32>> {
         let (h, t) = (self.cfg.hidden_size, tokens.len());
         let kinds_match = session.layers.len() == self.layers.len()
             && session.layers.iter().zip(&self.layers).all(|(s, l)| {
@@ -217,9 +233,17 @@ impl HybridLM {
         for (layer, state) in self.layers.iter().zip(session.layers.iter_mut()) {
             rmsnorm_zc_into(&x, &layer.input_norm, eps, &mut u);
             match (&layer.mixer, state) {
-                (Mixer::Attn(w), LayerState::Full(cache)) => {
-                    attention::forward(&self.cfg, w, &self.inv_freq, &u, t, pos0, cache, &mut m)
-                }
+                (Mixer::Attn(w), LayerState::Full(cache)) => attention::forward(
+                    &self.cfg,
+                    w,
+                    &self.inv_freq,
+                    &u,
+                    t,
+                    pos0,
+                    cache,
+                    attn,
+                    &mut m,
+                )?,
                 (Mixer::Linear(w), LayerState::Linear(st)) => {
                     deltanet::forward(&self.cfg, w, &u, t, st, &mut m)
                 }

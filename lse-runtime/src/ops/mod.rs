@@ -1,18 +1,30 @@
 //! Typed, shape-checked entry points for the scoring kernels.
 //!
 //! Each op checks its slices against the shapes it is given, then launches the LOOM kernel on
-//! the device. The kernels trust their inputs (a GPU has no bounds checks), so every check a
+//! the device. The `_dev` variants take device buffers ([`crate::device::DeviceBuf`]) for
+//! their large operands and share the same checks. The kernels trust their inputs (a GPU has no bounds checks), so every check a
 //! kernel's contract needs happens here.
 
+mod attention_shape;
+mod flashprefill;
 mod lm_head;
 mod lse_pick;
+mod prefill_attention;
 mod topk_pairs;
 
-pub use lm_head::{lm_head, HeadWeight};
-pub use lse_pick::{lse_pick, LsePick};
-pub use topk_pairs::{topk_pairs, TopK, MAX_TOP_K};
+pub use attention_shape::{
+    AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
+};
+pub use flashprefill::{
+    flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
+    MAX_BLOCK_SIZE,
+};
+pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight};
+pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
+pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
+pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
-use crate::device::LaunchError;
+use crate::device::{Arg, BufError, LaunchError};
 
 /// An op called with inconsistent shapes, or a launch that failed.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +40,8 @@ pub enum OpError {
     Invalid { op: &'static str, message: String },
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Buffer(#[from] BufError),
 }
 
 fn check_len(
@@ -46,6 +60,11 @@ fn check_len(
             expected,
         })
     }
+}
+
+/// The element count of a buffer argument (0 for a scalar, which no op passes here).
+fn buf_len(arg: &Arg<'_>) -> usize {
+    arg.buf_len().unwrap_or(0)
 }
 
 fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, OpError> {

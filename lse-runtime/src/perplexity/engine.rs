@@ -6,7 +6,7 @@ use super::fifo::FifoLock;
 use super::head::{head_weight, HEAD_ROWS};
 use super::progress::Progress;
 use super::run;
-use super::settings::{EngineSettings, FlashPrefill, Input, Request};
+use super::settings::{EngineSettings, Input, Request};
 use crate::device::{Device, DeviceOpenError, LaunchError};
 use crate::model::{HybridLM, ModelError};
 use crate::ops::OpError;
@@ -47,14 +47,14 @@ pub enum EngineError {
     BaseEnded(String),
 }
 
-/// The forward-pass operations that run on the CPU backend for every device today: the
-/// prefill itself is plain Rust until its LOOM kernels land.
+/// The forward-pass operations that run on the CPU backend for every device today: the rest
+/// of the prefill is plain Rust until its LOOM kernels land (attention itself has them).
 const CPU_BACKEND_OPS: [&str; 7] = [
     "embedding",
     "rms_norm",
     "linear projections",
+    "rope",
     "gated_deltanet",
-    "full_attention",
     "swiglu_mlp",
     "moe",
 ];
@@ -75,6 +75,8 @@ impl Engine {
                 "--batch-size, --ubatch-size and --kv-len must be at least 1".into(),
             ));
         }
+        crate::ops::validate_flashprefill_params(&settings.flashprefill)
+            .map_err(EngineError::Invalid)?;
         let device = Device::open(settings.pool)?;
         if settings.no_cpu_fallback {
             let missing = missing_device_kernels(&device);
@@ -146,11 +148,11 @@ impl Engine {
         let s = &self.settings;
         ReportConfig {
             device_arch: self.device.arch(),
-            prefill_attention: match s.flash_prefill {
-                // FlashPrefill V2 is not built yet: every setting runs dense attention.
-                FlashPrefill::Auto | FlashPrefill::On | FlashPrefill::Off => "dense".into(),
-            },
-            prefill_attention_scale: 0.1,
+            // The run names FlashPrefill V2 here once one of its passes went sparse.
+            prefill_attention: "dense".into(),
+            // The f32's shortest decimal (what the user wrote), not its binary expansion
+            // 0.10000000149011612.
+            prefill_attention_scale: s.flashprefill.alpha.to_string().parse().unwrap_or(f64::NAN),
             kv_cache_dtype: s.kv_cache_dtype.as_str().into(),
             kv_capacity: s.kv_len as u64,
             batch_size: s.batch_size as u64,
@@ -168,8 +170,9 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         return Vec::new();
     }
     let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
-    // The model is not loaded yet, so its head dtype is unknown; the head's instances come from
-    // one LOOM source and are built together, so the bf16 one stands for all three.
+    // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
+    // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
+    use lse_kernels::attention::{block_score, block_select, dense, key_blocks, sparse};
     let scoring = [
         (
             "lm_head",
@@ -177,6 +180,26 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
+        (
+            "prefill_attention (dense)",
+            &dense::prefill_dense_bf16::KERNEL,
+        ),
+        (
+            "prefill_attention (sparse)",
+            &sparse::prefill_sparse_bf16::KERNEL,
+        ),
+        (
+            "flashprefill (key_block_mean)",
+            &key_blocks::key_block_mean_bf16::KERNEL,
+        ),
+        (
+            "flashprefill (block_score)",
+            &block_score::block_score::KERNEL,
+        ),
+        (
+            "flashprefill (block_select)",
+            &block_select::block_select::KERNEL,
+        ),
     ];
     missing.extend(
         scoring

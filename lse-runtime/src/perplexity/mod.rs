@@ -15,4 +15,6 @@ pub mod settings;
 
 pub use engine::{Engine, EngineError};
 pub use progress::Progress;
-pub use settings::{EngineSettings, FlashPrefill, Input, KvDtype, Request};
+pub use settings::{
+    EngineSettings, FlashPrefill, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
+};

@@ -9,7 +9,7 @@ use super::progress::Progress;
 use super::settings::{EngineSettings, Request};
 use crate::device::Device;
 use crate::generator::Generator;
-use crate::model::HybridLM;
+use crate::model::{HybridLM, PrefillAttention};
 use crate::scoring::report::{rate, REPORT_OBJECT};
 use crate::scoring::{
     token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport,
@@ -22,7 +22,7 @@ pub(super) fn run(
     settings: &EngineSettings,
     request: &Request,
     tokens: &[u32],
-    config: ReportConfig,
+    mut config: ReportConfig,
     progress: &Progress,
 ) -> Result<PerplexityReport, EngineError> {
     let start = Instant::now();
@@ -67,13 +67,20 @@ pub(super) fn run(
         KldMode::Off
     };
 
-    let mut head = HeadStage::new(dev, head_weight(&model.lm_head())?, vocab, dim);
+    let attn = PrefillAttention::new(
+        dev,
+        settings
+            .flash_prefill
+            .sparse_when(settings.flashprefill_min_kv_len),
+        settings.flashprefill,
+    );
+    let mut head = HeadStage::new(dev, head_weight(&model.lm_head())?, vocab, dim)?;
     let mut total = PplAccumulator::default();
     let mut windows = Vec::with_capacity(plan.windows.len());
     let mut fed = 0;
     for (i, w) in plan.windows.iter().enumerate() {
         let t0 = Instant::now();
-        let acc = score_window(model, settings, &mut head, &mut mode, tokens, w)?;
+        let acc = score_window(model, &attn, settings, &mut head, &mut mode, tokens, w)?;
         total.merge(&acc);
         fed += w.len();
         windows.push(WindowReport::new(w, &acc, t0.elapsed().as_secs_f64()));
@@ -103,6 +110,10 @@ pub(super) fn run(
         }
     };
 
+    let density = attn.density();
+    if density.is_some() {
+        config.prefill_attention = "flashprefill-v2".into();
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let prefill_tokens = plan.prefill_tokens() as u64;
     Ok(PerplexityReport {
@@ -120,6 +131,7 @@ pub(super) fn run(
         elapsed_seconds: elapsed,
         prefill_tokens,
         prefill_tokens_per_second: rate(prefill_tokens, elapsed),
+        prefill_attention_density: density,
         config,
         kld,
         windows: request.include_windows.then_some(windows),
@@ -130,13 +142,19 @@ pub(super) fn run(
 /// Runs one window in a fresh session through `Generator::score` and scores its targets.
 fn score_window(
     model: &HybridLM,
+    attn: &PrefillAttention,
     settings: &EngineSettings,
     head: &mut HeadStage<'_>,
     mode: &mut KldMode,
     tokens: &[u32],
     w: &Window,
 ) -> Result<PplAccumulator, EngineError> {
-    let mut generator = Generator::new(model, settings.kv_cache_dtype.dtype(), settings.kv_len)?;
+    let mut generator = Generator::new(
+        model,
+        attn,
+        settings.kv_cache_dtype.dtype(),
+        settings.kv_len,
+    )?;
     let window = &tokens[w.begin..w.end];
     let mut acc = PplAccumulator::default();
     generator.score(

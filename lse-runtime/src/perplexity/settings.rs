@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::device::Pool;
+use crate::model::SparseWhen;
+use crate::ops::FlashPrefillParams;
 use crate::scoring::windows::Method;
 
 /// KV cache element type (`--kv-cache-dtype`).
@@ -54,6 +56,21 @@ pub enum FlashPrefill {
     Off,
 }
 
+/// The cut-over of `--FlashPrefillV2` unset: passes whose attention reads fewer cache rows run
+/// dense (`cargo bench -p lse-runtime --bench attention` measures where sparse starts to win).
+pub const DEFAULT_FLASHPREFILL_MIN_KV_LEN: usize = 4096;
+
+impl FlashPrefill {
+    /// When a run under this setting goes sparse, given the auto cut-over.
+    pub fn sparse_when(self, min_kv_len: usize) -> SparseWhen {
+        match self {
+            FlashPrefill::Auto => SparseWhen::FromKvLen(min_kv_len),
+            FlashPrefill::On => SparseWhen::Always,
+            FlashPrefill::Off => SparseWhen::Never,
+        }
+    }
+}
+
 /// How the engine serves: the options shared by serving and scoring.
 #[derive(Clone, Debug)]
 pub struct EngineSettings {
@@ -68,6 +85,11 @@ pub struct EngineSettings {
     /// KV cache capacity in tokens; every window must fit.
     pub kv_len: usize,
     pub flash_prefill: FlashPrefill,
+    /// FlashPrefill V2's selection parameters (alpha is `--prefill-attention-scale`).
+    pub flashprefill: FlashPrefillParams,
+    /// With `--FlashPrefillV2` unset, passes whose attention reads at least this many cache
+    /// rows run sparse (`--flashprefill-min-kv-len`).
+    pub flashprefill_min_kv_len: usize,
     /// Refuse to run operations without a kernel for the device (`--no-cpu-fallback`,
     /// `LSE_REQUIRE_DEVICE_KERNELS=1`).
     pub no_cpu_fallback: bool,
@@ -75,7 +97,8 @@ pub struct EngineSettings {
 
 impl EngineSettings {
     /// Defaults for everything but the model: `host` device, batch 2048 and ubatch 512
-    /// (llama.cpp's defaults), bf16 KV cache of 8192 tokens, dense prefill attention.
+    /// (llama.cpp's defaults), bf16 KV cache of 8192 tokens, FlashPrefill V2 with its published
+    /// parameters for passes reading at least [`DEFAULT_FLASHPREFILL_MIN_KV_LEN`] cache rows.
     pub fn new(model_dir: PathBuf) -> EngineSettings {
         EngineSettings {
             model_dir,
@@ -85,6 +108,8 @@ impl EngineSettings {
             kv_cache_dtype: KvDtype::Bf16,
             kv_len: 8192,
             flash_prefill: FlashPrefill::Auto,
+            flashprefill: FlashPrefillParams::default(),
+            flashprefill_min_kv_len: DEFAULT_FLASHPREFILL_MIN_KV_LEN,
             no_cpu_fallback: std::env::var("LSE_REQUIRE_DEVICE_KERNELS").is_ok_and(|v| v == "1"),
         }
     }

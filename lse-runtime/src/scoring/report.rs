@@ -72,6 +72,11 @@ pub struct PerplexityReport {
     pub prefill_tokens: u64,
     /// prefill_tokens / elapsed_seconds.
     pub prefill_tokens_per_second: f64,
+    /// Kept over causal key blocks of the FlashPrefill V2 passes (every full-attention layer,
+    /// every KV head); `None` when every pass ran dense. Not a JSON field (the brief fixes
+    /// those); the CLI prints it.
+    #[serde(skip)]
+    pub prefill_attention_density: Option<f64>,
     /// The engine settings the score reflects.
     pub config: ReportConfig,
     /// Comparison against a KL-divergence base, when one was given.
@@ -90,9 +95,9 @@ pub struct PerplexityReport {
 pub struct ReportConfig {
     /// Device architecture, e.g. `gfx1201`, or `cpu`.
     pub device_arch: String,
-    /// `flashprefill-v2` or `dense`.
+    /// `flashprefill-v2` when at least one prefill pass ran FlashPrefill V2, else `dense`.
     pub prefill_attention: String,
-    /// FlashPrefill V2's block-selection scale.
+    /// FlashPrefill V2's block-selection threshold alpha (`--prefill-attention-scale`).
     pub prefill_attention_scale: f64,
     /// KV cache element type, e.g. `bf16`.
     pub kv_cache_dtype: String,
@@ -245,6 +250,7 @@ mod tests {
             elapsed_seconds: 2.0,
             prefill_tokens: 512,
             prefill_tokens_per_second: rate(512, 2.0),
+            prefill_attention_density: Some(0.5),
             config: ReportConfig {
                 device_arch: "gfx1201".into(),
                 prefill_attention: "flashprefill-v2".into(),
@@ -356,9 +362,12 @@ mod tests {
         assert_eq!(w["nll_sum"], 510.0);
         assert_eq!(w["perplexity"], 2f64.exp());
         assert_eq!(v["token_ids"], serde_json::json!([1, 2, 3]));
-        // Round trip.
+        // Round trip; the density is printed by the CLI, not part of the JSON.
+        assert!(!json.contains("density"));
         let back: PerplexityReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, sample(true, true));
+        let mut want = sample(true, true);
+        want.prefill_attention_density = None;
+        assert_eq!(back, want);
     }
 
     #[test]
@@ -371,6 +380,7 @@ mod tests {
         assert!(!obj.contains_key("token_ids"));
         assert!(!obj.contains_key("windows"));
         let back: PerplexityReport = serde_json::from_value(v).unwrap();
+        r.prefill_attention_density = None;
         assert_eq!(back, r);
     }
 }
