@@ -25,12 +25,21 @@ pub struct Tol {
 /// the bit; this is the tolerance between those two.
 pub const SAME_ORDER: Tol = Tol { abs: 0.0, rel: 0.0 };
 
+/// One differential case: a kernel's inputs, how to run it on a device and its plain-Rust
+/// reference. The CPU tests ([`run_cases`]) and the GPU test (against the `cpu` device) run the
+/// same cases.
 pub trait Case {
     fn name(&self) -> String;
     fn run(&self, dev: &Device) -> Vec<Out>;
     fn reference(&self) -> Vec<Out>;
     /// Tolerance of a device against the reference.
     fn tolerance(&self) -> Tol;
+    /// Compares two output lists of this case (a device's against the reference's or another
+    /// device's); a case whose outputs may legitimately differ somewhere (a decision within
+    /// rounding of its threshold) narrows the comparison here.
+    fn compare(&self, got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
+        compare(got, want, tol)
+    }
 }
 
 /// Deterministic inputs (SplitMix64).
@@ -50,6 +59,11 @@ impl Rng {
         ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
     }
 
+    /// `n` values uniform in [-scale, scale).
+    pub fn f32s(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(scale)).collect()
+    }
+
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
@@ -67,6 +81,9 @@ pub fn close(a: f32, b: f32, tol: Tol) -> bool {
 
 /// Compares two output lists; returns a description of the first difference.
 pub fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
     for (g, w) in got.iter().zip(want) {
         match (g, w) {
             (Out::U32(name, g), Out::U32(_, w)) => {
@@ -94,21 +111,25 @@ pub fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
     Ok(())
 }
 
+/// Every host code variant this CPU can run, not only the one the runtime picks.
+pub fn host_variants() -> Vec<Device> {
+    lse_dsl::rt::HOST_CPUS
+        .iter()
+        .filter_map(|cpu| Device::host_variant(cpu))
+        .collect()
+}
+
 /// Runs every case on the `cpu` device, on every host variant and through its reference, and
 /// panics with every disagreement found.
 pub fn run_cases(cases: Vec<Box<dyn Case>>) {
     let cpu = Device::open(Pool::Cpu).unwrap();
-    // Every host code variant this CPU can run, not only the one the runtime picks.
-    let hosts: Vec<Device> = lse_dsl::rt::HOST_CPUS
-        .iter()
-        .filter_map(|cpu| Device::host_variant(cpu))
-        .collect();
+    let hosts = host_variants();
     assert!(!hosts.is_empty());
     let mut failures = Vec::new();
     for case in cases {
         let on_cpu = case.run(&cpu);
         let reference = case.reference();
-        if let Err(e) = compare(&on_cpu, &reference, case.tolerance()) {
+        if let Err(e) = case.compare(&on_cpu, &reference, case.tolerance()) {
             failures.push(format!("{}: cpu vs reference: {e}", case.name()));
         }
         for host in &hosts {
@@ -116,9 +137,9 @@ pub fn run_cases(cases: Vec<Box<dyn Case>>) {
             let checks = [
                 (
                     "vs reference",
-                    compare(&on_host, &reference, case.tolerance()),
+                    case.compare(&on_host, &reference, case.tolerance()),
                 ),
-                ("vs cpu", compare(&on_host, &on_cpu, SAME_ORDER)),
+                ("vs cpu", case.compare(&on_host, &on_cpu, SAME_ORDER)),
             ];
             for (what, result) in checks {
                 if let Err(e) = result {

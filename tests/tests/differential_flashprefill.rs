@@ -2,64 +2,11 @@
 //! `attention.block_score`, `attention.block_select`): differential cases against the
 //! plain-Rust reference on the shared harness, and patterns with known block lists.
 
-use half::{bf16, f16};
 use lse_runtime::device::{Arg, Device, Pool};
 use lse_runtime::ops::{self, AttnShape, BlockLists, FlashPrefillParams, KvSlice};
-use lse_tests::diff::{run_cases, Case, Out, Rng, Tol};
-use lse_tests::reference::flashprefill as reference;
-
-/// The stored dtype of the key cache.
-#[derive(Clone, Copy, Debug)]
-enum KvType {
-    Bf16,
-    F16,
-    F32,
-}
-
-/// A key cache in its stored dtype.
-enum Keys {
-    Bf16(Vec<bf16>),
-    F16(Vec<f16>),
-    F32(Vec<f32>),
-}
-
-impl Keys {
-    fn new(values: &[f32], ty: KvType) -> Keys {
-        match ty {
-            KvType::Bf16 => Keys::Bf16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
-            KvType::F16 => Keys::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
-            KvType::F32 => Keys::F32(values.to_vec()),
-        }
-    }
-
-    fn slice(&self) -> KvSlice<'_> {
-        match self {
-            Keys::Bf16(k) => KvSlice::Bf16(k),
-            Keys::F16(k) => KvSlice::F16(k),
-            Keys::F32(k) => KvSlice::F32(k),
-        }
-    }
-
-    /// The cache widened to f32 with `half`, for the reference.
-    fn widened(&self) -> Vec<f32> {
-        match self {
-            Keys::Bf16(k) => k.iter().map(|x| x.to_f32()).collect(),
-            Keys::F16(k) => k.iter().map(|x| x.to_f32()).collect(),
-            Keys::F32(k) => k.clone(),
-        }
-    }
-}
-
-fn shape(t: usize, pos0: usize, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> AttnShape {
-    AttnShape {
-        t,
-        pos0,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-    }
-}
+use lse_tests::cases::flashprefill::{cases, select_cases, SelectCase};
+use lse_tests::cases::{shape, Dtype, Stored};
+use lse_tests::diff::{run_cases, Case, Out, Rng};
 
 /// Forced blocks only where asked: no sink, the diagonal as the window, no dense rows.
 fn bare(block_size: usize, alpha: f32) -> FlashPrefillParams {
@@ -100,237 +47,9 @@ fn devices() -> Vec<Device> {
     ]
 }
 
-/// Random inputs with structure: each key block of each KV head has its own centre (random
-/// direction, a strength that varies by block) plus per-token noise, and each query block
-/// its own direction per head plus noise, so block scores spread over several units and the
-/// threshold keeps some blocks and drops others.
-struct SelectCase {
-    kv: KvType,
-    shape: AttnShape,
-    params: FlashPrefillParams,
-    /// Cache rows past `kv_len` (filled with huge values that must not be read).
-    extra_rows: usize,
-    seed: u64,
-}
-
-/// Relative distance from the threshold (and between the budget's last member and the next
-/// block) under which a row's list is not compared: the device's f32 scores may round to the
-/// other side.
-const DECISIVE: f64 = 1e-4;
-
-impl SelectCase {
-    fn inputs(&self) -> (Vec<f32>, Keys) {
-        let s = &self.shape;
-        let mut rng = Rng(self.seed);
-        let row = s.n_kv_heads * s.head_dim;
-        let n_kblocks = s.kv_len().div_ceil(self.params.block_size);
-        let centres: Vec<f32> = (0..n_kblocks * row)
-            .map(|i| {
-                let strength = 0.5 + ((i / row) * 7 % 5) as f32 * 0.4;
-                rng.f32(strength)
-            })
-            .collect();
-        let mut k = Vec::with_capacity((s.kv_len() + self.extra_rows) * row);
-        for r in 0..s.kv_len() {
-            let jb = r / self.params.block_size;
-            k.extend((0..row).map(|c| centres[jb * row + c] + rng.f32(0.5)));
-        }
-        k.extend((0..self.extra_rows * row).map(|i| if i % 2 == 0 { 3.0e4 } else { -1.0e4 }));
-        // Queries of one block share a direction per head (as real queries are correlated),
-        // so one block's logits against a key block move together.
-        let q_row = s.n_heads * s.head_dim;
-        let q_dirs: Vec<f32> = (0..n_kblocks * q_row).map(|_| rng.f32(6.0)).collect();
-        let q = (0..s.t * q_row)
-            .map(|i| {
-                let qb = (s.pos0 + i / q_row) / self.params.block_size;
-                q_dirs[qb * q_row + i % q_row] + rng.f32(1.0)
-            })
-            .collect();
-        (q, Keys::new(&k, self.kv))
-    }
-
-    fn reference_selection(&self) -> reference::Selection {
-        let (q, k) = self.inputs();
-        reference::flashprefill_select(&self.shape, &q, &k.widened(), &self.params)
-    }
-
-    /// Rows of the lists whose decisions are within rounding of a boundary.
-    fn undecided(&self, sel: &reference::Selection) -> Vec<bool> {
-        let p = &self.params;
-        let lists = &sel.lists;
-        let mut out = Vec::new();
-        for h in 0..self.shape.n_kv_heads {
-            for i in 0..lists.n_qblocks {
-                let qb = lists.qblock0 + i;
-                let row = &sel.scores[(h * lists.n_qblocks + i) * lists.max_blocks..][..qb + 1];
-                let best = row.iter().fold(0.0f64, |a, &b| a.max(b));
-                let threshold = f64::from(p.alpha) * best;
-                let near = |a: f64, b: f64| (a - b).abs() <= DECISIVE * a.abs().max(b.abs());
-                let mut sorted = row.to_vec();
-                sorted.sort_by(|a, b| b.total_cmp(a));
-                let budget_edge = p.min_budget > 0
-                    && p.min_budget < sorted.len()
-                    && near(sorted[p.min_budget - 1], sorted[p.min_budget]);
-                let dense = i + p.last_full_blocks >= lists.n_qblocks;
-                out.push(!dense && (budget_edge || row.iter().any(|&v| near(v, threshold))));
-            }
-        }
-        out
-    }
-
-    /// Lists and counts with undecided rows blanked out (the same rows on both sides).
-    fn comparable(&self, lists: &BlockLists, undecided: &[bool]) -> [Out; 2] {
-        let mut blocks = lists.blocks.clone();
-        let mut counts = lists.counts.clone();
-        for (r, _) in undecided.iter().enumerate().filter(|(_, &u)| u) {
-            counts[r] = u32::MAX;
-            blocks[r * lists.max_blocks..][..lists.max_blocks].fill(u32::MAX);
-        }
-        [Out::U32("blocks", blocks), Out::U32("counts", counts)]
-    }
-}
-
-impl Case for SelectCase {
-    fn name(&self) -> String {
-        format!(
-            "flashprefill {:?} {:?} {:?} extra_rows={}",
-            self.kv, self.shape, self.params, self.extra_rows
-        )
-    }
-
-    fn run(&self, dev: &Device) -> Vec<Out> {
-        let (q, k) = self.inputs();
-        let st = ops::flashprefill_stages(dev, &self.shape, &q, k.slice(), &self.params).unwrap();
-        let undecided = self.undecided(&self.reference_selection());
-        let [blocks, counts] = self.comparable(&st.lists, &undecided);
-        vec![
-            Out::F32("pooled", st.pooled),
-            Out::F32("scores", st.scores),
-            blocks,
-            counts,
-        ]
-    }
-
-    fn reference(&self) -> Vec<Out> {
-        let sel = self.reference_selection();
-        let undecided = self.undecided(&sel);
-        let [blocks, counts] = self.comparable(&sel.lists, &undecided);
-        let narrow = |x: &[f64]| x.iter().map(|&v| v as f32).collect();
-        vec![
-            Out::F32("pooled", narrow(&sel.pooled)),
-            Out::F32("scores", narrow(&sel.scores)),
-            blocks,
-            counts,
-        ]
-    }
-
-    fn tolerance(&self) -> Tol {
-        // Means of at most 128 rows summed in f32; scores are exp of f32 logits (|s| up to
-        // ~20) whose rounding becomes a relative error of the score.
-        Tol {
-            abs: 1e-6,
-            rel: 1e-4,
-        }
-    }
-}
-
-fn select_cases() -> Vec<SelectCase> {
-    let p = |block_size, alpha, sink, window, last_full, min_budget| FlashPrefillParams {
-        block_size,
-        alpha,
-        sink_blocks: sink,
-        window_blocks: window,
-        last_full_blocks: last_full,
-        min_budget,
-    };
-    let case = |kv, shape, params, extra_rows, seed| SelectCase {
-        kv,
-        shape,
-        params,
-        extra_rows,
-        seed,
-    };
-    vec![
-        // GQA 1, small head_dim, t not a multiple of B.
-        case(
-            KvType::Bf16,
-            shape(300, 0, 4, 4, 16),
-            p(64, 0.3, 0, 1, 0, 0),
-            0,
-            1,
-        ),
-        // GQA 2, pos0 not a multiple of B, a head_dim not a multiple of 4, min budget.
-        case(
-            KvType::F16,
-            shape(333, 100, 4, 2, 22),
-            p(64, 0.2, 1, 2, 0, 3),
-            5,
-            2,
-        ),
-        // GQA 4, B = 128, pos0 a multiple of B, the published defaults.
-        case(
-            KvType::F32,
-            shape(1400, 256, 8, 2, 18),
-            p(128, 0.1, 2, 4, 2, 0),
-            0,
-            3,
-        ),
-        // head_dim 256, the last block partial (t = 200, B = 128).
-        case(
-            KvType::Bf16,
-            shape(200, 0, 2, 1, 256),
-            p(128, 0.5, 0, 1, 0, 0),
-            0,
-            4,
-        ),
-        case(
-            KvType::F32,
-            shape(130, 1000, 4, 1, 256),
-            p(64, 0.25, 0, 1, 1, 2),
-            64,
-            5,
-        ),
-        case(
-            KvType::F16,
-            shape(257, 129, 2, 2, 256),
-            p(128, 0.3, 1, 1, 0, 1),
-            0,
-            6,
-        ),
-        // One row.
-        case(
-            KvType::Bf16,
-            shape(1, 500, 4, 2, 32),
-            p(64, 0.2, 0, 1, 0, 0),
-            0,
-            7,
-        ),
-        // More key blocks than a workgroup has work-items (several chunks per row).
-        case(
-            KvType::F32,
-            shape(4500, 0, 1, 1, 8),
-            p(64, 0.3, 0, 1, 0, 0),
-            0,
-            8,
-        ),
-        case(
-            KvType::Bf16,
-            shape(700, 4000, 2, 1, 8),
-            p(64, 0.15, 0, 2, 0, 5),
-            0,
-            9,
-        ),
-    ]
-}
-
 #[test]
 fn selection_agrees_across_generated_rust_llvm_host_and_reference() {
-    run_cases(
-        select_cases()
-            .into_iter()
-            .map(|c| Box::new(c) as Box<dyn Case>)
-            .collect(),
-    );
+    run_cases(cases());
 }
 
 /// The differential cases decide most rows and keep some blocks but not all, so comparing
@@ -353,6 +72,55 @@ fn differential_cases_are_decisive_and_selective() {
             assert!(kept * 20 > causal, "{}: {kept} of {causal} kept", c.name());
         }
     }
+}
+
+/// The cases' comparison leaves out exactly the undecided rows of the lists: a change in a
+/// decided row is a mismatch, a change in an undecided row is not. The differential cases
+/// have no undecided row; with `alpha = 1` every row but the dense last one is undecided (the
+/// best block sits on the threshold).
+#[test]
+fn comparison_skips_only_undecided_rows() {
+    let on_threshold = SelectCase {
+        kv: Dtype::F32,
+        shape: shape(300, 0, 2, 1, 16),
+        params: FlashPrefillParams {
+            last_full_blocks: 1,
+            ..bare(64, 1.0)
+        },
+        extra_rows: 0,
+        seed: 61,
+    };
+    let mut undecided_seen = false;
+    for c in select_cases().into_iter().chain([on_threshold]) {
+        let undecided = c.undecided(&c.reference_selection());
+        let want = c.reference();
+        let with_count_changed = |row: usize| {
+            let mut got = c.reference();
+            let Out::U32("counts", counts) = &mut got[3] else {
+                panic!("{}: outputs {got:?}", c.name());
+            };
+            counts[row] += 1;
+            got
+        };
+        let tol = c.tolerance();
+        assert_eq!(c.compare(&want, &want, tol), Ok(()), "{}", c.name());
+        let decided = undecided.iter().position(|&u| !u).unwrap();
+        assert!(
+            c.compare(&with_count_changed(decided), &want, tol).is_err(),
+            "{}: row {decided}",
+            c.name()
+        );
+        if let Some(row) = undecided.iter().position(|&u| u) {
+            undecided_seen = true;
+            assert_eq!(
+                c.compare(&with_count_changed(row), &want, tol),
+                Ok(()),
+                "{}: row {row}",
+                c.name()
+            );
+        }
+    }
+    assert!(undecided_seen, "no case has an undecided row");
 }
 
 /// Keys with one strong block: `w[J]` along dimension 0 for every row of key block `J`,
@@ -490,7 +258,7 @@ fn forced_blocks_add_exactly_what_they_should() {
 #[test]
 fn vertical_stripe_is_found() {
     const J_STAR: usize = 3;
-    for (kv, g) in [(KvType::Bf16, 1), (KvType::F16, 2), (KvType::F32, 4)] {
+    for (kv, g) in [(Dtype::Bf16, 1), (Dtype::F16, 2), (Dtype::F32, 4)] {
         let (b, hd, t) = (64, 16, 64 * 12 - 10);
         let shape = AttnShape {
             t,
@@ -510,7 +278,7 @@ fn vertical_stripe_is_found() {
                 (if strong { 8.0 } else { 0.0 }) + rng.f32(0.1)
             })
             .collect();
-        let keys = Keys::new(&k, kv);
+        let keys = Stored::new(&k, kv);
         let j = J_STAR as u32;
         for params in [
             bare(b, 0.1),
@@ -524,7 +292,7 @@ fn vertical_stripe_is_found() {
                     || ((qb - jb) as usize) < params.window_blocks
                     || (qb as usize) + params.last_full_blocks >= 12
             };
-            assert_lists(&shape, &q, keys.slice(), &params, |qb| {
+            assert_lists(&shape, &q, keys.kv(), &params, |qb| {
                 (0..=qb)
                     .filter(|&jb| match qb.cmp(&j) {
                         // Before the stripe the scores are noise, all within 10% of the best.
@@ -581,7 +349,7 @@ fn slash_is_found() {
 fn alpha_zero_keeps_every_causal_block() {
     let c = &select_cases()[1];
     let (q, k) = c.inputs();
-    assert_lists(&c.shape, &q, k.slice(), &bare(64, 0.0), |qb| {
+    assert_lists(&c.shape, &q, k.kv(), &bare(64, 0.0), |qb| {
         (0..=qb).collect()
     });
 }
@@ -594,7 +362,7 @@ fn alpha_zero_keeps_every_causal_block() {
 fn padding_rows_never_count() {
     for t in [200, 203] {
         let c = SelectCase {
-            kv: KvType::F32,
+            kv: Dtype::F32,
             shape: shape(t, 0, 4, 2, 64),
             params: bare(128, 0.2),
             extra_rows: 0,
