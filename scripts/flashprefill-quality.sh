@@ -6,6 +6,8 @@
 #
 # MODEL_DIR defaults to a Qwen3.5-0.8B-shaped random model written to target/q08 (seed 0,
 # Qwen3.5 tokenizer); CHUNKS defaults to 2, CTX to 4096. Prints one table row per alpha.
+# ALPHAS (environment) replaces the alphas; FP2_OPTS adds options to the sparse runs, e.g.
+# FP2_OPTS="--flashprefill-sink-blocks 0 --flashprefill-window-blocks 1" to drop forced blocks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -25,13 +27,13 @@ common=(--model "$model" --perplexity data/wikitext-2-raw/wiki.test.raw --perple
 "$lse" perplexity "${common[@]}" --quiet --FlashPrefillV2=off \
     --perplexity-kld-base-out "$work/dense.kld" --perplexity-output "$work/dense.json"
 field() { sed -n "s/.*\"$2\": *\\([^,}]*\\).*/\\1/p" "$1" | head -1; }
-echo "model $model, ctx $ctx, $chunks chunks; dense: PPL $(field "$work/dense.json" perplexity), $(field "$work/dense.json" prefill_tokens_per_second) prefill tokens/s"
+echo "model $model, ctx $ctx, $chunks chunks, sparse options: ${FP2_OPTS:-defaults}; dense: PPL $(field "$work/dense.json" perplexity), $(field "$work/dense.json" prefill_tokens_per_second) prefill tokens/s"
 echo
 echo "| alpha | block density | mean KLD | same top | PPL ratio | prefill tokens/s |"
 echo "|---|---|---|---|---|---|"
-for alpha in 0.05 0.1 0.2; do
+for alpha in ${ALPHAS:-0.05 0.1 0.2}; do
     density=$("$lse" perplexity "${common[@]}" --FlashPrefillV2=on \
-        --prefill-attention-scale "$alpha" --perplexity-kld "$work/dense.kld" \
+        --prefill-attention-scale "$alpha" ${FP2_OPTS:-} --perplexity-kld "$work/dense.kld" \
         --perplexity-output "$work/fp2.json" 2>&1 >/dev/null |
         sed -n 's/.*key-block density \(.*\)$/\1/p' | tail -1)
     echo "| $alpha | $density | $(field "$work/fp2.json" mean_kld) | $(field "$work/fp2.json" same_top) | $(field "$work/fp2.json" perplexity_ratio) | $(field "$work/fp2.json" prefill_tokens_per_second) |"

@@ -58,7 +58,7 @@ pub enum FlashPrefill {
 
 /// The cut-over of `--FlashPrefillV2` unset: passes whose attention reads fewer cache rows run
 /// dense (`cargo bench -p lse-runtime --bench attention` measures where sparse starts to win).
-pub const DEFAULT_FLASHPREFILL_MIN_KV_LEN: usize = 4096;
+pub const DEFAULT_FLASHPREFILL_MIN_KV_LEN: usize = 2048;
 
 impl FlashPrefill {
     /// When a run under this setting goes sparse, given the auto cut-over.
