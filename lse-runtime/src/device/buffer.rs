@@ -337,37 +337,30 @@ pub struct DevSliceMut<'a, T> {
     _borrow: PhantomData<&'a mut [T]>,
 }
 
-impl<T> DevSlice<'_, T> {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.raw.len
-    }
+/// The accessors both slice kinds share.
+macro_rules! slice_accessors {
+    ($slice:ident) => {
+        impl<T> $slice<'_, T> {
+            /// The number of elements.
+            pub fn len(&self) -> usize {
+                self.raw.len
+            }
 
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.raw.len == 0
-    }
+            /// Whether there are no elements.
+            pub fn is_empty(&self) -> bool {
+                self.raw.len == 0
+            }
 
-    pub(super) fn parts(&self) -> (RawBuf, Place) {
-        (self.raw, self.place)
-    }
+            /// The raw buffer and where it lives, for a launch.
+            pub(super) fn parts(&self) -> (RawBuf, Place) {
+                (self.raw, self.place)
+            }
+        }
+    };
 }
 
-impl<T> DevSliceMut<'_, T> {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.raw.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.raw.len == 0
-    }
-
-    pub(super) fn parts(&self) -> (RawBuf, Place) {
-        (self.raw, self.place)
-    }
-}
+slice_accessors!(DevSlice);
+slice_accessors!(DevSliceMut);
 
 #[cfg(test)]
 mod tests {
@@ -375,7 +368,7 @@ mod tests {
     use lse_kernels::lse_pick::lse_pick::KERNEL as LSE_PICK;
 
     use super::*;
-    use crate::device::Arg;
+    use crate::device::{test_values as values, Arg};
 
     /// The CPU-side devices: generated Rust and every host code variant this CPU runs.
     fn cpu_side_devices() -> Vec<Device> {
@@ -386,19 +379,6 @@ mod tests {
                 .filter_map(|c| Device::host_variant(c)),
         );
         devs
-    }
-
-    /// Deterministic values in [-scale, scale).
-    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
     }
 
     #[test]

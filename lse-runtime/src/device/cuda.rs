@@ -12,13 +12,14 @@ use std::ptr;
 use libloading::Library;
 use lse_dsl::rt::{KernelDef, PtxModule};
 
-use super::gpu::{open_library, symbol, FnCache, GpuArg, LastTime};
+use super::gpu::{
+    no_code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, Ptr, Runtime,
+};
 
 /// The sonames tried, in order.
 pub(super) const SONAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 type Res = i32;
-type Ptr = *mut c_void;
 
 const ATTR_CC_MAJOR: i32 = 75;
 const ATTR_CC_MINOR: i32 = 76;
@@ -222,19 +223,30 @@ impl CudaDevice {
         })
     }
 
+    /// The PTX of `kernel` for this device, or the error saying which archs were built.
+    fn module<'k>(&self, kernel: &'k KernelDef) -> Result<&'k PtxModule, String> {
+        kernel
+            .ptx
+            .iter()
+            .find(|p| p.arch == self.arch)
+            .ok_or_else(|| {
+                let built: Vec<_> = kernel.ptx.iter().map(|p| p.arch).collect();
+                no_code_for_arch(kernel, "PTX", self.arch, &built)
+            })
+    }
+}
+
+/// Device memory: `cuMemAlloc_v2`, `cuMemsetD8_v2`, `cuMemcpyHtoD_v2` (synchronous),
+/// `cuMemcpyDtoH_v2`, `cuMemFree_v2`; launches: `cuLaunchKernel` with one parameter slot per
+/// argument, timed with CUDA events.
+impl Runtime for CudaDevice {
     /// The PTX architecture this device runs (`sm_80` or `sm_90`).
-    pub(super) fn arch(&self) -> &'static str {
+    fn arch(&self) -> &str {
         self.arch
     }
 
-    /// The PTX of `kernel` for this device, if it was built.
-    pub(super) fn module<'k>(&self, kernel: &'k KernelDef) -> Option<&'k PtxModule> {
-        kernel.ptx.iter().find(|p| p.arch == self.arch)
-    }
-
-    /// Milliseconds the last kernel ran (CUDA events around the launch).
-    pub(super) fn last_kernel_ms(&self) -> Option<f32> {
-        *self.last_ms.lock().unwrap_or_else(|e| e.into_inner())
+    fn require_code(&self, kernel: &KernelDef) -> Result<(), String> {
+        self.module(kernel).map(|_| ())
     }
 
     /// Makes the device's primary context current on the calling thread.
@@ -246,35 +258,30 @@ impl CudaDevice {
         }
     }
 
-    /// `cuMemAlloc_v2` of `bytes` (at least one), zeroed with `cuMemsetD8_v2`.
-    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
-        let api = &self.api;
-        self.set_current()?;
-        let bytes = bytes.max(1);
+    fn malloc(&self, bytes: usize) -> Result<u64, String> {
         let mut d = 0u64;
         // SAFETY: valid out-pointer.
-        unsafe { api.check("cuMemAlloc", (api.mem_alloc)(&mut d, bytes))? };
-        // SAFETY: `d` was just allocated with `bytes` bytes.
-        let zeroed = unsafe { api.check("cuMemsetD8", (api.memset_d8)(d, 0, bytes)) };
-        if let Err(e) = zeroed {
-            // SAFETY: freeing the allocation made above, which nothing else references.
-            unsafe { (api.mem_free)(d) };
-            return Err(e);
-        }
+        unsafe {
+            self.api
+                .check("cuMemAlloc", (self.api.mem_alloc)(&mut d, bytes))?
+        };
         Ok(d)
     }
 
-    /// `cuMemcpyHtoD_v2` (synchronous).
-    ///
-    /// # Safety
-    /// As [`super::gpu::GpuDevice::upload`].
-    pub(super) unsafe fn upload(
-        &self,
-        dst: u64,
-        src: *const u8,
-        bytes: usize,
-    ) -> Result<(), String> {
-        self.set_current()?;
+    unsafe fn zero(&self, dst: u64, bytes: usize) -> Result<(), String> {
+        // SAFETY: the caller guarantees the range.
+        unsafe {
+            self.api
+                .check("cuMemsetD8", (self.api.memset_d8)(dst, 0, bytes))
+        }
+    }
+
+    unsafe fn release(&self, ptr: u64) -> Result<(), String> {
+        // SAFETY: the caller guarantees `ptr` came from cuMemAlloc and is freed once.
+        unsafe { self.api.check("cuMemFree", (self.api.mem_free)(ptr)) }
+    }
+
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), String> {
         // SAFETY: the caller guarantees both ranges.
         unsafe {
             self.api.check(
@@ -284,17 +291,7 @@ impl CudaDevice {
         }
     }
 
-    /// `cuMemcpyDtoH_v2` (it waits for the kernels launched before it).
-    ///
-    /// # Safety
-    /// As [`super::gpu::GpuDevice::download`].
-    pub(super) unsafe fn download(
-        &self,
-        dst: *mut u8,
-        src: u64,
-        bytes: usize,
-    ) -> Result<(), String> {
-        self.set_current()?;
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), String> {
         // SAFETY: the caller guarantees both ranges.
         unsafe {
             self.api.check(
@@ -304,47 +301,17 @@ impl CudaDevice {
         }
     }
 
-    /// `cuMemFree_v2` of an allocation made by [`CudaDevice::alloc`].
-    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
-        self.set_current()?;
-        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once (its owner is
-        // being dropped).
-        unsafe { self.api.check("cuMemFree", (self.api.mem_free)(ptr)) }
+    fn cache(&self) -> &FnCache {
+        &self.cache
     }
 
-    /// Copies host buffers in, runs `kernel` over `grid` blocks of `workgroup_size` threads
-    /// (device buffers in place), copies writable host buffers back and frees the device
-    /// memory it allocated for them.
-    pub(super) fn launch(
-        &self,
-        kernel: &KernelDef,
-        grid: [u32; 3],
-        args: &[GpuArg],
-    ) -> Result<(), String> {
-        let module = self.module(kernel).ok_or_else(|| {
-            let built: Vec<_> = kernel.ptx.iter().map(|p| p.arch).collect();
-            super::gpu::no_code_for_arch(kernel, "PTX", self.arch, &built)
-        })?;
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        self.set_current()?;
-        let function = match cache.iter().find(|c| c.0 == kernel.fn_name) {
-            Some(c) => c.2,
-            None => {
-                let (m, f) = self.load(kernel, module)?;
-                cache.push((kernel.fn_name, m, f));
-                f
-            }
-        };
-        let mut allocs: Vec<u64> = Vec::new();
-        let result = self.run(function, kernel, grid, args, &mut allocs);
-        for p in allocs {
-            // SAFETY: each pointer came from cuMemAlloc and is freed once.
-            unsafe { (self.api.mem_free)(p) };
-        }
-        result
+    fn last_time(&self) -> &LastTime {
+        &self.last_ms
     }
 
-    fn load(&self, kernel: &KernelDef, module: &PtxModule) -> Result<(Ptr, Ptr), String> {
+    /// JIT-compiles the kernel's PTX (the JIT log goes into the error) and finds its entry.
+    fn load(&self, kernel: &KernelDef) -> Result<(Ptr, Ptr), String> {
+        let module = self.module(kernel)?;
         let ptx = CString::new(module.ptx).map_err(|e| format!("{}: PTX: {e}", kernel.id))?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
@@ -389,105 +356,91 @@ impl CudaDevice {
         Ok((m, f))
     }
 
-    fn run(
+    /// One 8-byte slot per parameter: a device pointer, or a scalar in the low 4 bytes
+    /// (little-endian, so a pointer to the slot is a pointer to the u32/f32).
+    unsafe fn enqueue(
         &self,
         function: Ptr,
         kernel: &KernelDef,
         grid: [u32; 3],
-        args: &[GpuArg],
-        allocs: &mut Vec<u64>,
+        values: &[KernargValue],
     ) -> Result<(), String> {
-        let api = &self.api;
-        // One 8-byte slot per parameter: a device pointer, or a scalar in the low 4 bytes
-        // (little-endian, so a pointer to the slot is a pointer to the u32/f32).
-        let mut slots: Vec<u64> = Vec::with_capacity(args.len());
-        let mut device_bufs = Vec::new();
-        for a in args {
-            match *a {
-                GpuArg::Buf { host, bytes, .. } => {
-                    let mut d = 0u64;
-                    // SAFETY: valid out-pointer; at least one byte so the pointer is real.
-                    unsafe { api.check("cuMemAlloc", (api.mem_alloc)(&mut d, bytes.max(1)))? };
-                    allocs.push(d);
-                    if bytes > 0 {
-                        // SAFETY: `host` holds `bytes` readable bytes; `d` at least as many.
-                        unsafe {
-                            api.check("cuMemcpyHtoD", (api.memcpy_htod)(d, host.ptr.cast(), bytes))?
-                        };
-                    }
-                    device_bufs.push((d, *a));
-                    slots.push(d);
-                }
-                GpuArg::Device(d) => slots.push(d),
-                GpuArg::Scalar(v) => slots.push(u64::from(v)),
-            }
-        }
+        let mut slots: Vec<u64> = values
+            .iter()
+            .map(|v| match *v {
+                KernargValue::Ptr(d) => d,
+                KernargValue::U32(x) => u64::from(x),
+            })
+            .collect();
         let mut params: Vec<Ptr> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
-        let (mut start, mut stop): (Ptr, Ptr) = (ptr::null_mut(), ptr::null_mut());
-        // SAFETY: valid out-pointers.
-        unsafe {
-            api.check("cuEventCreate", (api.event_create)(&mut start, 0))?;
-            api.check("cuEventCreate", (api.event_create)(&mut stop, 0))?;
-        }
-        let wg = kernel.workgroup_size;
         // SAFETY: `function` is a loaded kernel whose parameters are, in order, one .u64 per
         // buffer and one 32-bit value per scalar; `params` points at one slot per parameter,
-        // all alive until after the synchronisation below.
-        let launched = unsafe {
-            api.check("cuEventRecord", (api.event_record)(start, ptr::null_mut()))
-                .and_then(|_| {
-                    api.check(
-                        "cuLaunchKernel",
-                        (api.launch_kernel)(
-                            function,
-                            grid[0],
-                            grid[1],
-                            grid[2],
-                            wg,
-                            1,
-                            1,
-                            0,
-                            ptr::null_mut(),
-                            params.as_mut_ptr(),
-                            ptr::null_mut(),
-                        ),
-                    )
-                })
-                .and_then(|_| api.check("cuEventRecord", (api.event_record)(stop, ptr::null_mut())))
-                .and_then(|_| api.check("cuCtxSynchronize", (api.ctx_synchronize)()))
-                .and_then(|_| api.check("cuEventSynchronize", (api.event_synchronize)(stop)))
-                .and_then(|_| {
-                    let mut ms = 0f32;
-                    api.check(
-                        "cuEventElapsedTime",
-                        (api.event_elapsed_time)(&mut ms, start, stop),
-                    )?;
-                    Ok(ms)
-                })
-        };
-        // SAFETY: destroying the events created above.
+        // and the launch reads them before returning.
         unsafe {
-            (api.event_destroy)(start);
-            (api.event_destroy)(stop);
+            self.api.check(
+                "cuLaunchKernel",
+                (self.api.launch_kernel)(
+                    function,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    kernel.workgroup_size,
+                    1,
+                    1,
+                    0,
+                    ptr::null_mut(),
+                    params.as_mut_ptr(),
+                    ptr::null_mut(),
+                ),
+            )
         }
-        *self.last_ms.lock().unwrap_or_else(|e| e.into_inner()) = Some(launched?);
-        for (d, a) in device_bufs {
-            if let GpuArg::Buf {
-                host,
-                bytes,
-                writable: true,
-            } = a
-            {
-                if bytes > 0 {
-                    // SAFETY: `host` is a writable buffer of `bytes` bytes borrowed mutably by
-                    // the caller's Arg; `d` holds that many bytes.
-                    unsafe {
-                        api.check("cuMemcpyDtoH", (api.memcpy_dtoh)(host.ptr.cast(), d, bytes))?
-                    };
-                }
-            }
+    }
+
+    fn event_create(&self) -> Result<Ptr, String> {
+        let mut e: Ptr = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe {
+            self.api
+                .check("cuEventCreate", (self.api.event_create)(&mut e, 0))?
+        };
+        Ok(e)
+    }
+
+    unsafe fn event_record(&self, event: Ptr) -> Result<(), String> {
+        // SAFETY: the caller guarantees a live event.
+        unsafe {
+            self.api.check(
+                "cuEventRecord",
+                (self.api.event_record)(event, ptr::null_mut()),
+            )
         }
-        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        // SAFETY: a plain driver call in the current context.
+        unsafe {
+            self.api
+                .check("cuCtxSynchronize", (self.api.ctx_synchronize)())
+        }
+    }
+
+    unsafe fn elapsed_ms(&self, start: Ptr, stop: Ptr) -> Result<f32, String> {
+        let mut ms = 0f32;
+        // SAFETY: the caller guarantees live, recorded events; valid out-pointer.
+        unsafe {
+            self.api
+                .check("cuEventSynchronize", (self.api.event_synchronize)(stop))?;
+            self.api.check(
+                "cuEventElapsedTime",
+                (self.api.event_elapsed_time)(&mut ms, start, stop),
+            )?;
+        }
+        Ok(ms)
+    }
+
+    unsafe fn event_destroy(&self, event: Ptr) {
+        // SAFETY: the caller guarantees a live event destroyed once.
+        unsafe { (self.api.event_destroy)(event) };
     }
 }
 

@@ -111,105 +111,277 @@ pub(super) enum GpuDevice {
     Cuda(super::cuda::CudaDevice),
 }
 
-impl GpuDevice {
+/// A `GpuDevice` is used through the [`Runtime`] it wraps: one piece of allocation, copy and
+/// launch logic serves both runtimes.
+impl std::ops::Deref for GpuDevice {
+    type Target = dyn Runtime;
+
+    fn deref(&self) -> &(dyn Runtime + 'static) {
+        match self {
+            GpuDevice::Hip(d) => d,
+            GpuDevice::Cuda(d) => d,
+        }
+    }
+}
+
+/// A raw pointer or handle as the GPU runtimes' C APIs take it.
+pub(super) type Ptr = *mut c_void;
+
+/// One kernel parameter's value as launched: a device address or a 32-bit scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum KernargValue {
+    /// A device pointer (a `global_buffer` kernarg, 8 bytes).
+    Ptr(u64),
+    /// A 32-bit scalar (a `by_value` kernarg, 4 bytes).
+    U32(u32),
+}
+
+/// The calls one GPU runtime (HIP or CUDA) provides, each returning an error that names the
+/// failing runtime call; the provided methods build device memory and launches on them the
+/// same way for every runtime.
+pub(super) trait Runtime {
     /// The device architecture (`gfx1201`, `sm_90`, ...).
-    pub(super) fn arch(&self) -> &str {
-        match self {
-            GpuDevice::Hip(d) => d.arch(),
-            GpuDevice::Cuda(d) => d.arch(),
-        }
-    }
+    fn arch(&self) -> &str;
 
-    /// Whether `kernel` carries code for this device's architecture.
-    pub(super) fn has_kernel(&self, kernel: &KernelDef) -> bool {
-        match self {
-            GpuDevice::Hip(d) => d.object(kernel).is_some(),
-            GpuDevice::Cuda(d) => d.module(kernel).is_some(),
-        }
-    }
+    /// `Ok` when `kernel` carries code for this device's architecture, else the error saying
+    /// what was built.
+    fn require_code(&self, kernel: &KernelDef) -> Result<(), String>;
 
-    /// Runs one launch (host buffers copied in and out, device buffers used in place); errors
-    /// name the failing runtime call.
-    pub(super) fn launch(
+    /// Makes this device current on the calling thread.
+    fn set_current(&self) -> Result<(), String>;
+
+    /// Allocates `bytes` (at least one) of device memory, contents undefined (device current).
+    fn malloc(&self, bytes: usize) -> Result<u64, String>;
+
+    /// Zeroes `bytes` bytes at `dst` (device current).
+    ///
+    /// # Safety
+    /// `dst` must be an allocation of this device with at least `bytes` bytes from there on.
+    unsafe fn zero(&self, dst: u64, bytes: usize) -> Result<(), String>;
+
+    /// Frees an allocation made by [`Runtime::malloc`] (device current).
+    ///
+    /// # Safety
+    /// `ptr` must come from `malloc` on this device, be freed once and not be used after.
+    unsafe fn release(&self, ptr: u64) -> Result<(), String>;
+
+    /// Copies `bytes` from host `src` to device `dst` (device current).
+    ///
+    /// # Safety
+    /// As [`Runtime::upload`].
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), String>;
+
+    /// Copies `bytes` from device `src` to host `dst`, after the kernels launched before it
+    /// (device current).
+    ///
+    /// # Safety
+    /// As [`Runtime::download`].
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), String>;
+
+    /// The loaded `(fn_name, module, function)` of this device.
+    fn cache(&self) -> &FnCache;
+
+    /// Where the last kernel's time is kept.
+    fn last_time(&self) -> &LastTime;
+
+    /// Loads the code of `kernel` for this device (device current); returns its module and
+    /// function handles.
+    fn load(&self, kernel: &KernelDef) -> Result<(Ptr, Ptr), String>;
+
+    /// Queues `function` (loaded from `kernel`) over `grid` workgroups of the kernel's
+    /// workgroup size, with one value per parameter in declaration order.
+    ///
+    /// # Safety
+    /// `function` must come from [`Runtime::load`] of `kernel` on this device, and every
+    /// pointer value a live device allocation of the size the kernel uses.
+    unsafe fn enqueue(
         &self,
+        function: Ptr,
         kernel: &KernelDef,
         grid: [u32; 3],
-        args: &[GpuArg],
-    ) -> Result<(), String> {
-        match self {
-            GpuDevice::Hip(d) => d.launch(kernel, grid, args),
-            GpuDevice::Cuda(d) => d.launch(kernel, grid, args),
-        }
+        values: &[KernargValue],
+    ) -> Result<(), String>;
+
+    /// Creates a timing event.
+    fn event_create(&self) -> Result<Ptr, String>;
+
+    /// Records `event` on the default stream.
+    ///
+    /// # Safety
+    /// `event` must come from [`Runtime::event_create`] and not be destroyed.
+    unsafe fn event_record(&self, event: Ptr) -> Result<(), String>;
+
+    /// Waits for all work queued on the device.
+    fn synchronize(&self) -> Result<(), String>;
+
+    /// Waits for `event`, then returns the milliseconds from `start` to it.
+    ///
+    /// # Safety
+    /// Both events must come from [`Runtime::event_create`], be recorded and not destroyed.
+    unsafe fn elapsed_ms(&self, start: Ptr, stop: Ptr) -> Result<f32, String>;
+
+    /// Destroys `event`.
+    ///
+    /// # Safety
+    /// `event` must come from [`Runtime::event_create`], be destroyed once and not be used
+    /// after.
+    unsafe fn event_destroy(&self, event: Ptr);
+
+    /// Whether `kernel` carries code for this device's architecture.
+    fn has_kernel(&self, kernel: &KernelDef) -> bool {
+        self.require_code(kernel).is_ok()
+    }
+
+    /// Milliseconds the last kernel ran on the device (events around the launch).
+    fn last_kernel_ms(&self) -> Option<f32> {
+        *self.last_time().lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Allocates `bytes` (at least one) of zeroed device memory; returns its device address.
-    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
-        match self {
-            GpuDevice::Hip(d) => d.alloc(bytes),
-            GpuDevice::Cuda(d) => d.alloc(bytes),
+    fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        self.set_current()?;
+        let bytes = bytes.max(1);
+        let d = self.malloc(bytes)?;
+        // SAFETY: `d` was just allocated with `bytes` bytes.
+        if let Err(e) = unsafe { self.zero(d, bytes) } {
+            // SAFETY: freeing the allocation made above, which nothing else references; the
+            // zeroing error is the one to report.
+            let _ = unsafe { self.release(d) };
+            return Err(e);
         }
+        Ok(d)
     }
 
-    /// Copies `bytes` from host `src` to device address `dst`.
+    /// Copies `bytes` from host `src` to device address `dst` (synchronous).
     ///
     /// # Safety
     /// `src` must be readable for `bytes` bytes and `dst` an allocation of this device with at
     /// least `bytes` bytes from there on.
-    pub(super) unsafe fn upload(
-        &self,
-        dst: u64,
-        src: *const u8,
-        bytes: usize,
-    ) -> Result<(), String> {
+    unsafe fn upload(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), String> {
+        self.set_current()?;
         // SAFETY: forwarded to the caller.
-        unsafe {
-            match self {
-                GpuDevice::Hip(d) => d.upload(dst, src, bytes),
-                GpuDevice::Cuda(d) => d.upload(dst, src, bytes),
-            }
-        }
+        unsafe { self.copy_to_device(dst, src, bytes) }
     }
 
-    /// Copies `bytes` from device address `src` to host `dst`.
+    /// Copies `bytes` from device address `src` to host `dst`, after the kernels launched
+    /// before it.
     ///
     /// # Safety
     /// `dst` must be writable for `bytes` bytes and `src` an allocation of this device with at
     /// least `bytes` bytes from there on.
-    pub(super) unsafe fn download(
-        &self,
-        dst: *mut u8,
-        src: u64,
-        bytes: usize,
-    ) -> Result<(), String> {
+    unsafe fn download(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), String> {
+        self.set_current()?;
         // SAFETY: forwarded to the caller.
-        unsafe {
-            match self {
-                GpuDevice::Hip(d) => d.download(dst, src, bytes),
-                GpuDevice::Cuda(d) => d.download(dst, src, bytes),
+        unsafe { self.copy_to_host(dst, src, bytes) }
+    }
+
+    /// Frees an allocation made by [`Runtime::alloc`]; errors name the runtime call.
+    fn free(&self, ptr: u64) -> Result<(), String> {
+        self.set_current()?;
+        // SAFETY: `ptr` came from `alloc` on this device and is freed once (its owner is
+        // being dropped).
+        unsafe { self.release(ptr) }
+    }
+
+    /// Copies host buffers in, runs `kernel` over `grid` workgroups (device buffers in
+    /// place), copies writable host buffers back and frees the device memory it allocated
+    /// for them; errors name the failing runtime call.
+    fn launch(&self, kernel: &KernelDef, grid: [u32; 3], args: &[GpuArg]) -> Result<(), String> {
+        self.require_code(kernel)?;
+        let mut cache = self.cache().lock().unwrap_or_else(|e| e.into_inner());
+        self.set_current()?;
+        let function = match cache.iter().find(|c| c.0 == kernel.fn_name) {
+            Some(c) => c.2,
+            None => {
+                let (module, function) = self.load(kernel)?;
+                cache.push((kernel.fn_name, module, function));
+                function
+            }
+        };
+        let mut staged: Vec<(u64, GpuArg)> = Vec::new();
+        let result = self.run(function, kernel, grid, args, &mut staged);
+        for (d, _) in staged {
+            // SAFETY: each pointer came from `malloc` and is freed once; the launch's own
+            // result is the one to report.
+            let _ = unsafe { self.release(d) };
+        }
+        result
+    }
+
+    /// The body of [`Runtime::launch`] once the function is loaded: device memory made for
+    /// host buffers is pushed onto `staged` (with its argument) for the caller to free.
+    fn run(
+        &self,
+        function: Ptr,
+        kernel: &KernelDef,
+        grid: [u32; 3],
+        args: &[GpuArg],
+        staged: &mut Vec<(u64, GpuArg)>,
+    ) -> Result<(), String> {
+        let mut values = Vec::with_capacity(args.len());
+        for a in args {
+            match *a {
+                GpuArg::Buf { host, bytes, .. } => {
+                    // At least one byte so the pointer is real.
+                    let d = self.malloc(bytes.max(1))?;
+                    staged.push((d, *a));
+                    if bytes > 0 {
+                        // SAFETY: `host` holds `bytes` readable bytes (borrowed by the
+                        // caller's Arg) and `d` was allocated with at least that size.
+                        unsafe { self.copy_to_device(d, host.ptr, bytes)? };
+                    }
+                    values.push(KernargValue::Ptr(d));
+                }
+                GpuArg::Device(d) => values.push(KernargValue::Ptr(d)),
+                GpuArg::Scalar(v) => values.push(KernargValue::U32(v)),
             }
         }
-    }
-
-    /// Frees an allocation made by [`GpuDevice::alloc`]; errors name the runtime call.
-    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
-        match self {
-            GpuDevice::Hip(d) => d.free(ptr),
-            GpuDevice::Cuda(d) => d.free(ptr),
+        let start = self.event_create()?;
+        let stop = match self.event_create() {
+            Ok(stop) => stop,
+            Err(e) => {
+                // SAFETY: destroying the event created above.
+                unsafe { self.event_destroy(start) };
+                return Err(e);
+            }
+        };
+        // SAFETY: `function` was loaded from `kernel` on this device; `values` holds one
+        // value per parameter, every pointer a live device allocation of the right size
+        // (staged above, or a DeviceBuf the caller borrows); the events were just created.
+        let launched = unsafe {
+            self.event_record(start)
+                .and_then(|_| self.enqueue(function, kernel, grid, &values))
+                .and_then(|_| self.event_record(stop))
+                .and_then(|_| self.synchronize())
+                .and_then(|_| self.elapsed_ms(start, stop))
+        };
+        // SAFETY: destroying the events created above.
+        unsafe {
+            self.event_destroy(start);
+            self.event_destroy(stop);
         }
-    }
-
-    /// Milliseconds the last kernel ran on the device.
-    pub(super) fn last_kernel_ms(&self) -> Option<f32> {
-        match self {
-            GpuDevice::Hip(d) => d.last_kernel_ms(),
-            GpuDevice::Cuda(d) => d.last_kernel_ms(),
+        *self.last_time().lock().unwrap_or_else(|e| e.into_inner()) = Some(launched?);
+        for &(d, a) in staged.iter() {
+            if let GpuArg::Buf {
+                host,
+                bytes,
+                writable: true,
+            } = a
+            {
+                if bytes > 0 {
+                    // SAFETY: `host` is a writable buffer of `bytes` bytes borrowed mutably by
+                    // the caller's Arg; `d` holds that many bytes.
+                    unsafe { self.copy_to_host(host.ptr, d, bytes)? };
+                }
+            }
         }
+        Ok(())
     }
 }
 
 /// A cache of loaded modules/functions by kernel function name, so each kernel's code object
 /// or PTX is loaded once per device.
-pub(super) type FnCache = Mutex<Vec<(&'static str, *mut c_void, *mut c_void)>>;
+pub(super) type FnCache = Mutex<Vec<(&'static str, Ptr, Ptr)>>;
 
 /// Milliseconds the last kernel took on a GPU device (from runtime events).
 pub(super) type LastTime = Mutex<Option<f32>>;

@@ -14,13 +14,14 @@ use libloading::Library;
 use lse_dsl::rt::{GpuObject, KernelDef};
 use serde::Deserialize;
 
-use super::gpu::{open_library, symbol, FnCache, GpuArg, LastTime};
+use super::gpu::{
+    no_code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, Ptr, Runtime,
+};
 
 /// The sonames tried, in order.
 pub(super) const SONAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
 
 type Err = i32;
-type Ptr = *mut c_void;
 
 const MEMCPY_HOST_TO_DEVICE: i32 = 1;
 const MEMCPY_DEVICE_TO_HOST: i32 = 2;
@@ -192,19 +193,31 @@ impl HipDevice {
         })
     }
 
+    /// The code object of `kernel` for this device, or the error saying which archs were
+    /// built.
+    fn object<'k>(&self, kernel: &'k KernelDef) -> Result<&'k GpuObject, String> {
+        kernel
+            .gpu
+            .iter()
+            .find(|o| o.arch == self.arch)
+            .ok_or_else(|| {
+                let built: Vec<_> = kernel.gpu.iter().map(|o| o.arch).collect();
+                no_code_for_arch(kernel, "code object", &self.arch, &built)
+            })
+    }
+}
+
+/// Device memory: `hipMalloc`, `hipMemset`, `hipMemcpy`, `hipFree`; launches:
+/// `hipModuleLaunchKernel` with a kernarg buffer packed to the code object's metadata, timed
+/// with HIP events.
+impl Runtime for HipDevice {
     /// The device's architecture, e.g. `gfx1201`.
-    pub(super) fn arch(&self) -> &str {
+    fn arch(&self) -> &str {
         &self.arch
     }
 
-    /// The code object of `kernel` for this device, if one was built.
-    pub(super) fn object<'k>(&self, kernel: &'k KernelDef) -> Option<&'k GpuObject> {
-        kernel.gpu.iter().find(|o| o.arch == self.arch)
-    }
-
-    /// Milliseconds the last kernel ran (HIP events around the launch).
-    pub(super) fn last_kernel_ms(&self) -> Option<f32> {
-        *self.last_ms.lock().unwrap_or_else(|e| e.into_inner())
+    fn require_code(&self, kernel: &KernelDef) -> Result<(), String> {
+        self.object(kernel).map(|_| ())
     }
 
     /// Makes this device current on the calling thread (HIP's current device is per thread).
@@ -216,35 +229,35 @@ impl HipDevice {
         }
     }
 
-    /// `hipMalloc` of `bytes` (at least one), zeroed with `hipMemset`.
-    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
-        let api = &self.api;
-        self.set_current()?;
-        let bytes = bytes.max(1);
+    fn malloc(&self, bytes: usize) -> Result<u64, String> {
         let mut d: Ptr = ptr::null_mut();
         // SAFETY: valid out-pointer.
-        unsafe { api.check("hipMalloc", (api.malloc)(&mut d, bytes))? };
-        // SAFETY: `d` was just allocated with `bytes` bytes.
-        let zeroed = unsafe { api.check("hipMemset", (api.memset)(d, 0, bytes)) };
-        if let Err(e) = zeroed {
-            // SAFETY: freeing the allocation made above, which nothing else references.
-            unsafe { (api.free)(d) };
-            return Err(e);
-        }
+        unsafe {
+            self.api
+                .check("hipMalloc", (self.api.malloc)(&mut d, bytes))?
+        };
         Ok(d as usize as u64)
     }
 
-    /// `hipMemcpy` host to device.
-    ///
-    /// # Safety
-    /// As [`super::gpu::GpuDevice::upload`].
-    pub(super) unsafe fn upload(
-        &self,
-        dst: u64,
-        src: *const u8,
-        bytes: usize,
-    ) -> Result<(), String> {
-        self.set_current()?;
+    unsafe fn zero(&self, dst: u64, bytes: usize) -> Result<(), String> {
+        // SAFETY: the caller guarantees the range.
+        unsafe {
+            self.api.check(
+                "hipMemset",
+                (self.api.memset)(dst as usize as Ptr, 0, bytes),
+            )
+        }
+    }
+
+    unsafe fn release(&self, ptr: u64) -> Result<(), String> {
+        // SAFETY: the caller guarantees `ptr` came from hipMalloc and is freed once.
+        unsafe {
+            self.api
+                .check("hipFree", (self.api.free)(ptr as usize as Ptr))
+        }
+    }
+
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), String> {
         let dst = dst as usize as Ptr;
         // SAFETY: the caller guarantees both ranges.
         unsafe {
@@ -255,17 +268,7 @@ impl HipDevice {
         }
     }
 
-    /// `hipMemcpy` device to host (it waits for the kernels launched before it).
-    ///
-    /// # Safety
-    /// As [`super::gpu::GpuDevice::download`].
-    pub(super) unsafe fn download(
-        &self,
-        dst: *mut u8,
-        src: u64,
-        bytes: usize,
-    ) -> Result<(), String> {
-        self.set_current()?;
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), String> {
         let src = src as usize as *const c_void;
         // SAFETY: the caller guarantees both ranges.
         unsafe {
@@ -276,50 +279,17 @@ impl HipDevice {
         }
     }
 
-    /// `hipFree` of an allocation made by [`HipDevice::alloc`].
-    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
-        self.set_current()?;
-        // SAFETY: `ptr` came from hipMalloc on this device and is freed once (its owner is
-        // being dropped).
-        unsafe {
-            self.api
-                .check("hipFree", (self.api.free)(ptr as usize as Ptr))
-        }
+    fn cache(&self) -> &FnCache {
+        &self.cache
     }
 
-    /// Copies host buffers in, runs `kernel` over `grid` workgroups of `workgroup_size`
-    /// work-items (device buffers in place), copies writable host buffers back and frees the
-    /// device memory it allocated for them.
-    pub(super) fn launch(
-        &self,
-        kernel: &KernelDef,
-        grid: [u32; 3],
-        args: &[GpuArg],
-    ) -> Result<(), String> {
-        let object = self.object(kernel).ok_or_else(|| {
-            let built: Vec<_> = kernel.gpu.iter().map(|o| o.arch).collect();
-            super::gpu::no_code_for_arch(kernel, "code object", &self.arch, &built)
-        })?;
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        self.set_current()?;
-        let function = match cache.iter().find(|c| c.0 == kernel.fn_name) {
-            Some(c) => c.2,
-            None => {
-                let (module, function) = self.load(kernel, object)?;
-                cache.push((kernel.fn_name, module, function));
-                function
-            }
-        };
-        let mut allocs: Vec<Ptr> = Vec::new();
-        let result = self.run(function, kernel, object, grid, args, &mut allocs);
-        for p in allocs {
-            // SAFETY: each pointer came from hipMalloc and is freed once.
-            unsafe { (self.api.free)(p) };
-        }
-        result
+    fn last_time(&self) -> &LastTime {
+        &self.last_ms
     }
 
-    fn load(&self, kernel: &KernelDef, object: &GpuObject) -> Result<(Ptr, Ptr), String> {
+    /// Loads the kernel's code object and finds its symbol.
+    fn load(&self, kernel: &KernelDef) -> Result<(Ptr, Ptr), String> {
+        let object = self.object(kernel)?;
         let mut module: Ptr = ptr::null_mut();
         // SAFETY: the code object is a complete ELF image that lives for the whole program.
         unsafe {
@@ -345,43 +315,16 @@ impl HipDevice {
         Ok((module, function))
     }
 
-    fn run(
+    /// Packs `values` into a kernarg buffer laid out as the code object's metadata says.
+    unsafe fn enqueue(
         &self,
         function: Ptr,
         kernel: &KernelDef,
-        object: &GpuObject,
         grid: [u32; 3],
-        args: &[GpuArg],
-        allocs: &mut Vec<Ptr>,
+        values: &[KernargValue],
     ) -> Result<(), String> {
-        let api = &self.api;
-        let mut values = Vec::with_capacity(args.len());
-        let mut device_bufs = Vec::new();
-        for a in args {
-            match *a {
-                GpuArg::Buf { host, bytes, .. } => {
-                    let mut d: Ptr = ptr::null_mut();
-                    // SAFETY: out-pointer is valid; at least one byte so the pointer is real.
-                    unsafe { api.check("hipMalloc", (api.malloc)(&mut d, bytes.max(1)))? };
-                    allocs.push(d);
-                    if bytes > 0 {
-                        // SAFETY: `host` holds `bytes` readable bytes (borrowed by the caller's
-                        // Arg) and `d` was allocated with at least that size.
-                        unsafe {
-                            api.check(
-                                "hipMemcpy(host to device)",
-                                (api.memcpy)(d, host.ptr.cast(), bytes, MEMCPY_HOST_TO_DEVICE),
-                            )?
-                        };
-                    }
-                    device_bufs.push((d, *a));
-                    values.push(KernargValue::Ptr(d as u64));
-                }
-                GpuArg::Device(d) => values.push(KernargValue::Ptr(d)),
-                GpuArg::Scalar(v) => values.push(KernargValue::U32(v)),
-            }
-        }
-        let mut kernargs = pack_kernargs(object.metadata_json, &values)
+        let object = self.object(kernel)?;
+        let mut kernargs = pack_kernargs(object.metadata_json, values)
             .map_err(|e| format!("{}: code object metadata: {e}", kernel.id))?;
         let mut size = kernargs.len();
         let mut extra: [Ptr; 5] = [
@@ -391,76 +334,74 @@ impl HipDevice {
             (&mut size as *mut usize).cast(),
             LAUNCH_PARAM_END as Ptr,
         ];
-        let (mut start, mut stop): (Ptr, Ptr) = (ptr::null_mut(), ptr::null_mut());
-        // SAFETY: valid out-pointers.
-        unsafe {
-            api.check("hipEventCreate", (api.event_create)(&mut start))?;
-            api.check("hipEventCreate", (api.event_create)(&mut stop))?;
-        }
-        let wg = kernel.workgroup_size;
         // SAFETY: `function` is a loaded kernel; `extra` describes a kernarg buffer packed to
-        // the code object's own layout and both outlive the (synchronised) launch; every
-        // buffer pointer in it is a live device allocation of the right size.
-        let launched = unsafe {
-            api.check("hipEventRecord", (api.event_record)(start, ptr::null_mut()))
-                .and_then(|_| {
-                    api.check(
-                        "hipModuleLaunchKernel",
-                        (api.module_launch_kernel)(
-                            function,
-                            grid[0],
-                            grid[1],
-                            grid[2],
-                            wg,
-                            1,
-                            1,
-                            0,
-                            ptr::null_mut(),
-                            ptr::null_mut(),
-                            extra.as_mut_ptr(),
-                        ),
-                    )
-                })
-                .and_then(|_| {
-                    api.check("hipEventRecord", (api.event_record)(stop, ptr::null_mut()))
-                })
-                .and_then(|_| api.check("hipDeviceSynchronize", (api.device_synchronize)()))
-                .and_then(|_| api.check("hipEventSynchronize", (api.event_synchronize)(stop)))
-                .and_then(|_| {
-                    let mut ms = 0f32;
-                    api.check(
-                        "hipEventElapsedTime",
-                        (api.event_elapsed_time)(&mut ms, start, stop),
-                    )?;
-                    Ok(ms)
-                })
-        };
-        // SAFETY: destroying the events created above.
+        // the code object's own layout, which the launch copies before returning; the caller
+        // guarantees every buffer pointer in it.
         unsafe {
-            (api.event_destroy)(start);
-            (api.event_destroy)(stop);
+            self.api.check(
+                "hipModuleLaunchKernel",
+                (self.api.module_launch_kernel)(
+                    function,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    kernel.workgroup_size,
+                    1,
+                    1,
+                    0,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    extra.as_mut_ptr(),
+                ),
+            )
         }
-        *self.last_ms.lock().unwrap_or_else(|e| e.into_inner()) = Some(launched?);
-        for (d, a) in device_bufs {
-            if let GpuArg::Buf {
-                host,
-                bytes,
-                writable: true,
-            } = a
-            {
-                if bytes > 0 {
-                    // SAFETY: `host` is a writable buffer of `bytes` bytes borrowed mutably by
-                    // the caller's Arg; `d` holds that many bytes.
-                    unsafe {
-                        api.check(
-                            "hipMemcpy(device to host)",
-                            (api.memcpy)(host.ptr.cast(), d, bytes, MEMCPY_DEVICE_TO_HOST),
-                        )?
-                    };
-                }
-            }
+    }
+
+    fn event_create(&self) -> Result<Ptr, String> {
+        let mut e: Ptr = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe {
+            self.api
+                .check("hipEventCreate", (self.api.event_create)(&mut e))?
+        };
+        Ok(e)
+    }
+
+    unsafe fn event_record(&self, event: Ptr) -> Result<(), String> {
+        // SAFETY: the caller guarantees a live event.
+        unsafe {
+            self.api.check(
+                "hipEventRecord",
+                (self.api.event_record)(event, ptr::null_mut()),
+            )
         }
-        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        // SAFETY: a plain runtime call on the current device.
+        unsafe {
+            self.api
+                .check("hipDeviceSynchronize", (self.api.device_synchronize)())
+        }
+    }
+
+    unsafe fn elapsed_ms(&self, start: Ptr, stop: Ptr) -> Result<f32, String> {
+        let mut ms = 0f32;
+        // SAFETY: the caller guarantees live, recorded events; valid out-pointer.
+        unsafe {
+            self.api
+                .check("hipEventSynchronize", (self.api.event_synchronize)(stop))?;
+            self.api.check(
+                "hipEventElapsedTime",
+                (self.api.event_elapsed_time)(&mut ms, start, stop),
+            )?;
+        }
+        Ok(ms)
+    }
+
+    unsafe fn event_destroy(&self, event: Ptr) {
+        // SAFETY: the caller guarantees a live event destroyed once.
+        unsafe { (self.api.event_destroy)(event) };
     }
 }
 
@@ -493,15 +434,6 @@ pub(super) fn find_gfx_arch(props: &[u8]) -> Option<String> {
 /// `gfx90a:sramecc+:xnack-` -> `gfx90a`.
 pub(super) fn strip_features(name: &str) -> &str {
     name.split(':').next().unwrap_or(name)
-}
-
-/// One explicit kernel argument's value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum KernargValue {
-    /// A device pointer (a `global_buffer` kernarg, 8 bytes).
-    Ptr(u64),
-    /// A 32-bit scalar (a `by_value` kernarg, 4 bytes).
-    U32(u32),
 }
 
 #[derive(Deserialize)]

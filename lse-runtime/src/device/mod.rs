@@ -33,3 +33,18 @@ pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
 pub fn host_cpu() -> &'static str {
     select::best_host_cpu()
 }
+
+/// Deterministic values in [-scale, scale) from a 64-bit linear congruential generator: the
+/// unit tests' inputs, the same on every run.
+#[cfg(test)]
+pub(crate) fn test_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}

@@ -208,20 +208,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::Pool;
-
-    /// Deterministic values in [-scale, scale).
-    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::device::{test_values as values, Pool};
 
     /// Shapes the matrix kernel's blocking does not divide: `dim` not a multiple of its
     /// 4-wide `k` blocks, `rows` not a multiple of its row tile, `vocab` not a multiple of the
@@ -336,6 +323,18 @@ mod tests {
         }
     }
 
+    /// The error of a host variant's call, after checking that it failed and that the device
+    /// variant's call failed with the same message.
+    fn same_error<T, U>(host: Result<T, OpError>, on_dev: Result<U, OpError>) -> String {
+        let host = host.err().expect("the host variant refuses").to_string();
+        let on_dev = on_dev
+            .err()
+            .expect("the device variant refuses")
+            .to_string();
+        assert_eq!(host, on_dev);
+        host
+    }
+
     /// The device variants share the host variants' checks: the same bad shapes give the
     /// same errors.
     #[test]
@@ -350,50 +349,44 @@ mod tests {
         hidden_buf.upload(&hidden).unwrap();
         let mut out = vec![0.0f32; 2 * vocab];
         let mut out_buf = dev.alloc::<f32>(2 * vocab).unwrap();
-        let host = lm_head(&dev, &hidden, dim, HeadWeight::F32(&w), vocab, &mut out)
-            .unwrap_err()
-            .to_string();
-        let on_dev = lm_head_dev(
-            &dev,
-            hidden_buf.slice(..).unwrap(),
-            dim,
-            &resident,
-            vocab,
-            out_buf.slice_mut(..).unwrap(),
-        )
-        .unwrap_err()
-        .to_string();
-        assert_eq!(host, on_dev);
+        let host = same_error(
+            lm_head(&dev, &hidden, dim, HeadWeight::F32(&w), vocab, &mut out),
+            lm_head_dev(
+                &dev,
+                hidden_buf.slice(..).unwrap(),
+                dim,
+                &resident,
+                vocab,
+                out_buf.slice_mut(..).unwrap(),
+            ),
+        );
         assert!(host.contains("hidden has 9 elements, expected 8"), "{host}");
 
         let logits = values(2 * vocab + 3, 3, 1.0);
         let mut logits_buf = dev.alloc::<f32>(logits.len()).unwrap();
         logits_buf.upload(&logits).unwrap();
-        let view = logits_buf.slice(..).unwrap();
-        let host = lse_pick(&dev, &logits, vocab, &[1, 2], 1)
-            .unwrap_err()
-            .to_string();
-        let on_dev = lse_pick_dev(&dev, view, vocab, &[1, 2], 1)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(host, on_dev);
-        let view = logits_buf.slice(..2 * vocab).unwrap();
-        let host = lse_pick(&dev, &logits[..2 * vocab], vocab, &[1, 10], 1)
-            .unwrap_err()
-            .to_string();
-        let on_dev = lse_pick_dev(&dev, view, vocab, &[1, 10], 1)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(host, on_dev);
+        same_error(
+            lse_pick(&dev, &logits, vocab, &[1, 2], 1),
+            lse_pick_dev(&dev, logits_buf.slice(..).unwrap(), vocab, &[1, 2], 1),
+        );
+        let host = same_error(
+            lse_pick(&dev, &logits[..2 * vocab], vocab, &[1, 10], 1),
+            lse_pick_dev(
+                &dev,
+                logits_buf.slice(..2 * vocab).unwrap(),
+                vocab,
+                &[1, 10],
+                1,
+            ),
+        );
         assert!(
             host.contains("id 10 is not below the vocabulary size 10"),
             "{host}"
         );
-        let host = topk_pairs(&dev, &logits, vocab, 2).unwrap_err().to_string();
-        let on_dev = topk_pairs_dev(&dev, logits_buf.slice(..).unwrap(), vocab, 2)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(host, on_dev);
+        let host = same_error(
+            topk_pairs(&dev, &logits, vocab, 2),
+            topk_pairs_dev(&dev, logits_buf.slice(..).unwrap(), vocab, 2),
+        );
         assert!(
             host.contains("logits has 23 elements, expected 20"),
             "{host}"

@@ -164,92 +164,49 @@ impl Case for SelectCase {
 /// that start inside a block, partial last blocks, forced blocks of every kind, one row, and
 /// more key blocks than a workgroup has work-items.
 pub fn select_cases() -> Vec<SelectCase> {
-    let p = |block_size, alpha, sink, window, last_full, min_budget| FlashPrefillParams {
-        block_size,
-        alpha,
-        sink_blocks: sink,
-        window_blocks: window,
-        last_full_blocks: last_full,
-        min_budget,
-    };
-    let case = |kv, shape, params, extra_rows, seed| SelectCase {
-        kv,
-        shape,
-        params,
-        extra_rows,
-        seed,
-    };
-    vec![
+    use Dtype::{Bf16, F16, F32};
+    // (cache dtype, [t, pos0, n_heads, n_kv_heads, head_dim],
+    //  [block_size, sink, window, last_full, min_budget], alpha, extra cache rows)
+    let table = [
         // GQA 1, small head_dim, t not a multiple of B.
-        case(
-            Dtype::Bf16,
-            shape(300, 0, 4, 4, 16),
-            p(64, 0.3, 0, 1, 0, 0),
-            0,
-            1,
-        ),
+        (Bf16, [300, 0, 4, 4, 16], [64, 0, 1, 0, 0], 0.3, 0),
         // GQA 2, pos0 not a multiple of B, a head_dim not a multiple of 4, min budget.
-        case(
-            Dtype::F16,
-            shape(333, 100, 4, 2, 22),
-            p(64, 0.2, 1, 2, 0, 3),
-            5,
-            2,
-        ),
+        (F16, [333, 100, 4, 2, 22], [64, 1, 2, 0, 3], 0.2, 5),
         // GQA 4, B = 128, pos0 a multiple of B, the published defaults.
-        case(
-            Dtype::F32,
-            shape(1400, 256, 8, 2, 18),
-            p(128, 0.1, 2, 4, 2, 0),
-            0,
-            3,
-        ),
+        (F32, [1400, 256, 8, 2, 18], [128, 2, 4, 2, 0], 0.1, 0),
         // head_dim 256, the last block partial (t = 200, B = 128).
-        case(
-            Dtype::Bf16,
-            shape(200, 0, 2, 1, 256),
-            p(128, 0.5, 0, 1, 0, 0),
-            0,
-            4,
-        ),
-        case(
-            Dtype::F32,
-            shape(130, 1000, 4, 1, 256),
-            p(64, 0.25, 0, 1, 1, 2),
-            64,
-            5,
-        ),
-        case(
-            Dtype::F16,
-            shape(257, 129, 2, 2, 256),
-            p(128, 0.3, 1, 1, 0, 1),
-            0,
-            6,
-        ),
+        (Bf16, [200, 0, 2, 1, 256], [128, 0, 1, 0, 0], 0.5, 0),
+        (F32, [130, 1000, 4, 1, 256], [64, 0, 1, 1, 2], 0.25, 64),
+        (F16, [257, 129, 2, 2, 256], [128, 1, 1, 0, 1], 0.3, 0),
         // One row.
-        case(
-            Dtype::Bf16,
-            shape(1, 500, 4, 2, 32),
-            p(64, 0.2, 0, 1, 0, 0),
-            0,
-            7,
-        ),
+        (Bf16, [1, 500, 4, 2, 32], [64, 0, 1, 0, 0], 0.2, 0),
         // More key blocks than a workgroup has work-items (several chunks per row).
-        case(
-            Dtype::F32,
-            shape(4500, 0, 1, 1, 8),
-            p(64, 0.3, 0, 1, 0, 0),
-            0,
-            8,
-        ),
-        case(
-            Dtype::Bf16,
-            shape(700, 4000, 2, 1, 8),
-            p(64, 0.15, 0, 2, 0, 5),
-            0,
-            9,
-        ),
-    ]
+        (F32, [4500, 0, 1, 1, 8], [64, 0, 1, 0, 0], 0.3, 0),
+        (Bf16, [700, 4000, 2, 1, 8], [64, 0, 2, 0, 5], 0.15, 0),
+    ];
+    table
+        .into_iter()
+        .zip(1..)
+        .map(
+            |((kv, [t, pos0, h, kvh, d], blocks, alpha, extra_rows), seed)| {
+                let [block_size, sink, window, last_full, min_budget] = blocks;
+                SelectCase {
+                    kv,
+                    shape: shape(t, pos0, h, kvh, d),
+                    params: FlashPrefillParams {
+                        block_size,
+                        alpha,
+                        sink_blocks: sink,
+                        window_blocks: window,
+                        last_full_blocks: last_full,
+                        min_budget,
+                    },
+                    extra_rows,
+                    seed,
+                }
+            },
+        )
+        .collect()
 }
 
 /// [`select_cases`] for the harness.
