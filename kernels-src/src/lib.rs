@@ -37,12 +37,9 @@ kernels!(
     attention::key_blocks::key_block_mean_f32,
     attention::block_score::block_score,
     attention::block_select::block_select,
-    attention::dense::prefill_dense_bf16,
-    attention::dense::prefill_dense_f16,
-    attention::dense::prefill_dense_f32,
-    attention::sparse::prefill_sparse_bf16,
-    attention::sparse::prefill_sparse_f16,
-    attention::sparse::prefill_sparse_f32,
+    attention::prefill::prefill_bf16,
+    attention::prefill::prefill_f16,
+    attention::prefill::prefill_f32,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

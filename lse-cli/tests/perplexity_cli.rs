@@ -391,6 +391,8 @@ fn bad_inputs_fail_clearly_and_write_nothing() {
 
     let err = sample(&["--pool", "hip:0"]);
     assert!(err.contains("no HIP runtime"), "{err}");
+    let err = sample(&["--pool", "cuda:0"]);
+    assert!(err.contains("no CUDA"), "{err}");
 
     let bad_base = dir.path().join("bad.kld");
     std::fs::write(&bad_base, b"not a base file").unwrap();

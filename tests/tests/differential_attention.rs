@@ -1,6 +1,6 @@
-//! Differential cases of the prefill-attention kernels (`attention.prefill_dense_<ty>`,
-//! `attention.prefill_sparse_<ty>`, [`lse_tests::cases::attention`]) on the shared harness
-//! [`lse_tests::diff`], and the sparse kernel with every block listed against the dense one.
+//! Differential cases of the prefill-attention kernel (`attention.prefill_<ty>`, dense and
+//! sparse mode, [`lse_tests::cases::attention`]) on the shared harness [`lse_tests::diff`], and
+//! sparse mode with every block listed against dense mode.
 
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops;
@@ -18,9 +18,9 @@ fn sparse_attention_matches_reference() {
     run_cases(sparse_cases());
 }
 
-/// With every causal block listed, the sparse kernel visits exactly the dense kernel's key
-/// tiles in the same order, so the two agree bit for bit, on the generated Rust and on every
-/// host variant.
+/// With every causal block listed, sparse mode visits exactly dense mode's key tiles in the
+/// same order (dense mode's block size differing from the lists' one), so the two agree bit
+/// for bit, on the generated Rust and on every host variant.
 #[test]
 fn sparse_with_every_block_equals_dense_bit_for_bit() {
     use Dtype::*;

@@ -1,8 +1,7 @@
-//! Prefill attention in LOOM: dense causal flash attention, and FlashPrefill V2's block
-//! pooling, block scores, block selection and block-sparse attention.
+//! Prefill attention in LOOM: FlashPrefill V2's block pooling, block scores and block
+//! selection, and one causal flash-attention kernel that runs dense or block-sparse.
 
 pub mod block_score;
 pub mod block_select;
-pub mod dense;
 pub mod key_blocks;
-pub mod sparse;
+pub mod prefill;

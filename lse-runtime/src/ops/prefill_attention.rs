@@ -1,10 +1,9 @@
-//! Causal prefill attention over a KV cache: dense (`attention.prefill_dense_<ty>.v1`) and
-//! FlashPrefill's block-sparse form (`attention.prefill_sparse_<ty>.v1`), ty = the cache's
-//! dtype (bf16, f16, f32). Both write f32 `[t, n_heads, head_dim]`.
+//! Causal prefill attention over a KV cache, dense and in FlashPrefill's block-sparse form,
+//! both launching `attention.prefill_<ty>.v1` (ty = the cache's dtype: bf16, f16, f32) in its
+//! dense or sparse mode. Both write f32 `[t, n_heads, head_dim]`.
 
 use lse_dsl::rt::KernelDef;
-use lse_kernels::attention::dense::{prefill_dense_bf16, prefill_dense_f16, prefill_dense_f32};
-use lse_kernels::attention::sparse::{prefill_sparse_bf16, prefill_sparse_f16, prefill_sparse_f32};
+use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
 
 use super::{check_len, to_u32, AttnShape, BlockLists, KvSlice, KvView, OpError};
 use crate::device::{Arg, Device};
@@ -12,9 +11,17 @@ use crate::device::{Arg, Device};
 const DENSE: &str = "attention.prefill_dense";
 const SPARSE: &str = "attention.prefill_sparse";
 
-/// Key blocks are split into the kernels' 64-key tiles and hold whole query tiles, so the
+/// Key blocks are split into the kernel's 64-key tiles and hold whole query tiles, so the
 /// block size must be a multiple of this.
 const BLOCK_MULTIPLE: usize = 64;
+
+/// The block size of dense mode. Dense mode walks blocks `0..=I` and each block's 64-key
+/// tiles, the same tiles whatever the block size (a multiple of 64), so it only sets how the
+/// key loop is split.
+const DENSE_BLOCK: usize = 128;
+
+/// What the kernel's `blocks` and `counts` take in dense mode, which reads neither.
+const NO_LISTS: [u32; 1] = [0];
 
 /// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
 /// `j <= pos0 + r`, for the `t` query rows of `shape` (`q`, `out`: `[t, n_heads, head_dim]`;
@@ -27,16 +34,14 @@ pub fn prefill_attention_dense(
     out: &mut [f32],
 ) -> Result<(), OpError> {
     check(DENSE, shape, q, &kv, out)?;
-    let kernel = kv.k.pick((
-        &prefill_dense_bf16::KERNEL,
-        &prefill_dense_f16::KERNEL,
-        &prefill_dense_f32::KERNEL,
-    ));
-    let grid = grid(kernel, shape);
-    let mut args = vec![Arg::buf(q), kv.k.arg(), kv.v.arg(), Arg::buf_mut(out)];
-    args.extend(scalars(shape));
-    dev.launch(kernel, grid, &args)?;
-    Ok(())
+    let lists = Lists {
+        blocks: &NO_LISTS,
+        counts: &NO_LISTS,
+        dense: true,
+        block_size: DENSE_BLOCK,
+        max_blocks: 1,
+    };
+    launch(dev, shape, q, kv, lists, out)
 }
 
 /// [`prefill_attention_dense`] restricted to the key blocks `lists` keeps: query block `I`
@@ -53,32 +58,64 @@ pub fn prefill_attention_sparse(
 ) -> Result<(), OpError> {
     check(SPARSE, shape, q, &kv, out)?;
     check_lists(shape, lists)?;
+    let lists = Lists {
+        blocks: &lists.blocks,
+        counts: &lists.counts,
+        dense: false,
+        block_size: lists.block_size,
+        max_blocks: lists.max_blocks,
+    };
+    launch(dev, shape, q, kv, lists, out)
+}
+
+/// The kernel's key-block arguments: its mode, and in sparse mode the checked lists.
+struct Lists<'a> {
+    blocks: &'a [u32],
+    counts: &'a [u32],
+    dense: bool,
+    block_size: usize,
+    max_blocks: usize,
+}
+
+/// Launches the dtype's instance of the kernel on checked arguments. The checks have bounded
+/// every scalar by the 32-bit element counts (block size and list sizes included).
+fn launch(
+    dev: &Device,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: KvView,
+    lists: Lists,
+    out: &mut [f32],
+) -> Result<(), OpError> {
     let kernel = kv.k.pick((
-        &prefill_sparse_bf16::KERNEL,
-        &prefill_sparse_f16::KERNEL,
-        &prefill_sparse_f32::KERNEL,
+        &prefill_bf16::KERNEL,
+        &prefill_f16::KERNEL,
+        &prefill_f32::KERNEL,
     ));
-    let grid = grid(kernel, shape);
-    let mut args = vec![
+    let args = [
         Arg::buf(q),
         kv.k.arg(),
         kv.v.arg(),
-        Arg::buf(&lists.blocks),
-        Arg::buf(&lists.counts),
+        Arg::buf(lists.blocks),
+        Arg::buf(lists.counts),
         Arg::buf_mut(out),
-    ];
-    args.extend(scalars(shape));
-    args.extend([
+        Arg::U32(shape.t as u32),
+        Arg::U32(shape.pos0 as u32),
+        Arg::U32(shape.n_heads as u32),
+        Arg::U32(shape.n_kv_heads as u32),
+        Arg::U32(shape.head_dim as u32),
+        Arg::F32(shape.scale),
+        Arg::U32(lists.dense as u32),
         Arg::U32(lists.block_size as u32),
-        Arg::U32(lists.qblock0 as u32),
+        Arg::U32((shape.pos0 / lists.block_size) as u32),
         Arg::U32(lists.max_blocks as u32),
-    ]);
-    dev.launch(kernel, grid, &args)?;
+    ];
+    dev.launch(kernel, grid(kernel, shape), &args)?;
     Ok(())
 }
 
-/// The shape and buffers, plus what the kernels add: keys and values of one dtype, and
-/// `n_heads * n_kv_heads < 2^24` (the kernels find a query head's KV head by an f32
+/// The shape and buffers, plus what the kernel adds: keys and values of one dtype, and
+/// `n_heads * n_kv_heads < 2^24` (the kernel finds a query head's KV head by an f32
 /// division that is exact below that).
 fn check(
     op: &'static str,
@@ -187,19 +224,6 @@ fn grid(kernel: &KernelDef, shape: &AttnShape) -> [u32; 3] {
     [tiles as u32, shape.n_heads as u32, 1]
 }
 
-/// The scalar arguments both kernels take after their buffers. `shape.check` has bounded
-/// every value by the 32-bit element counts.
-fn scalars(shape: &AttnShape) -> [Arg<'static>; 6] {
-    [
-        Arg::U32(shape.t as u32),
-        Arg::U32(shape.pos0 as u32),
-        Arg::U32(shape.n_heads as u32),
-        Arg::U32(shape.n_kv_heads as u32),
-        Arg::U32(shape.head_dim as u32),
-        Arg::F32(shape.scale),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,14 +254,44 @@ mod tests {
         }
     }
 
-    fn inputs(s: &AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let q = (0..s.t * s.n_heads * s.head_dim)
-            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
-            .collect();
-        let kv = s.kv_len() * s.n_kv_heads * s.head_dim;
-        let k = (0..kv).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
-        let v = (0..kv).map(|i| ((i * 3 % 17) as f32 - 8.0) / 5.0).collect();
-        (q, k, v)
+    /// The CPU device and f32 inputs of [`shape`].
+    struct Fixture {
+        dev: Device,
+        s: AttnShape,
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let s = shape();
+            let q = (0..s.t * s.n_heads * s.head_dim)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+                .collect();
+            let kv = s.kv_len() * s.n_kv_heads * s.head_dim;
+            let k = (0..kv).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let v = (0..kv).map(|i| ((i * 3 % 17) as f32 - 8.0) / 5.0).collect();
+            Fixture {
+                dev: Device::open(Pool::Cpu).unwrap(),
+                s,
+                q,
+                k,
+                v,
+            }
+        }
+
+        fn kv(&self) -> KvView<'_> {
+            KvView {
+                k: KvSlice::F32(&self.k),
+                v: KvSlice::F32(&self.v),
+            }
+        }
+
+        /// A zeroed output for the query rows.
+        fn out(&self) -> Vec<f32> {
+            vec![0.0; self.q.len()]
+        }
     }
 
     fn message(r: Result<(), OpError>) -> String {
@@ -246,37 +300,32 @@ mod tests {
 
     #[test]
     fn dense_refuses_bad_shapes_and_mixed_dtypes() {
-        let dev = Device::open(Pool::Cpu).unwrap();
-        let s = shape();
-        let (q, k, v) = inputs(&s);
-        let kv = KvView {
-            k: KvSlice::F32(&k),
-            v: KvSlice::F32(&v),
-        };
-        let mut out = vec![0.0; q.len()];
-        let e = message(prefill_attention_dense(&dev, &s, &q[1..], kv, &mut out));
+        let f = Fixture::new();
+        let (dev, s, q, k, v, kv) = (&f.dev, f.s, &f.q, &f.k, &f.v, f.kv());
+        let mut out = f.out();
+        let e = message(prefill_attention_dense(dev, &s, &q[1..], kv, &mut out));
         assert!(
             e.contains("attention.prefill_dense") && e.contains("q"),
             "{e}"
         );
         let short = KvView {
             k: KvSlice::F32(&k[..k.len() - 8]),
-            v: KvSlice::F32(&v),
+            v: KvSlice::F32(v),
         };
-        let e = message(prefill_attention_dense(&dev, &s, &q, short, &mut out));
+        let e = message(prefill_attention_dense(dev, &s, q, short, &mut out));
         assert!(e.contains("k has"), "{e}");
         let vb: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
         let mixed = KvView {
-            k: KvSlice::F32(&k),
+            k: KvSlice::F32(k),
             v: KvSlice::Bf16(&vb),
         };
-        let e = message(prefill_attention_dense(&dev, &s, &q, mixed, &mut out));
+        let e = message(prefill_attention_dense(dev, &s, q, mixed, &mut out));
         assert!(e.contains("k is f32 and v is bf16"), "{e}");
         let wide = AttnShape { head_dim: 512, ..s };
-        let e = message(prefill_attention_dense(&dev, &wide, &q, kv, &mut out));
+        let e = message(prefill_attention_dense(dev, &wide, q, kv, &mut out));
         assert!(e.contains("head_dim 512"), "{e}");
         let odd = AttnShape { n_kv_heads: 3, ..s };
-        let e = message(prefill_attention_dense(&dev, &odd, &q, kv, &mut out));
+        let e = message(prefill_attention_dense(dev, &odd, q, kv, &mut out));
         assert!(e.contains("not a multiple of n_kv_heads"), "{e}");
     }
 
@@ -285,16 +334,17 @@ mod tests {
 
     #[test]
     fn sparse_refuses_inconsistent_lists() {
-        let dev = Device::open(Pool::Cpu).unwrap();
-        let s = shape();
-        let (q, k, v) = inputs(&s);
-        let kv = KvView {
-            k: KvSlice::F32(&k),
-            v: KvSlice::F32(&v),
-        };
-        let mut out = vec![0.0; q.len()];
+        let f = Fixture::new();
+        let mut out = f.out();
         let mut run = |lists: &BlockLists| {
-            message(prefill_attention_sparse(&dev, &s, &q, kv, lists, &mut out))
+            message(prefill_attention_sparse(
+                &f.dev,
+                &f.s,
+                &f.q,
+                f.kv(),
+                lists,
+                &mut out,
+            ))
         };
         let cases: [(&str, Spoil); 9] = [
             ("not a positive multiple of 64", |l| l.block_size = 96),
@@ -320,21 +370,15 @@ mod tests {
         }
     }
 
-    /// With every causal block listed the sparse kernel visits the dense kernel's key tiles
+    /// With every causal block listed the kernel's sparse mode visits dense mode's key tiles
     /// in the same order, so the two agree to the bit (here on the generated Rust).
     #[test]
     fn sparse_with_every_block_is_dense() {
-        let dev = Device::open(Pool::Cpu).unwrap();
-        let s = shape();
-        let (q, k, v) = inputs(&s);
-        let kv = KvView {
-            k: KvSlice::F32(&k),
-            v: KvSlice::F32(&v),
-        };
-        let mut dense = vec![0.0; q.len()];
-        prefill_attention_dense(&dev, &s, &q, kv, &mut dense).unwrap();
-        let mut sparse = vec![0.0; q.len()];
-        prefill_attention_sparse(&dev, &s, &q, kv, &full_lists(), &mut sparse).unwrap();
+        let f = Fixture::new();
+        let mut dense = f.out();
+        prefill_attention_dense(&f.dev, &f.s, &f.q, f.kv(), &mut dense).unwrap();
+        let mut sparse = f.out();
+        prefill_attention_sparse(&f.dev, &f.s, &f.q, f.kv(), &full_lists(), &mut sparse).unwrap();
         assert!(dense.iter().all(|x| x.is_finite()));
         let same = dense
             .iter()

@@ -172,7 +172,7 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
     let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
     // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
-    use lse_kernels::attention::{block_score, block_select, dense, key_blocks, sparse};
+    use lse_kernels::attention::{block_score, block_select, key_blocks, prefill};
     let scoring = [
         (
             "lm_head",
@@ -180,14 +180,8 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
-        (
-            "prefill_attention (dense)",
-            &dense::prefill_dense_bf16::KERNEL,
-        ),
-        (
-            "prefill_attention (sparse)",
-            &sparse::prefill_sparse_bf16::KERNEL,
-        ),
+        ("prefill_attention (dense)", &prefill::prefill_bf16::KERNEL),
+        ("prefill_attention (sparse)", &prefill::prefill_bf16::KERNEL),
         (
             "flashprefill (key_block_mean)",
             &key_blocks::key_block_mean_bf16::KERNEL,

@@ -1,7 +1,7 @@
-//! Differential cases of the prefill-attention kernels (`attention.prefill_dense_<ty>`,
-//! `attention.prefill_sparse_<ty>`) against [`crate::reference::attention`]: every cache dtype,
-//! GQA groups 1 to 4, head dims that are and are not multiples of 4, passes that start inside
-//! a tile or a block, and cache rows the kernels must not read set to NaN.
+//! Differential cases of the prefill-attention kernel (`attention.prefill_<ty>`, dense and
+//! sparse mode) against [`crate::reference::attention`]: every cache dtype, GQA groups 1 to 4,
+//! head dims that are and are not multiples of 4, passes that start inside a tile or a block,
+//! and cache rows the kernel must not read set to NaN.
 
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, AttnShape, BlockLists, KvView};
@@ -12,7 +12,7 @@ use crate::reference::attention as reference;
 use crate::reference::flashprefill::blocks;
 
 /// One pass of one layer: the shape, the cache dtype, `extra` cache rows past `pos0 + t`,
-/// and for the sparse kernel the block size of random block lists.
+/// and for sparse mode the block size of random block lists.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnCase {
     pub dtype: Dtype,
@@ -33,7 +33,7 @@ pub struct Inputs {
     /// The cache's keys and values in the case's dtype.
     pub k: Stored,
     pub v: Stored,
-    /// The sparse kernel's block lists; `None` for the dense kernel.
+    /// Sparse mode's block lists; `None` for dense mode.
     pub lists: Option<BlockLists>,
 }
 
@@ -94,9 +94,9 @@ impl AttnCase {
 
     /// Random q, k, v, with queries twice as large as keys so that softmax rows are peaked
     /// as well as flat. Cache rows the pass must not read are NaN: the `extra` rows past
-    /// `pos0 + t` and, for the sparse kernel, the rows (of one KV head) of key blocks that
-    /// no query block of that head lists; reading one would make outputs NaN. The sparse
-    /// kernel's lists keep each causal key block with probability 2/5, the diagonal always.
+    /// `pos0 + t` and, for sparse mode, the rows (of one KV head) of key blocks that
+    /// no query block of that head lists; reading one would make outputs NaN. Sparse mode's
+    /// lists keep each causal key block with probability 2/5, the diagonal always.
     pub fn inputs(&self) -> Inputs {
         let shape = self.shape();
         let mut rng = Rng(self.seed);
@@ -195,7 +195,7 @@ pub fn case(
     }
 }
 
-/// The dense kernel's cases.
+/// Dense mode's cases.
 pub fn dense_cases() -> Vec<Box<dyn Case>> {
     use Dtype::*;
     boxed([
@@ -211,7 +211,7 @@ pub fn dense_cases() -> Vec<Box<dyn Case>> {
     ])
 }
 
-/// The sparse kernel's cases.
+/// Sparse mode's cases.
 pub fn sparse_cases() -> Vec<Box<dyn Case>> {
     use Dtype::*;
     boxed([

@@ -1,31 +1,58 @@
-//! `attention.prefill_sparse_<ty>.v1` (ty = bf16, f16, f32): FlashPrefill's block-sparse
-//! causal attention (`../shared/research/flashprefill.md` §1.6) over a KV cache in its
-//! stored dtype.
+//! `attention.prefill_<ty>.v1` (ty = bf16, f16, f32): causal flash attention of one prefill
+//! pass over a KV cache in its stored dtype, dense or FlashPrefill's block-sparse form
+//! (`../shared/research/flashprefill.md` §1.6), from one source.
 //!
-//! The dense kernel (`super::dense`) restricted to listed key blocks: a query tile lies in
-//! one query block `I` (tiles are aligned to absolute positions and `QT` divides the block
-//! size), looks up `I`'s list for its KV head, and runs the dense kernel's key-tile body,
-//! statement for statement, over the `KT`-key tiles of each listed block in ascending order,
-//! stopping at the tile's last row. With every causal block listed that is exactly the
-//! dense kernel's sequence of key tiles, so the two agree to the bit.
+//! One workgroup per (query tile, query head), one work-item per query row. Query tiles are
+//! aligned to absolute positions (tile x covers `[(pos0 / QT + x) * QT, + QT)` clipped to the
+//! pass), so a tile lies inside one query block `I` (`QT` divides the block size). The tile
+//! walks a list of key blocks in ascending order: in sparse mode `I`'s list for its KV head
+//! from the block lists, in dense mode every causal block `0..=I` (no list is read). Each
+//! block's keys go in tiles of `KT`, stopping at the tile's last row, under an f32 online
+//! softmax: running maximum `m`, running sum `l`, accumulator rescaled by
+//! `exp(m_old - m_new)`. While a row's maximum is still -inf it subtracts 0 instead, so masked
+//! scores give `exp(-inf) = 0`, never NaN. The key tiles of the blocks `0..=I` are the tiles
+//! `0, KT, ..` up to the tile's last row whatever the block size, so sparse mode with every
+//! causal block listed runs exactly dense mode's sequence of key tiles and agrees with it to
+//! the bit.
 //!
-//! The key loops hold the body's barriers, so they are uniform loops that the host lowering
-//! runs once per workgroup: their bounds may come from the lists (loads at a uniform index),
-//! and `k0` is one value for the whole workgroup. As in the dense kernel, the body computes
-//! its index values from parameters, group ids, `k0` and `local_id()` only.
+//! Written for the host lowering, which runs each loop below once per workgroup with a
+//! vectorised loop over the work-items inside:
+//! - per-row vectors (query row, accumulator, the tile's scores) live in `shared` arrays laid
+//!   out `[i * QT + local_id()]`, consecutive across work-items;
+//! - keys and values are staged as f32 in shared memory a slice at a time (`KS` keys, or `DC`
+//!   dimensions of the tile's keys), widened by all work-items together, so each staged
+//!   element feeds a multiply-add over all rows as one broadcast operand;
+//! - the products are unrolled 8 x 4 (8 keys by 4 dimensions for q·k, 8 dimensions by 4 keys
+//!   for p·v): 8 independent accumulators hide the multiply-add latency, and each load of a
+//!   row vector feeds 8 multiply-adds;
+//! - the key loops hold barriers, so they are uniform loops run once per workgroup: their
+//!   bounds may come from the lists (loads at a uniform index), and `k0` is one value for the
+//!   whole workgroup;
+//! - index values are written with `local_id()` and pure expressions inside the region
+//!   (between barriers) that uses them, never carried across a barrier in a variable, which
+//!   would hide that they are consecutive or the same for every row.
+//!
+//! Every accumulator sees its multiply-adds in ascending order, one rounding each (`fma`).
+//! Shared memory: `(2 * 256 + KT) * QT + KS * 256` floats = 44 KiB (QT = 16, KT = 64, KS = 8).
 
 use loom::kernel;
 
-/// `q`, `k`, `v`, `out`, `t`, `pos0`, `n_heads`, `n_kv_heads`, `head_dim`, `scale`: as in
-/// `attention.prefill_dense`. `blocks`: `[n_kv_heads, n_qblocks, max_blocks]` absolute key-block
-/// ids, ascending, the first `counts[..]` of each row used, each `<=` the row's query block;
-/// `counts`: `[n_kv_heads, n_qblocks]`, at least 1; `block_size`: a multiple of 64; `qblock0`:
-/// `pos0 / block_size`; `n_qblocks = (pos0 + t - 1) / block_size - qblock0 + 1`. A query tile
-/// in absolute query block `I` reads row `kvh * n_qblocks + I - qblock0` and attends to keys
-/// `J * block_size .. min((J + 1) * block_size, p + 1)` of each listed block `J`. Grid as the
-/// dense kernel's.
-#[kernel(name = "attention.prefill_sparse", version = 1, workgroup = 16, elem = [bf16, f16, f32])]
-fn prefill_sparse<W>(
+/// `q`, `out`: `[t, n_heads, head_dim]` f32, row `r` at absolute position `pos0 + r`; `k`, `v`:
+/// the cache, `[>= pos0 + t, n_kv_heads, head_dim]`. `out[r, h] = Σ_j softmax_j(scale ·
+/// q[r, h] · k[j, kvh]) · v[j, kvh]` over the attended keys `j <= pos0 + r`, where query head
+/// `h` reads KV head `kvh = h / (n_heads / n_kv_heads)`. `head_dim <= 256`;
+/// `n_heads * n_kv_heads < 2^24` (see `kvh` below). `block_size`: a multiple of 64; `qblock0`:
+/// `pos0 / block_size`; `n_qblocks = (pos0 + t - 1) / block_size - qblock0 + 1`.
+///
+/// `dense != 0`: every key `j <= pos0 + r` is attended; `blocks`, `counts` and `max_blocks`
+/// are not read (pass 1-element buffers). `dense == 0`: `blocks` is `[n_kv_heads, n_qblocks,
+/// max_blocks]` absolute key-block ids, ascending, the first `counts[..]` of each row used,
+/// each `<=` the row's query block; `counts`: `[n_kv_heads, n_qblocks]`, at least 1. A query
+/// tile in absolute query block `I` reads row `kvh * n_qblocks + I - qblock0` and attends to
+/// keys `J * block_size .. min((J + 1) * block_size, p + 1)` of each listed block `J`.
+/// Grid: x = ceil((pos0 + t) / 16) - pos0 / 16, y = n_heads.
+#[kernel(name = "attention.prefill", version = 1, workgroup = 16, elem = [bf16, f16, f32])]
+fn prefill<W>(
     q: &[f32],
     k: &[W],
     v: &[W],
@@ -38,6 +65,7 @@ fn prefill_sparse<W>(
     n_kv_heads: u32,
     head_dim: u32,
     scale: f32,
+    dense: u32,
     block_size: u32,
     qblock0: u32,
     max_blocks: u32,
@@ -65,16 +93,24 @@ fn prefill_sparse<W>(
         qs[d * QT + local_id()] = q[qrow + d];
         acc[d * QT + local_id()] = 0.0;
     }
-    // This tile's row of the block lists.
-    let kv_head = group_id_y() / (n_heads / n_kv_heads);
+    // This tile's query block, and in sparse mode its row of the block lists.
+    let qblock = first / block_size;
     let n_qblocks = (pos0 + t - 1) / block_size - qblock0 + 1;
-    let list = kv_head * n_qblocks + first / block_size - qblock0;
+    let list = if dense != 0 {
+        0
+    } else {
+        group_id_y() / (n_heads / n_kv_heads) * n_qblocks + qblock - qblock0
+    };
+    let n_blocks = if dense != 0 { qblock + 1 } else { counts[list] };
     let mut m = f32::NEG_INFINITY;
     let mut l = 0.0;
-    for b in 0..counts[list] {
-        let key_block = blocks[list * max_blocks + b] * block_size;
+    for b in 0..n_blocks {
+        let key_block = if dense != 0 {
+            b
+        } else {
+            blocks[list * max_blocks + b]
+        } * block_size;
         for k0 in (key_block..min(key_block + block_size, stop)).step_by(KT) {
-            // ---- key-tile body, identical in `prefill_dense` ----
             // Scores of the tile, sc[j] = q · k[k0 + j], for KS keys at a time.
             for g in 0..(KT / KS) {
                 // Stage KS keys as f32: kvs[kk * MAX_D + d] = k[k0 + KS g + kk, kvh, d]. Keys
@@ -273,7 +309,6 @@ fn prefill_sparse<W>(
                 }
                 barrier();
             }
-            // ---- end of the key-tile body ----
         }
     }
     if pos >= pos0 && pos < stop {
