@@ -262,4 +262,27 @@ mod tests {
         };
         assert!(msg.contains("\"pool\""), "{msg}");
     }
+
+    #[test]
+    fn engine_config_sets_every_flashprefill_option() {
+        let Ok(s) = settings_from_json(
+            r#"{"model":"m","flash_prefill_v2":"on","prefill_attention_scale":0.2,
+                "flashprefill_block_size":256,"flashprefill_sink_blocks":1,
+                "flashprefill_window_blocks":3,"flashprefill_last_full_blocks":0,
+                "flashprefill_min_budget":5,"flashprefill_min_kv_len":9000}"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(s.flash_prefill, FlashPrefill::On);
+        let want = crate::ops::FlashPrefillParams {
+            block_size: 256,
+            alpha: 0.2,
+            sink_blocks: 1,
+            window_blocks: 3,
+            last_full_blocks: 0,
+            min_budget: 5,
+        };
+        assert_eq!(s.flashprefill, want);
+        assert_eq!(s.flashprefill_min_kv_len, 9000);
+    }
 }

@@ -83,3 +83,72 @@ impl<'d> PrefillAttention<'d> {
         (causal > 0).then(|| kept as f64 / causal as f64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Pool;
+    use crate::ops::KvSlice;
+
+    fn shape(t: usize, pos0: usize) -> AttnShape {
+        AttnShape {
+            t,
+            pos0,
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 8,
+            scale: 0.5,
+        }
+    }
+
+    #[test]
+    fn auto_goes_sparse_from_the_cut_over_on_cache_rows() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let p = FlashPrefillParams::default();
+        let auto = PrefillAttention::new(&dev, SparseWhen::FromKvLen(2048), p);
+        assert!(!auto.is_sparse(&shape(2047, 0)));
+        assert!(auto.is_sparse(&shape(2048, 0)));
+        // A short pass late in the window reads many cache rows.
+        assert!(auto.is_sparse(&shape(16, 4000)));
+        assert!(!PrefillAttention::dense(&dev).is_sparse(&shape(1 << 20, 0)));
+        assert!(PrefillAttention::new(&dev, SparseWhen::Always, p).is_sparse(&shape(1, 0)));
+    }
+
+    #[test]
+    fn density_counts_only_sparse_passes() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let params = FlashPrefillParams {
+            block_size: 64,
+            ..FlashPrefillParams::default()
+        };
+        let s = shape(200, 0);
+        let q: Vec<f32> = (0..s.t * 2 * 8).map(|i| (i % 7) as f32 * 0.1).collect();
+        let k: Vec<f32> = (0..s.t * 8).map(|i| (i % 5) as f32 * 0.1).collect();
+        let kv = KvView {
+            k: KvSlice::F32(&k),
+            v: KvSlice::F32(&k),
+        };
+        let mut out = vec![0.0; q.len()];
+        let dense = PrefillAttention::dense(&dev);
+        dense.run(&s, &q, kv, &mut out).unwrap();
+        assert_eq!(dense.density(), None);
+        let sparse = PrefillAttention::new(&dev, SparseWhen::Always, params);
+        sparse.run(&s, &q, kv, &mut out).unwrap();
+        // 4 query blocks of 64: the default window of 4 blocks keeps all 1 + 2 + 3 + 4.
+        assert_eq!(sparse.density(), Some(1.0));
+        // Only the best block and the diagonal: fewer, and the counts accumulate over passes.
+        let tight = FlashPrefillParams {
+            alpha: 1.0,
+            sink_blocks: 0,
+            window_blocks: 1,
+            last_full_blocks: 0,
+            ..params
+        };
+        let sparse = PrefillAttention::new(&dev, SparseWhen::Always, tight);
+        sparse.run(&s, &q, kv, &mut out).unwrap();
+        let once = sparse.density().unwrap();
+        assert!(once < 1.0, "{once}");
+        sparse.run(&s, &q, kv, &mut out).unwrap();
+        assert_eq!(sparse.density(), Some(once));
+    }
+}
