@@ -38,13 +38,7 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         ));
         e.num_groups[d] = e.b.op(format!("udiv i32 {grid}, {wg}"));
     }
-    let mut gpu = GpuSync::new(wg, barrier);
-    e.block(&mut gpu, &k.body);
-    e.b.ins("ret void");
-    if let Some(err) = e.error.take() {
-        return Err(err);
-    }
-    globals.push_str(&gpu.scratch_globals());
+    gpu::body(&mut e, k, wg, barrier, &mut globals)?;
 
     let comment = format!("; LOOM kernel {} ({}) for {arch}", k.id(), k.fn_name);
     let define = format!(
@@ -165,23 +159,9 @@ impl TargetStmts for GpuSync {
             (self.barrier)(e);
             return;
         };
-        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
-            2
-        } else {
-            1
+        let Some(ty) = e.check_collective(*op, dst, args) else {
+            return;
         };
-        let want_dst = if *op == CollectiveOp::Argmax { 2 } else { 1 };
-        if args.len() != want || dst.len() != want_dst {
-            e.fail(format!(
-                "{op:?} takes {want} arguments and {want_dst} results"
-            ));
-            return;
-        }
-        let ty = args[0].ty;
-        if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
-            e.fail(format!("{op:?} on {}", ty.rust_name()));
-            return;
-        }
         let lid = e.lid.clone();
         self.uses_red_v = true;
         match op {

@@ -3,6 +3,7 @@
 //! them, scalars by value, all in declaration order), shared arrays as addrspace(3) globals,
 //! and one private slot per kernel variable.
 
+use crate::amdgpu::GpuSync;
 use crate::emit::{lty, Emitter};
 use lse_dsl::ir::{Access, Kernel, Param};
 
@@ -70,4 +71,23 @@ pub(crate) fn prologue<'k>(
         globals,
         wg,
     })
+}
+
+/// Lowers the kernel body with the shared-memory collectives of [`GpuSync`] and `barrier`,
+/// ends the function, and adds the collectives' scratch arrays to `globals`.
+pub(crate) fn body(
+    e: &mut Emitter,
+    k: &Kernel,
+    wg: u32,
+    barrier: fn(&mut Emitter),
+    globals: &mut String,
+) -> Result<(), String> {
+    let mut sync = GpuSync::new(wg, barrier);
+    e.block(&mut sync, &k.body);
+    e.b.ins("ret void");
+    if let Some(err) = e.error.take() {
+        return Err(err);
+    }
+    globals.push_str(&sync.scratch_globals());
+    Ok(())
 }

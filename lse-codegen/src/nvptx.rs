@@ -10,7 +10,6 @@
 
 pub(crate) mod math;
 
-use crate::amdgpu::GpuSync;
 use crate::emit::{Emitter, ModuleText};
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::Kernel;
@@ -53,13 +52,7 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
             &[],
         );
     }
-    let mut gpu = GpuSync::new(wg, barrier);
-    e.block(&mut gpu, &k.body);
-    e.b.ins("ret void");
-    if let Some(err) = e.error.take() {
-        return Err(err);
-    }
-    globals.push_str(&gpu.scratch_globals());
+    gpu::body(&mut e, k, wg, barrier, &mut globals)?;
     for d in math::DECLS {
         e.b.declare(d);
     }

@@ -227,6 +227,19 @@ pub enum CollectiveOp {
     Broadcast,
 }
 
+impl CollectiveOp {
+    /// The built-in's name as a kernel author writes it (and as the IR text prints it).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::ReduceSum => "reduce_sum",
+            CollectiveOp::ReduceMax => "reduce_max",
+            CollectiveOp::ReduceMin => "reduce_min",
+            CollectiveOp::Argmax => "argmax",
+            CollectiveOp::Broadcast => "broadcast",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Expr {
     pub kind: ExprKind,

@@ -10,9 +10,7 @@ use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
-use crate::ir::{
-    Access, Block, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty, UnOp,
-};
+use crate::ir::{Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty, UnOp};
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
 /// prints); includes name, version, workgroup size, targets, params, shared arrays, locals
@@ -183,7 +181,7 @@ impl Printer<'_> {
                 } else {
                     format!("({})", dst.join(", "))
                 };
-                let l = format!("{lhs} = {}({});", collective_name(*op), args.join(", "));
+                let l = format!("{lhs} = {}({});", op.name(), args.join(", "));
                 self.line(depth, &l);
             }
         }
@@ -289,16 +287,6 @@ fn math_name(f: MathFn) -> &'static str {
         MathFn::F16ToF32 => "f16_to_f32",
         MathFn::F32ToBf16 => "f32_to_bf16",
         MathFn::F32ToF16 => "f32_to_f16",
-    }
-}
-
-fn collective_name(op: CollectiveOp) -> &'static str {
-    match op {
-        CollectiveOp::ReduceSum => "reduce_sum",
-        CollectiveOp::ReduceMax => "reduce_max",
-        CollectiveOp::ReduceMin => "reduce_min",
-        CollectiveOp::Argmax => "argmax",
-        CollectiveOp::Broadcast => "broadcast",
     }
 }
 

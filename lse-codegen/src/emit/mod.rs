@@ -14,7 +14,7 @@ mod stmt;
 pub(crate) use builder::{Builder, ModuleText};
 pub(crate) use combine::{combine, combine_argmax};
 
-use lse_dsl::ir::{Kernel, Stmt, Ty};
+use lse_dsl::ir::{CollectiveOp, Expr, Kernel, Stmt, Ty};
 
 /// Where a kernel variable lives in the emitted function.
 #[derive(Clone, Debug)]
@@ -97,6 +97,31 @@ impl<'k> Emitter<'k> {
         if self.error.is_none() {
             self.error = Some(msg.into());
         }
+    }
+
+    /// Checks a collective's arity (`argmax` and `broadcast` take two arguments, `argmax`
+    /// gives two results) and element type (f32, i32 or u32), recording an error and
+    /// returning `None` when they are wrong; else the element type. Every target lowers
+    /// collectives itself and calls this first.
+    pub fn check_collective(&mut self, op: CollectiveOp, dst: &[u32], args: &[Expr]) -> Option<Ty> {
+        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
+            2
+        } else {
+            1
+        };
+        let want_dst = if op == CollectiveOp::Argmax { 2 } else { 1 };
+        if args.len() != want || dst.len() != want_dst {
+            self.fail(format!(
+                "{op:?} takes {want} arguments and {want_dst} results"
+            ));
+            return None;
+        }
+        let ty = args[0].ty;
+        if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
+            self.fail(format!("{op:?} on {}", ty.rust_name()));
+            return None;
+        }
+        Some(ty)
     }
 
     /// An alloca of `ty` (placed in the entry block); returns its pointer value.

@@ -417,23 +417,9 @@ impl HostPhases {
     }
 
     fn collective(&mut self, e: &mut Emitter, op: CollectiveOp, dst: &[u32], args: &[Expr]) {
-        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
-            2
-        } else {
-            1
+        let Some(ty) = e.check_collective(op, dst, args) else {
+            return;
         };
-        let want_dst = if op == CollectiveOp::Argmax { 2 } else { 1 };
-        if args.len() != want || dst.len() != want_dst {
-            e.fail(format!(
-                "{op:?} takes {want} arguments and {want_dst} results"
-            ));
-            return;
-        }
-        let ty = args[0].ty;
-        if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
-            e.fail(format!("{op:?} on {}", ty.rust_name()));
-            return;
-        }
         let wg = self.wg;
         let t = lty(ty);
         let vals = e.alloca(&format!("[{wg} x {t}]"), 16);

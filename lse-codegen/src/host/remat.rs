@@ -244,19 +244,17 @@ fn rewrite_expr(e: &Expr, defs: &[Option<Expr>]) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::kernels::{bin, builtin};
     use lse_dsl::ir::{Builtin, Ty};
 
     fn u(v: u32) -> Expr {
         Expr::const_u32(v)
     }
-    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
-        Expr::new(ExprKind::Binary(op, Box::new(a), Box::new(b)), Ty::U32)
-    }
     fn var(v: VarId) -> Expr {
         Expr::new(ExprKind::Var(v), Ty::U32)
     }
     fn lid() -> Expr {
-        Expr::new(ExprKind::Builtin(Builtin::LocalId), Ty::U32)
+        builtin(Builtin::LocalId)
     }
     fn let_(var: VarId, value: Expr) -> Stmt {
         Stmt::Let { var, value }

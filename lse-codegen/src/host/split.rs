@@ -100,13 +100,11 @@ pub(super) fn assigned_vars(block: &[Stmt], out: &mut Vec<VarId>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::kernels::bin;
     use lse_dsl::ir::Ty;
 
     fn u(v: u32) -> Expr {
         Expr::const_u32(v)
-    }
-    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
-        Expr::new(ExprKind::Binary(op, Box::new(a), Box::new(b)), Ty::U32)
     }
     fn var(v: VarId) -> Expr {
         Expr::new(ExprKind::Var(v), Ty::U32)

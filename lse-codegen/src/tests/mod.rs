@@ -3,5 +3,5 @@
 mod driver;
 mod gpu;
 mod host;
-mod kernels;
+pub(crate) mod kernels;
 mod nvptx;

@@ -70,16 +70,6 @@ fn arity(name: &str, args: &Args, n: usize, span: Span) -> syn::Result<()> {
     )
 }
 
-fn op_name(op: CollectiveOp) -> &'static str {
-    match op {
-        CollectiveOp::ReduceSum => "reduce_sum",
-        CollectiveOp::ReduceMax => "reduce_max",
-        CollectiveOp::ReduceMin => "reduce_min",
-        CollectiveOp::Argmax => "argmax",
-        CollectiveOp::Broadcast => "broadcast",
-    }
-}
-
 impl Cx {
     /// Lowers the arguments of collective `op` and returns them with the result types.
     pub(super) fn collective_args(
@@ -88,7 +78,7 @@ impl Cx {
         c: &syn::ExprCall,
         want: Option<Ty>,
     ) -> syn::Result<(Vec<Expr>, Vec<Ty>)> {
-        let name = op_name(op);
+        let name = op.name();
         let span = c.span();
         match op {
             CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
@@ -122,7 +112,7 @@ impl Cx {
         c: &syn::ExprCall,
         want: Option<Ty>,
     ) -> syn::Result<Expr> {
-        let name = op_name(op);
+        let name = op.name();
         if op == CollectiveOp::Argmax {
             return err(
                 c.span(),
