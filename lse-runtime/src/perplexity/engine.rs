@@ -180,8 +180,8 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
-        ("prefill_attention (dense)", &prefill::prefill_bf16::KERNEL),
-        ("prefill_attention (sparse)", &prefill::prefill_bf16::KERNEL),
+        // One kernel serves dense and block-sparse attention.
+        ("prefill_attention", &prefill::prefill_bf16::KERNEL),
         (
             "flashprefill (key_block_mean)",
             &key_blocks::key_block_mean_bf16::KERNEL,
