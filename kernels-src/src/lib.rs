@@ -7,6 +7,7 @@
 use lse_dsl::rt::KernelDef;
 
 pub mod attention;
+pub mod gemm;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod topk_pairs;
@@ -40,6 +41,11 @@ kernels!(
     attention::prefill::prefill_bf16,
     attention::prefill::prefill_f16,
     attention::prefill::prefill_f32,
+    gemm::gemm_xwt_bf16,
+    gemm::gemm_xwt_f16,
+    gemm::gemm_xwt_f32,
+    gemm::gemm_xwt_exact_bf16,
+    gemm::gemm_xwt_exact_f16,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

@@ -60,7 +60,6 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         triple: crate::llvm::AMDGPU_TRIPLE,
         globals: &globals,
         define: &define,
-        extra_defs: "",
         trailer: &trailer,
     });
     Ok(out)
@@ -155,9 +154,10 @@ impl GpuSync {
 
 impl TargetStmts for GpuSync {
     fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
-        let Stmt::Collective { op, dst, args } = s else {
-            (self.barrier)(e);
-            return;
+        let (op, dst, args) = match s {
+            Stmt::Collective { op, dst, args } => (op, dst, args),
+            Stmt::Tile(t) => return crate::gpu::tiles::lower(e, self.wg, self.barrier, t),
+            _ => return (self.barrier)(e),
         };
         let Some(ty) = e.check_collective(*op, dst, args) else {
             return;

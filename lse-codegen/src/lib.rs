@@ -14,6 +14,7 @@ mod host;
 mod inspect;
 mod link;
 mod llvm;
+mod math;
 mod nvptx;
 #[cfg(test)]
 mod tests;
@@ -96,7 +97,8 @@ fn try_host_text(w: &WilKernel, cpu: &str) -> Result<String, CodegenError> {
             ),
         )));
     }
-    let dl = llvm::data_layout(llvm::HOST_TRIPLE, cpu).map_err(err)?;
+    let (llvm_cpu, features) = lse_dsl::rt::host_level_target(cpu).unwrap_or((cpu, ""));
+    let dl = llvm::data_layout_with(llvm::HOST_TRIPLE, llvm_cpu, features).map_err(err)?;
     host::module_text(w, cpu, &dl).map_err(|m| err((Stage::Emit, m)))
 }
 
@@ -119,7 +121,7 @@ pub struct CompiledGpu {
 pub fn compile_amdgpu(k: &Kernel, arch: &str) -> Result<CompiledGpu, CodegenError> {
     let text = try_amdgpu_text(k, arch)?;
     let err = |(stage, msg): (Stage, String)| CodegenError::compile(&k.fn_name, arch, stage, msg);
-    let c = llvm::compile_text(&text, &k.fn_name, llvm::AMDGPU_TRIPLE, arch).map_err(err)?;
+    let c = llvm::compile_text(&text, &k.fn_name, llvm::AMDGPU_TRIPLE, arch, "").map_err(err)?;
     let code_object =
         link::link_code_object(&c.object, &k.fn_name).map_err(|m| err((Stage::Link, m)))?;
     let info = inspect_code_object(&code_object).map_err(|m| err((Stage::Inspect, m)))?;
@@ -151,7 +153,8 @@ pub struct CompiledHost {
 pub fn compile_host(w: &WilKernel, cpu: &str) -> Result<CompiledHost, CodegenError> {
     let text = try_host_text(w, cpu)?;
     let k = w.kernel;
-    let c = llvm::compile_text(&text, &k.fn_name, llvm::HOST_TRIPLE, cpu)
+    let (llvm_cpu, features) = lse_dsl::rt::host_level_target(cpu).unwrap_or((cpu, ""));
+    let c = llvm::compile_text(&text, &k.fn_name, llvm::HOST_TRIPLE, llvm_cpu, features)
         .map_err(|(stage, msg)| CodegenError::compile(&k.fn_name, cpu, stage, msg))?;
     Ok(CompiledHost {
         cpu: cpu.to_string(),

@@ -36,12 +36,7 @@ fn init_targets() {
     });
 }
 
-/// A PIC target machine for `triple`/`cpu` at `-O3`.
-pub(crate) fn target_machine(triple: &str, cpu: &str) -> Result<TargetMachine, (Stage, String)> {
-    target_machine_with(triple, cpu, "")
-}
-
-/// [`target_machine`] with LLVM target `features` (e.g. `+ptx78`).
+/// An LLVM target machine for `triple`/`cpu` with target `features` (e.g. `+ptx78`).
 pub(crate) fn target_machine_with(
     triple: &str,
     cpu: &str,
@@ -122,15 +117,16 @@ pub(crate) fn compile_text_asm(
     Ok((ir_opt, String::from_utf8_lossy(asm.as_slice()).into_owned()))
 }
 
-/// Parses, verifies, optimises and emits `text` for `triple`/`cpu`. The assembly comes from
-/// a clone of the module because object emission rewrites the module in place.
+/// Parses, verifies, optimises and emits `text` for `triple`/`cpu`/`features`. The assembly
+/// comes from a clone of the module because object emission rewrites the module in place.
 pub(crate) fn compile_text(
     text: &str,
     name: &str,
     triple: &str,
     cpu: &str,
+    features: &str,
 ) -> Result<Compiled, (Stage, String)> {
-    let tm = target_machine(triple, cpu)?;
+    let tm = target_machine_with(triple, cpu, features)?;
     let ctx = Context::create();
     let module = optimise(&ctx, &tm, text, name)?;
     let ir_opt = module.print_to_string().to_string();

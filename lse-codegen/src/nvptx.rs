@@ -6,9 +6,7 @@
 //! `llvm.nvvm.read.ptx.sreg.*` intrinsics; shared arrays are `addrspace(3)` globals; a
 //! barrier is `llvm.nvvm.barrier0` (`bar.sync 0`, which orders CTA memory). Collectives use
 //! the same shared-memory tree as AMDGPU ([`crate::amdgpu::GpuSync`]). `exp`/`log` on f32 go
-//! through the functions of [`math`] because NVPTX cannot select the LLVM intrinsics.
-
-pub(crate) mod math;
+//! through [`crate::math`], as on every target (NVPTX could not select the LLVM intrinsics).
 
 use crate::emit::{Emitter, ModuleText};
 use crate::gpu::{self, GpuKernel};
@@ -40,7 +38,6 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
         mut globals,
         wg,
     } = gpu::prologue(k, "ptr")?;
-    e.exp_log_fns = [math::EXP_FN, math::LOG_FN];
     e.lid = e.b.call("i32", "llvm.nvvm.read.ptx.sreg.tid.x", &[]);
     for d in 0..3 {
         let axis = ["x", "y", "z"][d];
@@ -53,14 +50,10 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
         );
     }
     gpu::body(&mut e, k, wg, barrier, &mut globals)?;
-    for d in math::DECLS {
-        e.b.declare(d);
-    }
 
     let name = &k.fn_name;
     let comment = format!("; LOOM kernel {} ({name}) for {sm}", k.id());
     let define = format!("define void @{name}({}) #0 {{", params.join(", "));
-    let extra_defs = format!("{}\n", math::definitions());
     // `.reqntid` only: ptxas rejects a kernel that has both `.reqntid` and `.maxntid`.
     let trailer = format!(
         "attributes #0 = {{ nounwind \"target-cpu\"=\"{sm}\" \"target-features\"=\"{features}\" }}\n\n\
@@ -74,7 +67,6 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
         triple: crate::llvm::NVPTX_TRIPLE,
         globals: &globals,
         define: &define,
-        extra_defs: &extra_defs,
         trailer: &trailer,
     });
     Ok(out)

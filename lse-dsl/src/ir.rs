@@ -106,6 +106,30 @@ pub struct SharedArray {
     pub len: u32,
 }
 
+/// A tile: a `rows x cols` matrix owned by the whole workgroup, declared with
+/// `let t = tile::<T, ROWS, COLS>();` (zero-filled). `elem` is `bf16` or `f16` (matrix
+/// operands) or `f32` (accumulators and epilogue values). Where a tile lives is the
+/// lowering's choice (registers, matrix-unit tiles, shared memory, a stack array).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TileDecl {
+    pub name: String,
+    pub elem: Ty,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl TileDecl {
+    /// Elements in the tile.
+    pub fn len(&self) -> u32 {
+        self.rows * self.cols
+    }
+
+    /// Whether the tile has no elements (never true for a declared tile).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A `let` binding or `for` loop variable. Names may repeat (shadowing); ids do not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Local {
@@ -119,6 +143,8 @@ pub type VarId = u32;
 pub type ParamId = u32;
 /// Index into [`Kernel::shared`].
 pub type SharedId = u32;
+/// Index into [`Kernel::tiles`].
+pub type TileId = u32;
 
 /// One LOOM kernel after the front end: typed, checked, with comptime constants folded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -135,6 +161,7 @@ pub struct Kernel {
     pub targets: Vec<String>,
     pub params: Vec<Param>,
     pub shared: Vec<SharedArray>,
+    pub tiles: Vec<TileDecl>,
     pub locals: Vec<Local>,
     pub body: Block,
 }
@@ -211,6 +238,47 @@ pub enum Stmt {
         dst: Vec<VarId>,
         args: Vec<Expr>,
     },
+    /// A tile operation, done by the whole workgroup (uniform control flow only, like a
+    /// collective); it synchronises the workgroup before and after like `barrier()`.
+    Tile(TileOp),
+}
+
+/// Where a tile load or store reads or writes a buffer: element `(r, c)` of the tile is
+/// buffer element `offset + r * stride + c` (or `offset + c * stride + r` when
+/// `transposed`), for `r < rows` and `c < cols`; elements outside that window read as 0 and
+/// are not written. All four are uniform `u32` expressions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TileWindow {
+    pub buf: ParamId,
+    pub offset: Expr,
+    pub stride: Expr,
+    pub rows: Expr,
+    pub cols: Expr,
+    pub transposed: bool,
+}
+
+impl TileWindow {
+    /// The window's four expressions, in order.
+    pub fn exprs(&self) -> [&Expr; 4] {
+        [&self.offset, &self.stride, &self.rows, &self.cols]
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TileOp {
+    /// `tile_zero(t)`: every element becomes 0.
+    Zero { dst: TileId },
+    /// `tile_load(t, buf, offset, stride, rows, cols)` (`tile_load_t` for transposed): each
+    /// element converted from the buffer's type to the tile's (round to nearest even).
+    Load { dst: TileId, from: TileWindow },
+    /// `tile_store(buf, t, offset, stride, rows, cols)`: converted to the buffer's type.
+    Store { src: TileId, to: TileWindow },
+    /// `tile_dot(acc, a, b)`: `acc += a b` with `a: [M x K]` and `b: [K x N]` in bf16 or f16
+    /// (both the same) or f32, `acc: [M x N]` f32. Products of 16-bit operands are exact in
+    /// f32; the order in which the K products are summed belongs to the target (LOOM.md).
+    Dot { acc: TileId, a: TileId, b: TileId },
+    /// `tile_add(dst, src)`: `dst += src` elementwise, both f32 of one shape (an epilogue).
+    Add { dst: TileId, src: TileId },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -358,6 +426,12 @@ pub enum MathFn {
     Exp,
     /// Natural log (f32).
     Log,
+    /// `1 / (1 + e^-x)` (f32).
+    Sigmoid,
+    /// `x * sigmoid(x)` (f32).
+    Silu,
+    /// Hyperbolic tangent (f32).
+    Tanh,
     Sqrt,
     /// 1/sqrt(x).
     Rsqrt,

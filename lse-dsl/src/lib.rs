@@ -8,6 +8,7 @@
 
 pub mod frontend;
 pub mod ir;
+pub mod math;
 pub mod rt;
 pub mod rustgen;
 pub mod text;

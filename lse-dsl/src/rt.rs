@@ -114,9 +114,107 @@ pub struct KernelDef {
 /// The NVIDIA architectures every kernel is lowered to PTX for.
 pub const PTX_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
-/// The host variants every kernel is compiled for, best last. The runtime picks the last one
-/// the running CPU supports.
-pub const HOST_CPUS: [&str; 3] = ["x86-64", "x86-64-v3", "x86-64-v4"];
+/// The host levels every kernel is compiled for, best last. The runtime picks the last one
+/// the running CPU supports ([`cpu_supports`]). `x86-64-v4-bf16` adds AVX512-BF16
+/// (`vdpbf16ps`) and `x86-64-v4-amx` also AMX-BF16, which the tile lowering uses for
+/// `tile_dot`; [`host_level_target`] gives each level's LLVM cpu and features.
+pub const HOST_CPUS: [&str; 5] = [
+    "x86-64",
+    "x86-64-v3",
+    "x86-64-v4",
+    "x86-64-v4-bf16",
+    "x86-64-v4-amx",
+];
+
+/// The LLVM target cpu and extra target features of host level `level`.
+pub fn host_level_target(level: &str) -> Option<(&'static str, &'static str)> {
+    match level {
+        "x86-64" => Some(("x86-64", "")),
+        "x86-64-v3" => Some(("x86-64-v3", "")),
+        "x86-64-v4" => Some(("x86-64-v4", "")),
+        "x86-64-v4-bf16" => Some(("x86-64-v4", "+avx512bf16")),
+        "x86-64-v4-amx" => Some(("x86-64-v4", "+avx512bf16,+amx-tile,+amx-bf16")),
+        _ => None,
+    }
+}
+
+/// Whether this CPU and OS can run host code built for `cpu` (one of [`HOST_CPUS`]). For
+/// `x86-64-v4-amx` this also asks Linux for AMX tile data permission
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), without which the first tile
+/// instruction raises SIGILL; the permission holds for the whole process.
+pub fn cpu_supports(cpu: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let v3 = has!("avx2")
+            && has!("fma")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("lzcnt")
+            && has!("movbe")
+            && has!("f16c");
+        let v4 = v3
+            && has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512cd")
+            && has!("avx512dq")
+            && has!("avx512vl");
+        match cpu {
+            "x86-64" => true,
+            "x86-64-v3" => v3,
+            "x86-64-v4" => v4,
+            "x86-64-v4-bf16" => v4 && amx::avx512_bf16(),
+            "x86-64-v4-amx" => v4 && amx::avx512_bf16() && amx::usable(),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = cpu;
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    use std::sync::OnceLock;
+
+    /// AVX512-BF16: CPUID leaf 7 sub-leaf 1, EAX bit 5 (leaf 7 exists on every CPU with
+    /// AVX-512, which the caller checks first).
+    pub(super) fn avx512_bf16() -> bool {
+        std::arch::x86_64::__cpuid_count(7, 1).eax & (1 << 5) != 0
+    }
+
+    /// AMX-BF16 (CPUID leaf 7 EDX bit 22) and AMX-TILE (bit 24), then the Linux permission
+    /// request, once per process.
+    pub(super) fn usable() -> bool {
+        static USABLE: OnceLock<bool> = OnceLock::new();
+        *USABLE.get_or_init(|| {
+            let l0 = std::arch::x86_64::__cpuid_count(7, 0);
+            l0.edx & (1 << 22) != 0 && l0.edx & (1 << 24) != 0 && request_tile_data()
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn request_tile_data() -> bool {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: arch_prctl with ARCH_REQ_XCOMP_PERM only changes this process's permitted
+        // XSAVE features; it reads and writes no memory of ours.
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn request_tile_data() -> bool {
+        false
+    }
+}
 
 /// Symbol of a kernel's host entry for one host cpu: `loom_host_<fn_name>_<cpu with - as _>`.
 pub fn host_symbol(fn_name: &str, cpu: &str) -> String {
@@ -153,5 +251,79 @@ pub mod access {
         );
         // SAFETY: in bounds per the check above; the launcher passed a writable buffer of T.
         unsafe { (buf.ptr as *mut T).add(i).write_unaligned(v) }
+    }
+}
+
+/// The tile statements' reference semantics, called by the generated Rust. A tile is a
+/// row-major `Vec<f32>` of `rows * cols` values; a bf16 or f16 tile holds values already
+/// rounded to its type (exact in f32).
+pub mod tile {
+    /// Where a load or store goes: element `(r, c)` is buffer element
+    /// `offset + r * stride + c` (`offset + c * stride + r` when `transposed`), for `r < rows`,
+    /// `c < cols`.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Window {
+        pub offset: u32,
+        pub stride: u32,
+        pub rows: u32,
+        pub cols: u32,
+        pub transposed: bool,
+    }
+
+    impl Window {
+        /// The buffer index of tile element `(r, c)`, or `None` outside the window.
+        #[inline(always)]
+        fn index(&self, r: u32, c: u32) -> Option<u32> {
+            if r >= self.rows || c >= self.cols {
+                return None;
+            }
+            let (major, minor) = if self.transposed { (c, r) } else { (r, c) };
+            Some(self.offset + major * self.stride + minor)
+        }
+    }
+
+    /// `tile_load`: element `(r, c)` becomes `round(read(index))` inside the window, 0 outside.
+    pub fn load(
+        t: &mut [f32],
+        cols: u32,
+        w: Window,
+        read: impl Fn(u32) -> f32,
+        round: impl Fn(f32) -> f32,
+    ) {
+        for (i, v) in t.iter_mut().enumerate() {
+            let (r, c) = (i as u32 / cols, i as u32 % cols);
+            *v = w.index(r, c).map_or(0.0, |ix| round(read(ix)));
+        }
+    }
+
+    /// `tile_store`: writes element `(r, c)` inside the window.
+    pub fn store(t: &[f32], cols: u32, w: Window, write: impl Fn(u32, f32)) {
+        for (i, v) in t.iter().enumerate() {
+            if let Some(ix) = w.index(i as u32 / cols, i as u32 % cols) {
+                write(ix, *v);
+            }
+        }
+    }
+
+    /// `tile_dot`: `acc[m][n] += sum over k of a[m][k] * b[k][n]`, each product fused into
+    /// the running sum in increasing `k` (the reference order; targets may sum differently).
+    pub fn dot(acc: &mut [f32], a: &[f32], b: &[f32], n: u32, k: u32) {
+        let (n, k) = (n as usize, k as usize);
+        for (m, row) in acc.chunks_mut(n).enumerate() {
+            for (j, out) in row.iter_mut().enumerate() {
+                let mut s = *out;
+                for kk in 0..k {
+                    s = a[m * k + kk].mul_add(b[kk * n + j], s);
+                }
+                *out = s;
+            }
+        }
+    }
+
+    /// `tile_add`: `dst += src` elementwise.
+    pub fn add(dst: &mut [f32], src: &[f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d += *s;
+        }
     }
 }

@@ -18,7 +18,8 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::ir::{
-    BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty, UnOp, VarId,
+    BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileId, TileOp,
+    TileWindow, Ty, UnOp, VarId,
 };
 use crate::wil::{Phase, VarStorage, WilKernel};
 
@@ -236,6 +237,16 @@ impl Gen<'_> {
         format_ident!("sh{}_{}", s, sanitize(name))
     }
 
+    fn tile_ident(&self, t: TileId) -> Ident {
+        let name = self
+            .k
+            .tiles
+            .get(t as usize)
+            .map(|d| d.name.as_str())
+            .unwrap_or("tile");
+        format_ident!("t{}_{}", t, sanitize(name))
+    }
+
     fn storage(&self, v: VarId) -> VarStorage {
         self.w
             .storage
@@ -255,6 +266,11 @@ impl Gen<'_> {
                 .locals
                 .iter()
                 .any(|l| matches!(l.ty, Ty::Bf16 | Ty::F16))
+            || self
+                .k
+                .tiles
+                .iter()
+                .any(|t| matches!(t.elem, Ty::Bf16 | Ty::F16))
     }
 
     /// The whole entry function.
@@ -312,6 +328,13 @@ impl Gen<'_> {
             let len = Literal::usize_unsuffixed(a.len as usize);
             shared_alloc.push(quote!(let mut #ident: ::std::vec::Vec<#t> = ::std::vec![#z; #len];));
             shared_zero.push(quote!(#ident.fill(#z);));
+        }
+        for (tid, t) in k.tiles.iter().enumerate() {
+            let ident = self.tile_ident(tid as TileId);
+            let len = Literal::usize_unsuffixed(t.len() as usize);
+            shared_alloc
+                .push(quote!(let mut #ident: ::std::vec::Vec<f32> = ::std::vec![0.0f32; #len];));
+            shared_zero.push(quote!(#ident.fill(0.0f32);));
         }
 
         let mut per_item = Vec::new();
@@ -461,7 +484,76 @@ impl Gen<'_> {
                 quote!(while #c { #body })
             }
             Phase::Collective { op, dst, args } => self.collective(*op, dst, args),
+            Phase::Tile(op) => self.tile_op(op),
         }
+    }
+
+    /// A tile statement through `lse_dsl::rt::tile` (the reference semantics).
+    fn tile_op(&self, op: &TileOp) -> TokenStream {
+        let decl = |t: TileId| &self.k.tiles[t as usize];
+        match op {
+            TileOp::Zero { dst } => {
+                let t = self.tile_ident(*dst);
+                quote!(#t.fill(0.0f32);)
+            }
+            TileOp::Load { dst, from } => {
+                let t = self.tile_ident(*dst);
+                let cols = decl(*dst).cols;
+                let w = self.window(from);
+                let p = self.param_ident(from.buf);
+                let elem = self.buffer_elem(from.buf, Ty::F32);
+                let f = load_fn(elem);
+                let read = if elem == Ty::F32 {
+                    quote!(|i| #f(#p, i))
+                } else {
+                    quote!(|i| #f(#p, i).to_f32())
+                };
+                let round = match decl(*dst).elem {
+                    Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
+                    Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
+                    _ => quote!(|x| x),
+                };
+                quote!(::lse_dsl::rt::tile::load(&mut #t, #cols, #w, #read, #round);)
+            }
+            TileOp::Store { src, to } => {
+                let t = self.tile_ident(*src);
+                let cols = decl(*src).cols;
+                let w = self.window(to);
+                let p = self.param_ident(to.buf);
+                let write = match self.buffer_elem(to.buf, Ty::F32) {
+                    Ty::Bf16 => quote!(|i, x| store(#p, i, bf16::from_f32(x))),
+                    Ty::F16 => quote!(|i, x| store(#p, i, f16::from_f32(x))),
+                    _ => quote!(|i, x: f32| store(#p, i, x)),
+                };
+                quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
+            }
+            TileOp::Dot { acc, a, b } => {
+                let (c, x, y) = (
+                    self.tile_ident(*acc),
+                    self.tile_ident(*a),
+                    self.tile_ident(*b),
+                );
+                let (n, k) = (decl(*acc).cols, decl(*a).cols);
+                quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
+            }
+            TileOp::Add { dst, src } => {
+                let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
+                quote!(::lse_dsl::rt::tile::add(&mut #d, &#s);)
+            }
+        }
+    }
+
+    /// A tile window as an `lse_dsl::rt::tile::Window` value (fields evaluated as item 0).
+    fn window(&self, w: &TileWindow) -> TokenStream {
+        let [offset, stride, rows, cols] = w.exprs().map(|e| self.uniform_expr(e));
+        let transposed = w.transposed;
+        quote!(::lse_dsl::rt::tile::Window {
+            offset: #offset,
+            stride: #stride,
+            rows: #rows,
+            cols: #cols,
+            transposed: #transposed,
+        })
     }
 
     /// An expression evaluated once per workgroup, as work-item 0.
@@ -688,8 +780,8 @@ impl Gen<'_> {
             // `wil::transform` never leaves these inside a region; a barrier is a no-op for
             // a single work-item anyway.
             Stmt::Barrier => quote!(),
-            Stmt::Collective { .. } => {
-                quote!(::std::unreachable!("LOOM: collective inside a work-item region");)
+            Stmt::Collective { .. } | Stmt::Tile(_) => {
+                quote!(::std::unreachable!("LOOM: collective or tile statement inside a work-item region");)
             }
         }
     }
@@ -823,8 +915,11 @@ impl Gen<'_> {
         let first_ty = args.first().map(|a| a.ty).unwrap_or(Ty::F32);
         let (a, b, c) = (arg(0), arg(1), arg(2));
         match f {
-            MathFn::Exp => quote!(#a.exp()),
-            MathFn::Log => quote!(#a.ln()),
+            MathFn::Exp => quote!(::lse_dsl::math::exp(#a)),
+            MathFn::Log => quote!(::lse_dsl::math::log(#a)),
+            MathFn::Sigmoid => quote!(::lse_dsl::math::sigmoid(#a)),
+            MathFn::Silu => quote!(::lse_dsl::math::silu(#a)),
+            MathFn::Tanh => quote!(::lse_dsl::math::tanh(#a)),
             MathFn::Sqrt => quote!(#a.sqrt()),
             MathFn::Rsqrt => quote!(1.0f32 / #a.sqrt()),
             MathFn::Fma => quote!(#a.mul_add(#b, #c)),
@@ -878,6 +973,7 @@ mod tests {
             targets: vec![],
             params,
             shared: vec![],
+            tiles: vec![],
             locals: locals
                 .into_iter()
                 .map(|(n, ty)| Local { name: n.into(), ty })
@@ -1158,7 +1254,7 @@ mod tests {
             "use::lse_dsl::__private::half::{bf16,f16};",
             "store(p0_x,0u32,bf16::from_f32(",
             "(1.0f32/load_bf16(p0_x,0u32).to_f32().sqrt())",
-            ".mul_add(load_bf16(p0_x,0u32).to_f32().exp(),(-load_bf16(p0_x,0u32).to_f32())",
+            ".mul_add(::lse_dsl::math::exp(load_bf16(p0_x,0u32).to_f32()),(-load_bf16(p0_x,0u32).to_f32())",
             ".max(1f32)",
         ] {
             assert!(flat.contains(want), "missing `{want}` in\n{src}");

@@ -10,7 +10,10 @@ use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
-use crate::ir::{Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, Ty, UnOp};
+use crate::ir::{
+    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileOp, TileWindow, Ty,
+    UnOp,
+};
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
 /// prints); includes name, version, workgroup size, targets, params, shared arrays, locals
@@ -71,6 +74,14 @@ impl Printer<'_> {
             let _ = writeln!(o, "  {}#s{i}: [{}; {}]", s.name, s.elem.rust_name(), s.len);
         }
         let _ = writeln!(o, "}}");
+        if !k.tiles.is_empty() {
+            let _ = writeln!(o, "tiles {{");
+            for (i, t) in k.tiles.iter().enumerate() {
+                let ty = t.elem.rust_name();
+                let _ = writeln!(o, "  {}#t{i}: tile<{ty}, {}, {}>", t.name, t.rows, t.cols);
+            }
+            let _ = writeln!(o, "}}");
+        }
         let _ = writeln!(o, "locals {{");
         for (i, l) in k.locals.iter().enumerate() {
             let _ = writeln!(o, "  {}#{i}: {}", l.name, l.ty.rust_name());
@@ -184,6 +195,44 @@ impl Printer<'_> {
                 let l = format!("{lhs} = {}({});", op.name(), args.join(", "));
                 self.line(depth, &l);
             }
+            Stmt::Tile(op) => {
+                let l = self.tile_op(op);
+                self.line(depth, &l);
+            }
+        }
+    }
+
+    fn tile_op(&self, op: &TileOp) -> String {
+        let window = |w: &TileWindow| {
+            let [o, s, r, c] = w.exprs().map(|e| self.expr(e));
+            format!("{}, {o}, {s}, {r}, {c}", self.param(w.buf))
+        };
+        match op {
+            TileOp::Zero { dst } => format!("tile_zero({});", self.tile(*dst)),
+            TileOp::Load { dst, from } => {
+                let t = if from.transposed { "_t" } else { "" };
+                format!("tile_load{t}({}, {});", self.tile(*dst), window(from))
+            }
+            TileOp::Store { src, to } => {
+                let t = if to.transposed { "_t" } else { "" };
+                format!("tile_store{t}({}, {});", self.tile(*src), window(to))
+            }
+            TileOp::Dot { acc, a, b } => format!(
+                "tile_dot({}, {}, {});",
+                self.tile(*acc),
+                self.tile(*a),
+                self.tile(*b)
+            ),
+            TileOp::Add { dst, src } => {
+                format!("tile_add({}, {});", self.tile(*dst), self.tile(*src))
+            }
+        }
+    }
+
+    fn tile(&self, t: u32) -> String {
+        match self.k.tiles.get(t as usize) {
+            Some(d) => format!("{}#t{t}", d.name),
+            None => format!("?#t{t}"),
         }
     }
 
@@ -277,6 +326,9 @@ fn math_name(f: MathFn) -> &'static str {
     match f {
         MathFn::Exp => "exp",
         MathFn::Log => "log",
+        MathFn::Sigmoid => "sigmoid",
+        MathFn::Silu => "silu",
+        MathFn::Tanh => "tanh",
         MathFn::Sqrt => "sqrt",
         MathFn::Rsqrt => "rsqrt",
         MathFn::Fma => "fma",
@@ -324,6 +376,7 @@ mod tests {
                 elem: Ty::F32,
                 len: 64,
             }],
+            tiles: vec![],
             locals: vec![Local {
                 name: "i".into(),
                 ty: Ty::U32,

@@ -10,7 +10,7 @@
 //! work-item-loop transform). Both CPU lowerings (generated Rust and LLVM host code) consume
 //! this one structure, so they cannot disagree about the schedule.
 
-use crate::ir::{Block, CollectiveOp, Expr, ExprKind, Kernel, Stmt, VarId};
+use crate::ir::{Block, CollectiveOp, Expr, ExprKind, Kernel, Stmt, TileOp, VarId};
 
 /// Where a kernel variable lives on the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +54,9 @@ pub enum Phase {
         dst: Vec<VarId>,
         args: Vec<Expr>,
     },
+    /// A tile statement, done once for the workgroup; its window expressions are evaluated
+    /// as work-item 0 (the front end has checked they are uniform).
+    Tile(TileOp),
 }
 
 /// A kernel in work-item-loop form.
@@ -87,7 +90,7 @@ pub fn transform(k: &Kernel) -> WilKernel<'_> {
 /// Whether a statement is or contains a barrier or collective.
 fn has_sync(s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier | Stmt::Collective { .. } => true,
+        Stmt::Barrier | Stmt::Collective { .. } | Stmt::Tile(_) => true,
         Stmt::If {
             then_body,
             else_body,
@@ -117,6 +120,7 @@ fn split_block(block: &Block) -> Vec<Phase> {
                 dst: dst.clone(),
                 args: args.clone(),
             }),
+            Stmt::Tile(op) => phases.push(Phase::Tile(op.clone())),
             Stmt::If {
                 cond,
                 then_body,
@@ -242,6 +246,11 @@ impl StorageWalk {
                         self.phase_expr(a);
                     }
                 }
+                Phase::Tile(op) => {
+                    for e in tile_exprs(op) {
+                        self.phase_expr(e);
+                    }
+                }
             }
         }
     }
@@ -281,7 +290,7 @@ fn mark_uniform(phases: &[Phase], seen: &mut [Seen]) {
                 mark_uniform(else_phases, seen);
             }
             Phase::While { body, .. } => mark_uniform(body, seen),
-            Phase::Region(_) | Phase::Collective { .. } => {}
+            Phase::Region(_) | Phase::Collective { .. } | Phase::Tile(_) => {}
         }
     }
 }
@@ -330,8 +339,21 @@ pub fn block_vars(block: &Block, out: &mut Vec<VarId>) {
                     expr_vars(a, out);
                 }
             }
+            Stmt::Tile(op) => {
+                for e in tile_exprs(op) {
+                    expr_vars(e, out);
+                }
+            }
             Stmt::Break | Stmt::Continue | Stmt::Barrier => {}
         }
+    }
+}
+
+/// The expressions of a tile statement: its window's offset, stride, rows and cols.
+pub fn tile_exprs(op: &TileOp) -> Vec<&Expr> {
+    match op {
+        TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => w.exprs().to_vec(),
+        TileOp::Zero { .. } | TileOp::Dot { .. } | TileOp::Add { .. } => Vec::new(),
     }
 }
 
@@ -373,6 +395,7 @@ mod tests {
             targets: vec![],
             params: vec![],
             shared: vec![],
+            tiles: vec![],
             locals: (0..n_locals)
                 .map(|i| Local {
                     name: format!("v{i}"),

@@ -40,6 +40,12 @@ pub trait Case {
     fn compare(&self, got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
         compare(got, want, tol)
     }
+    /// Whether every host level must equal the generated Rust bit for bit. Kernels that use
+    /// `tile_dot` say no: its summation order belongs to the target (LOOM.md), so their
+    /// host levels are held to the case's tolerance against the generated Rust instead.
+    fn same_order(&self) -> bool {
+        true
+    }
 }
 
 /// Deterministic inputs (SplitMix64).
@@ -139,7 +145,18 @@ pub fn run_cases(cases: Vec<Box<dyn Case>>) {
                     "vs reference",
                     case.compare(&on_host, &reference, case.tolerance()),
                 ),
-                ("vs cpu", case.compare(&on_host, &on_cpu, SAME_ORDER)),
+                (
+                    "vs cpu",
+                    case.compare(
+                        &on_host,
+                        &on_cpu,
+                        if case.same_order() {
+                            SAME_ORDER
+                        } else {
+                            case.tolerance()
+                        },
+                    ),
+                ),
             ];
             for (what, result) in checks {
                 if let Err(e) = result {

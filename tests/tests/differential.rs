@@ -8,3 +8,10 @@ use lse_tests::diff::run_cases;
 fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
     run_cases(scoring::cases());
 }
+
+/// The LOOM GEMM ([`lse_tests::cases::gemm`]): every host level, generated Rust and an f64
+/// reference.
+#[test]
+fn gemm_agrees_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::gemm::cases());
+}

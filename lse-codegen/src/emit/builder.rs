@@ -19,6 +19,9 @@ pub(crate) struct Builder {
     next_label: u32,
     /// First metadata id handed out by [`Builder::md`].
     pub md_base: u32,
+    /// Whether the function calls LOOM's math functions ([`crate::math`]), whose
+    /// definitions the module then carries.
+    pub uses_math: bool,
 }
 
 /// The target-specific parts of a one-kernel module; [`Builder::module`] puts them around the
@@ -32,8 +35,6 @@ pub(crate) struct ModuleText<'a> {
     pub globals: &'a str,
     /// The function's `define ... {` line, without the `entry:` label.
     pub define: &'a str,
-    /// Helper function definitions placed after the kernel.
-    pub extra_defs: &'a str,
     /// Attribute groups and named metadata, before the builder's own metadata nodes.
     pub trailer: &'a str,
 }
@@ -43,10 +44,16 @@ impl Builder {
     /// declarations the function uses, `trailer`, then the metadata nodes handed out.
     pub fn module(&self, m: ModuleText<'_>) -> String {
         let mut out = format!(
-            "{}\ntarget datalayout = \"{}\"\ntarget triple = \"{}\"\n\n{}\n{}\nentry:\n{}{}}}\n\n{}",
-            m.comment, m.data_layout, m.triple, m.globals, m.define, self.allocas, self.body, m.extra_defs
+            "{}\ntarget datalayout = \"{}\"\ntarget triple = \"{}\"\n\n{}\n{}\nentry:\n{}{}}}\n\n",
+            m.comment, m.data_layout, m.triple, m.globals, m.define, self.allocas, self.body
         );
-        for d in &self.decls {
+        let mut decls = self.decls.clone();
+        if self.uses_math {
+            out.push_str(&crate::math::definitions());
+            out.push('\n');
+            decls.extend(crate::math::DECLS.iter().map(|d| d.to_string()));
+        }
+        for d in &decls {
             out.push_str(d);
             out.push('\n');
         }
@@ -69,6 +76,7 @@ impl Builder {
             next_value: 0,
             next_label: 0,
             md_base: 100,
+            uses_math: false,
         }
     }
 

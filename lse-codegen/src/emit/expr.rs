@@ -275,11 +275,20 @@ impl Emitter<'_> {
             return "poison".into();
         }
         let x = vals[0].as_str();
-        let [exp_fn, log_fn] = self.exp_log_fns;
         let b = &mut self.b;
+        let loom_fn = match f {
+            MathFn::Exp => Some(crate::math::EXP_FN),
+            MathFn::Log => Some(crate::math::LOG_FN),
+            MathFn::Sigmoid => Some(crate::math::SIGMOID_FN),
+            MathFn::Silu => Some(crate::math::SILU_FN),
+            MathFn::Tanh => Some(crate::math::TANH_FN),
+            _ => None,
+        };
+        if let (Some(name), Ty::F32) = (loom_fn, arg_ty) {
+            b.uses_math = true;
+            return b.op(format!("call float @{name}(float {x})"));
+        }
         match (f, arg_ty) {
-            (MathFn::Exp, Ty::F32) => unary_f32(b, exp_fn, x),
-            (MathFn::Log, Ty::F32) => unary_f32(b, log_fn, x),
             (MathFn::Sqrt, Ty::F32) => b.call("float", "llvm.sqrt.f32", &[("float", x)]),
             (MathFn::Rsqrt, Ty::F32) => {
                 let s = b.call("float", "llvm.sqrt.f32", &[("float", x)]);
@@ -334,11 +343,28 @@ impl Emitter<'_> {
 }
 
 /// Calls `float name(float)`: an intrinsic (declared here) or a function the module defines.
-fn unary_f32(b: &mut super::Builder, name: &str, x: &str) -> String {
-    if name.starts_with("llvm.") {
-        b.call("float", name, &[("float", x)])
-    } else {
-        b.op(format!("call float @{name}(float {x})"))
+/// `x` of LOOM type `from` as type `to`, among f32, bf16 and f16 (16-bit values as `i16`
+/// bits): widening is exact, narrowing rounds to nearest even like the generated Rust, and
+/// 16-bit to 16-bit goes through f32.
+pub(crate) fn convert(b: &mut super::Builder, x: &str, from: Ty, to: Ty) -> String {
+    if from == to {
+        return x.to_string();
+    }
+    let wide = match from {
+        Ty::Bf16 => bf16_to_f32(b, x),
+        Ty::F16 => {
+            let h = b.op(format!("bitcast i16 {x} to half"));
+            b.op(format!("fpext half {h} to float"))
+        }
+        _ => x.to_string(),
+    };
+    match to {
+        Ty::Bf16 => f32_to_bf16(b, &wide),
+        Ty::F16 => {
+            let h = b.op(format!("fptrunc float {wide} to half"));
+            b.op(format!("bitcast half {h} to i16"))
+        }
+        _ => wide,
     }
 }
 

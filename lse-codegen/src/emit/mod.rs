@@ -13,6 +13,7 @@ mod stmt;
 
 pub(crate) use builder::{Builder, ModuleText};
 pub(crate) use combine::{combine, combine_argmax};
+pub(crate) use expr::convert;
 
 use lse_dsl::ir::{CollectiveOp, Expr, Kernel, Stmt, Ty};
 
@@ -59,10 +60,6 @@ pub(crate) struct Emitter<'k> {
     pub mem_md: String,
     /// First error met while lowering; lowering continues with placeholder values.
     pub error: Option<String>,
-    /// Functions `float(float)` that lower `exp`/`log` on f32. Names starting with `llvm.`
-    /// are intrinsics (declared on use); others must be defined by the target's module
-    /// (NVPTX cannot select `llvm.exp.f32`/`llvm.log.f32`).
-    pub exp_log_fns: [&'static str; 2],
 }
 
 impl<'k> Emitter<'k> {
@@ -88,7 +85,6 @@ impl<'k> Emitter<'k> {
             loops: Vec::new(),
             mem_md: String::new(),
             error: None,
-            exp_log_fns: ["llvm.exp.f32", "llvm.log.f32"],
         }
     }
 

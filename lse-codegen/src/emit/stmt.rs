@@ -88,7 +88,7 @@ impl Emitter<'_> {
                     None => self.fail("`break` or `continue` outside a loop"),
                 }
             }
-            Stmt::Barrier | Stmt::Collective { .. } => t.sync_stmt(self, s),
+            Stmt::Barrier | Stmt::Collective { .. } | Stmt::Tile(_) => t.sync_stmt(self, s),
         }
     }
 

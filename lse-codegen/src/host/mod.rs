@@ -11,6 +11,7 @@
 
 mod remat;
 mod split;
+mod tiles;
 
 use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts, VarLoc};
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
@@ -101,7 +102,12 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     let mut host = HostPhases {
         wg,
         storage: w.storage.clone(),
+        tiles: Vec::new(),
+        amx: cpu == AMX_CPU,
+        dpbf16: cpu == BF16_CPU || cpu == AMX_CPU,
     };
+    host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
+    tiles::zero_all(&mut e, &host.tiles);
     host.phases(&mut e, &w.phases);
     e.b.br(&glatch);
     e.b.start(&glatch);
@@ -126,38 +132,55 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     );
     // LLVM prefers 256-bit vectors on AVX-512 cpus by default (clock throttling on old
     // parts); the work-item loops are plain streams of FMAs, which gain from full width.
-    let width = if cpu == "x86-64-v4" {
+    let (llvm_cpu, features) = lse_dsl::rt::host_level_target(cpu).unwrap_or((cpu, ""));
+    let width = if llvm_cpu == "x86-64-v4" {
         " \"prefer-vector-width\"=\"512\""
     } else {
         ""
     };
-    let trailer = format!("attributes #0 = {{ nounwind \"target-cpu\"=\"{cpu}\"{width} }}\n\n");
+    let features = if features.is_empty() {
+        String::new()
+    } else {
+        format!(" \"target-features\"=\"{features}\"")
+    };
+    let trailer = format!(
+        "attributes #0 = {{ nounwind \"target-cpu\"=\"{llvm_cpu}\"{features}{width} }}\n\n"
+    );
     let out = e.b.module(ModuleText {
         comment: &comment,
         data_layout,
         triple: crate::llvm::HOST_TRIPLE,
         globals: "",
         define: &define,
-        extra_defs: "",
         trailer: &trailer,
     });
     Ok(out)
 }
 
+/// The host levels whose `tile_dot` uses AMX, and `vdpbf16ps` (AVX512-BF16).
+const AMX_CPU: &str = "x86-64-v4-amx";
+const BF16_CPU: &str = "x86-64-v4-bf16";
+
 /// Lowers phases; inside regions barriers and collectives cannot occur.
 struct HostPhases {
     wg: u32,
     storage: Vec<VarStorage>,
+    /// The kernel's tiles, by `TileId`.
+    tiles: Vec<tiles::HostTile>,
+    /// Whether `tile_dot` may use AMX.
+    amx: bool,
+    /// Whether `tile_dot` may use `vdpbf16ps` (AVX512-BF16).
+    dpbf16: bool,
 }
 
 impl TargetStmts for HostPhases {
     fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
         e.fail(format!(
             "{} inside a work-item-loop region (the work-item-loop transform must split it out)",
-            if matches!(s, Stmt::Barrier) {
-                "barrier"
-            } else {
-                "collective"
+            match s {
+                Stmt::Barrier => "barrier",
+                Stmt::Tile(_) => "tile statement",
+                _ => "collective",
             }
         ));
     }
@@ -220,6 +243,70 @@ impl HostPhases {
             "br i1 {more}, label %{lbody}, label %{exit}, !llvm.loop {lmd}"
         ));
         e.b.start(&exit);
+    }
+
+    /// A loop `iv = 0..n` (n >= 1) whose iterations run in order (no parallel-access claim).
+    fn sequential_loop(
+        &mut self,
+        e: &mut Emitter,
+        n: u32,
+        body: impl FnOnce(&mut Self, &mut Emitter, &str),
+    ) {
+        let pre = e.b.cur.clone();
+        let (lbody, latch, exit) = (
+            e.b.label("seq.body"),
+            e.b.label("seq.latch"),
+            e.b.label("seq.exit"),
+        );
+        e.b.br(&lbody);
+        e.b.start(&lbody);
+        let iv = e.b.fresh();
+        let next = e.b.fresh();
+        e.b.ins(format!(
+            "{iv} = phi i32 [ 0, %{pre} ], [ {next}, %{latch} ]"
+        ));
+        body(self, e, &iv);
+        e.b.br(&latch);
+        e.b.start(&latch);
+        e.b.ins(format!("{next} = add nuw i32 {iv}, 1"));
+        let more = e.b.op(format!("icmp ult i32 {next}, {n}"));
+        e.b.cbr(&more, &lbody, &exit);
+        e.b.start(&exit);
+    }
+
+    /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:
+    /// `body` (straight-line code, no branches) maps the iteration's values to the next ones;
+    /// returns the values after the last iteration.
+    fn carried_loop(
+        &mut self,
+        e: &mut Emitter,
+        n: u32,
+        ty: &str,
+        init: &[String],
+        body: impl FnOnce(&mut Emitter, &str, &[String]) -> Vec<String>,
+    ) -> Vec<String> {
+        let pre = e.b.cur.clone();
+        let (lbody, exit) = (e.b.label("carry.body"), e.b.label("carry.exit"));
+        e.b.br(&lbody);
+        e.b.start(&lbody);
+        let iv = e.b.fresh();
+        let next_iv = e.b.fresh();
+        let cur: Vec<String> = init.iter().map(|_| e.b.fresh()).collect();
+        let phis_at = e.b.body.len();
+        let next = body(e, &iv, &cur);
+        let latch = e.b.cur.clone();
+        e.b.ins(format!("{next_iv} = add nuw i32 {iv}, 1"));
+        let more = e.b.op(format!("icmp ult i32 {next_iv}, {n}"));
+        e.b.cbr(&more, &lbody, &exit);
+        e.b.start(&exit);
+        let mut phis = format!("  {iv} = phi i32 [ 0, %{pre} ], [ {next_iv}, %{latch} ]\n");
+        for ((c, i), x) in cur.iter().zip(init).zip(&next) {
+            phis.push_str(&format!(
+                "  {c} = phi {ty} [ {i}, %{pre} ], [ {x}, %{latch} ]\n"
+            ));
+        }
+        e.b.body.insert_str(phis_at, &phis);
+        next
     }
 
     /// Runs `body` once per work-item with `e.lid` set.
@@ -297,6 +384,7 @@ impl HostPhases {
                 e.b.start(&exit);
             }
             Phase::Collective { op, dst, args } => self.collective(e, *op, dst, args),
+            Phase::Tile(op) => self.tile(e, op),
         }
     }
 

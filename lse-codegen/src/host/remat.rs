@@ -206,7 +206,7 @@ fn rewrite_block(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
                 dst: dst.clone(),
                 args: args.iter().map(r).collect(),
             },
-            Stmt::Break | Stmt::Continue | Stmt::Barrier => s.clone(),
+            Stmt::Break | Stmt::Continue | Stmt::Barrier | Stmt::Tile(_) => s.clone(),
         });
     }
     out

@@ -170,10 +170,10 @@ fn bad_inputs_are_errors() {
 #[test]
 fn malformed_llvm_text_is_an_error_not_an_abort() {
     let type_error = "define void @f(i32 %x) {\n  %y = fadd float %x, 1.0\n  ret void\n}\n";
-    let r = crate::llvm::compile_text(type_error, "bad", crate::llvm::HOST_TRIPLE, "x86-64");
+    let r = crate::llvm::compile_text(type_error, "bad", crate::llvm::HOST_TRIPLE, "x86-64", "");
     assert!(matches!(r, Err((Stage::Parse, _))));
     let bad_ssa = "define i32 @f(i32 %x) {\nentry:\n  br label %b\nb:\n  ret i32 %z\nc:\n  %z = add i32 %x, 1\n  br label %b\n}\n";
-    let r = crate::llvm::compile_text(bad_ssa, "bad", crate::llvm::HOST_TRIPLE, "x86-64");
+    let r = crate::llvm::compile_text(bad_ssa, "bad", crate::llvm::HOST_TRIPLE, "x86-64", "");
     assert!(matches!(r, Err((Stage::Verify, _))), "{:?}", r.err());
     assert!(crate::link::link_code_object(b"garbage", "bad").is_err());
 }

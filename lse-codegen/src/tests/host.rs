@@ -403,6 +403,7 @@ fn column_dots() -> Kernel {
             scalar("k_len", Ty::U32),
         ],
         shared: vec![],
+        tiles: vec![],
         locals: vec![
             local("lid", Ty::U32),
             local("col", Ty::U32),

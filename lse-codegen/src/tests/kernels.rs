@@ -66,6 +66,7 @@ fn kernel(
         targets: vec!["gfx1201".into(), "gfx1100".into(), "gfx942".into()],
         params,
         shared,
+        tiles: vec![],
         locals,
         body,
     }

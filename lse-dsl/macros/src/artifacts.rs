@@ -178,6 +178,7 @@ mod tests {
             targets: vec!["gfx1100".into()],
             params: vec![],
             shared: vec![],
+            tiles: vec![],
             locals: vec![],
             body: vec![],
         }

@@ -46,6 +46,9 @@ impl Cx {
                     Some(Binding::Const(_)) => {
                         return err(left.span(), format!("cannot assign to constant `{name}`"))
                     }
+                    Some(Binding::Tile(_)) => {
+                        return err(left.span(), format!("cannot assign to tile `{name}`; change it with the `tile_*` statements"))
+                    }
                     None => return err(left.span(), format!("unknown variable `{name}`")),
                 };
                 let ty = self.locals[var as usize].ty;

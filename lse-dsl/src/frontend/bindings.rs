@@ -11,7 +11,7 @@ use super::types::{named_ty, type_text};
 use crate::ir::{Block, Expr, ExprKind, SharedArray, SharedId, Stmt, Ty};
 
 /// Most shared memory a kernel may declare (the smallest LDS among the targets).
-const MAX_SHARED_BYTES: u32 = 64 * 1024;
+pub(super) const MAX_SHARED_BYTES: u32 = 64 * 1024;
 
 impl Cx {
     pub(super) fn const_item(&mut self, c: &syn::ItemConst) -> syn::Result<()> {
@@ -81,6 +81,9 @@ impl Cx {
         if let Some((fname, call)) = call_name(&init.expr) {
             if fname == "shared" {
                 return self.let_shared(&name, mutable, ann, call);
+            }
+            if fname == "tile" {
+                return self.let_tile(&name, mutable, ann, call);
             }
         }
         let site = Site {
@@ -247,11 +250,12 @@ impl Cx {
             .iter()
             .map(|s| s.elem.size_bytes() as u64 * s.len as u64)
             .sum::<u64>()
-            + elem.size_bytes() as u64 * len as u64;
+            + elem.size_bytes() as u64 * len as u64
+            + self.tile_bytes() as u64;
         if total > MAX_SHARED_BYTES as u64 {
             return err(
                 span,
-                format!("the kernel's shared arrays take {total} bytes; the limit is {MAX_SHARED_BYTES}"),
+                format!("the kernel's shared arrays and tiles take {total} bytes; the limit is {MAX_SHARED_BYTES}"),
             );
         }
         self.shared.push(SharedArray {

@@ -64,7 +64,7 @@ fn nested(
 /// Whether `b` contains a barrier or collective at any depth.
 pub(super) fn contains_sync(b: &Block) -> bool {
     b.iter().any(|s| match s {
-        Stmt::Barrier | Stmt::Collective { .. } => true,
+        Stmt::Barrier | Stmt::Collective { .. } | Stmt::Tile(_) => true,
         Stmt::If {
             then_body,
             else_body,

@@ -14,7 +14,7 @@ use crate::ir::{Builtin, CollectiveOp, Expr, ExprKind, MathFn, Stmt, Ty};
 
 type Args = Punctuated<syn::Expr, Token![,]>;
 
-const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
+const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, tile, tile_zero, tile_load, tile_load_t, tile_store, tile_store_t, tile_dot, tile_add, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sigmoid, silu, tanh, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
 
 /// The collective a function name denotes.
 pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
@@ -181,6 +181,9 @@ impl Cx {
             "barrier" => err(span, "`barrier()` is a statement, not a value"),
             "exp" => self.math1(MathFn::Exp, &name, &c.args, span),
             "log" => self.math1(MathFn::Log, &name, &c.args, span),
+            "sigmoid" => self.math1(MathFn::Sigmoid, &name, &c.args, span),
+            "silu" => self.math1(MathFn::Silu, &name, &c.args, span),
+            "tanh" => self.math1(MathFn::Tanh, &name, &c.args, span),
             "sqrt" => self.math1(MathFn::Sqrt, &name, &c.args, span),
             "rsqrt" => self.math1(MathFn::Rsqrt, &name, &c.args, span),
             "abs" => self.math1(MathFn::Abs, &name, &c.args, span),

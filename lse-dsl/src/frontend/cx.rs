@@ -11,7 +11,9 @@ use std::collections::HashMap;
 
 use proc_macro2::Span;
 
-use crate::ir::{Block, Local, Param, ParamId, SharedArray, SharedId, Stmt, Ty, VarId};
+use crate::ir::{
+    Block, Local, Param, ParamId, SharedArray, SharedId, Stmt, TileDecl, TileId, Ty, VarId,
+};
 
 /// What a name refers to inside the kernel body.
 #[derive(Clone, Debug)]
@@ -22,6 +24,7 @@ pub(super) enum Binding {
     },
     Param(ParamId),
     Shared(SharedId),
+    Tile(TileId),
     /// A folded `const` item: always an `ExprKind::Const`.
     Const(crate::ir::Expr),
 }
@@ -52,6 +55,7 @@ pub(super) struct Cx {
     pub workgroup: u32,
     pub params: Vec<Param>,
     pub shared: Vec<SharedArray>,
+    pub tiles: Vec<TileDecl>,
     pub locals: Vec<Local>,
     scopes: Vec<HashMap<String, Binding>>,
     pub sites: Sites,
@@ -78,6 +82,7 @@ impl Cx {
             workgroup,
             params,
             shared: Vec::new(),
+            tiles: Vec::new(),
             locals: Vec::new(),
             scopes: vec![top],
             sites: Sites::new(),
@@ -106,6 +111,14 @@ impl Cx {
 
     pub fn lookup(&self, name: &str) -> Option<&Binding> {
         self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    /// Bytes of the shared arrays declared so far.
+    pub fn shared_bytes(&self) -> u32 {
+        self.shared
+            .iter()
+            .map(|s| s.elem.size_bytes() * s.len)
+            .sum()
     }
 
     /// A fresh local; names may repeat, ids never do.

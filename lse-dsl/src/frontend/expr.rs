@@ -127,6 +127,10 @@ impl Cx {
                 p.span(),
                 format!("shared array `{name}` cannot be used as a value; index it: `{name}[i]`"),
             ),
+            Some(Binding::Tile(_)) => err(
+                p.span(),
+                format!("tile `{name}` is not a value: it can only be named in the `tile_*` statements, never copied, returned or indexed"),
+            ),
             None => err(p.span(), format!("unknown variable `{name}`")),
         }
     }
@@ -328,7 +332,7 @@ impl Cx {
                     format!("cannot index `{name}`: it is a {ty} scalar, not a buffer"),
                 );
             }
-            Some(Binding::Local { .. }) | Some(Binding::Const(_)) => {
+            Some(Binding::Local { .. }) | Some(Binding::Const(_)) | Some(Binding::Tile(_)) => {
                 return err(
                     base.span(),
                     format!("cannot index `{name}`: only buffers and shared arrays can be indexed"),

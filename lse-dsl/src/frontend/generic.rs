@@ -8,6 +8,7 @@
 use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
+use syn::visit_mut::VisitMut;
 
 use super::attr::KernelAttr;
 use crate::ir::Ty;
@@ -78,7 +79,8 @@ pub(super) fn elem_param(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<Op
 }
 
 /// Checks that `w` appears only as a buffer element type (`&[W]`, `&mut [W]`) in the
-/// parameters, and nowhere in the body.
+/// parameters and as the element type of tile declarations (`tile::<W, R, C>()`) in the
+/// body.
 pub(super) fn check_uses(item: &syn::ItemFn, w: &syn::Ident) -> syn::Result<()> {
     let mut finder = Finder { w, found: None };
     for arg in &item.sig.inputs {
@@ -95,7 +97,7 @@ pub(super) fn check_uses(item: &syn::ItemFn, w: &syn::Ident) -> syn::Result<()> 
         Some(span) => Err(syn::Error::new(
             span,
             format!(
-                "the element type parameter `{w}` may only be a buffer element type (`&[{w}]` or `&mut [{w}]`); read such buffers with `to_f32(..)`"
+                "the element type parameter `{w}` may only be a buffer element type (`&[{w}]` or `&mut [{w}]`) or a tile element type (`tile::<{w}, R, C>()`); read such buffers with `to_f32(..)`"
             ),
         )),
     }
@@ -113,14 +115,54 @@ pub(super) fn instantiate(item: &syn::ItemFn, w: &syn::Ident, ty: Ty) -> syn::It
         if let syn::FnArg::Typed(pt) = arg {
             if let Some(elem) = buffer_elem_mut(&mut pt.ty) {
                 if is_w(elem, w) {
-                    let span = elem.span();
-                    let name = syn::Ident::new(ty.rust_name(), span);
-                    *elem = syn::parse_quote_spanned!(span=> #name);
+                    replace(elem, ty);
                 }
             }
         }
     }
+    TileElems { w, ty }.visit_block_mut(&mut out.block);
     out
+}
+
+/// Replaces type `W` by `ty`, keeping its span.
+fn replace(elem: &mut syn::Type, ty: Ty) {
+    let span = elem.span();
+    let name = syn::Ident::new(ty.rust_name(), span);
+    *elem = syn::parse_quote_spanned!(span=> #name);
+}
+
+/// The element type argument of a tile declaration `tile::<T, R, C>`, if `p` is one.
+fn tile_elem_arg(p: &syn::Path) -> Option<&syn::GenericArgument> {
+    let seg = p
+        .segments
+        .first()
+        .filter(|s| p.segments.len() == 1 && s.ident == "tile")?;
+    match &seg.arguments {
+        syn::PathArguments::AngleBracketed(a) => a.args.first(),
+        _ => None,
+    }
+}
+
+/// Replaces `W` in tile declarations.
+struct TileElems<'a> {
+    w: &'a syn::Ident,
+    ty: Ty,
+}
+
+impl VisitMut for TileElems<'_> {
+    fn visit_path_mut(&mut self, p: &mut syn::Path) {
+        let is_tile = tile_elem_arg(p).is_some();
+        if let (true, Some(seg)) = (is_tile, p.segments.first_mut()) {
+            if let syn::PathArguments::AngleBracketed(a) = &mut seg.arguments {
+                if let Some(syn::GenericArgument::Type(t)) = a.args.first_mut() {
+                    if is_w(t, self.w) {
+                        replace(t, self.ty);
+                    }
+                }
+            }
+        }
+        syn::visit_mut::visit_path_mut(self, p);
+    }
 }
 
 /// Adds "(in the `<ty>` instance)" to each of `e`'s messages, keeping their spans: an error
@@ -180,6 +222,16 @@ struct Finder<'a> {
 
 impl<'ast> Visit<'ast> for Finder<'_> {
     fn visit_path(&mut self, p: &'ast syn::Path) {
+        if let Some(syn::GenericArgument::Type(t)) = tile_elem_arg(p) {
+            if is_w(t, self.w) {
+                if let syn::PathArguments::AngleBracketed(a) = &p.segments[0].arguments {
+                    for arg in a.args.iter().skip(1) {
+                        self.visit_generic_argument(arg);
+                    }
+                }
+                return;
+            }
+        }
         if self.found.is_none() && p.leading_colon.is_none() {
             if let Some(first) = p.segments.first() {
                 if first.ident == *self.w {

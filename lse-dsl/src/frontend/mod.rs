@@ -25,6 +25,7 @@ mod params;
 mod render;
 mod stmt;
 mod syntax;
+mod tiles;
 mod types;
 mod uniformity;
 
@@ -83,6 +84,7 @@ fn lower(a: &attr::KernelAttr, item: &syn::ItemFn, name: &str) -> syn::Result<ir
         targets: a.targets.clone(),
         params: cx.params,
         shared: cx.shared,
+        tiles: cx.tiles,
         locals: cx.locals,
         body,
     };

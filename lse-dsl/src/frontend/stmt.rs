@@ -107,6 +107,13 @@ impl Cx {
                 );
                 Ok(())
             }
+            E::Call(c)
+                if call_name(e)
+                    .is_some_and(|(n, _)| super::tiles::TILE_STMTS.contains(&n.as_str())) =>
+            {
+                let (name, _) = call_name(e).expect("matched above");
+                self.tile_stmt(&name, c, out)
+            }
             E::Macro(m) => err(m.span(), "LOOM kernels do not support macros"),
             E::Paren(_) | E::Group(_) => self.expr_stmt(strip(e), out),
             _ => {

@@ -13,7 +13,9 @@
 //! collectives of a loop checked, with the facts that hold on every iteration.
 
 use super::cx::{site_at, Site, Sites};
-use crate::ir::{Access, Block, Builtin, CollectiveOp, Expr, ExprKind, Kernel, Param, Stmt, VarId};
+use crate::ir::{
+    Access, Block, Builtin, CollectiveOp, Expr, ExprKind, Kernel, Param, Stmt, TileOp, VarId,
+};
 
 /// Per-variable divergence, indexed by [`VarId`].
 type Div = Vec<bool>;
@@ -159,6 +161,25 @@ impl Uni<'_> {
                 }
             }
             Stmt::Barrier => self.require_uniform(path, ctl)?,
+            Stmt::Tile(op) => {
+                self.require_uniform(path, ctl)?;
+                let window = match op {
+                    TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => Some(w),
+                    _ => None,
+                };
+                let divergent =
+                    window.is_some_and(|w| w.exprs().iter().any(|e| self.divergent(e, d)));
+                if self.checking && divergent {
+                    let site = site_at(self.sites, path);
+                    return Err(syn::Error::new(
+                        site.span,
+                        format!(
+                            "`{}`: a tile window's offset, stride, rows and cols must be uniform (the same on every work-item of the workgroup); one of them depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control",
+                            site.text
+                        ),
+                    ));
+                }
+            }
             Stmt::Collective { op, dst, args } => {
                 self.require_uniform(path, ctl)?;
                 let lane_div = *op == CollectiveOp::Broadcast && self.divergent(&args[1], d);
@@ -262,7 +283,7 @@ fn divergence_error(site: &Site, why: &Site, kind: &str) -> syn::Error {
     let mut e = syn::Error::new(
         site.span,
         format!(
-            "`{}` under divergent control flow: the {kind} `{}` can differ between the work-items of a workgroup (it depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control), so some work-items would wait forever; barriers and collectives must run under uniform control flow",
+            "`{}` under divergent control flow: the {kind} `{}` can differ between the work-items of a workgroup (it depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control), so some work-items would wait forever; barriers, collectives and tile statements must run under uniform control flow",
             site.text, why.text
         ),
     );

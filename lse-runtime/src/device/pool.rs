@@ -94,6 +94,9 @@ pub enum DeviceOpenError {
     /// A runtime call failed while opening the device.
     #[error("--pool {pool}: {message}")]
     Gpu { pool: Pool, message: String },
+    /// `LSE_HOST_CPU` names a host level this CPU cannot run.
+    #[error("--pool host: {0}")]
+    HostLevel(String),
 }
 
 impl Device {
@@ -106,11 +109,14 @@ impl Device {
                 host_cpu: None,
                 gpu: None,
             }),
-            Pool::Host => Ok(Device {
-                pool,
-                host_cpu: Some(select::best_host_cpu()),
-                gpu: None,
-            }),
+            Pool::Host => {
+                select::check_host_cpu_env().map_err(DeviceOpenError::HostLevel)?;
+                Ok(Device {
+                    pool,
+                    host_cpu: Some(select::best_host_cpu()),
+                    gpu: None,
+                })
+            }
             Pool::Hip(n) => {
                 let dev = HipDevice::open(n).map_err(|e| hip_error(pool, n, e))?;
                 Ok(Device::gpu(pool, GpuDevice::Hip(dev)))

@@ -66,9 +66,10 @@ pub fn forward(
     let mut p = vec![0.0; t * 2 * nh * hd];
     let mut k = vec![0.0; t * nkv * hd];
     let mut v = vec![0.0; t * nkv * hd];
-    linear(u, t, WeightMat::of(&w.q_proj), &mut p);
-    linear(u, t, WeightMat::of(&w.k_proj), &mut k);
-    linear(u, t, WeightMat::of(&w.v_proj), &mut v);
+    let dev = attn.device();
+    linear(dev, u, t, WeightMat::of(&w.q_proj), &mut p)?;
+    linear(dev, u, t, WeightMat::of(&w.k_proj), &mut k)?;
+    linear(dev, u, t, WeightMat::of(&w.v_proj), &mut v)?;
 
     // Split per-head [q | gate], normalise and rotate q; normalise and rotate k.
     let mut q = vec![0.0; t * nh * hd];
@@ -115,6 +116,6 @@ pub fn forward(
                 *x *= sigmoid(g);
             }
         });
-    linear(&o, t, WeightMat::of(&w.o_proj), out);
+    linear(dev, &o, t, WeightMat::of(&w.o_proj), out)?;
     Ok(())
 }

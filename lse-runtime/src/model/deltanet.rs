@@ -10,6 +10,7 @@ use super::kv_cache::LinearState;
 use super::linear::{gemm, linear, WeightMat};
 use super::ops::{gated_rmsnorm, l2norm_scaled, sigmoid, silu, softplus};
 use super::weights::{Tensor, WeightStore};
+use crate::device::Device;
 
 /// Chunk length of the chunked delta rule (as in transformers, FLA and llama.cpp).
 pub const CHUNK: usize = 64;
@@ -310,14 +311,16 @@ pub fn delta_rule_chunked(
 }
 
 /// Runs the layer on `u` [t, H], continuing from and updating `st`; writes [t, H] to `out`.
+/// The projections run on `dev`.
 pub fn forward(
+    dev: &Device,
     cfg: &ModelConfig,
     w: &GdnWeights,
     u: &[f32],
     t: usize,
     st: &mut LinearState,
     out: &mut [f32],
-) {
+) -> Result<()> {
     let (hk, hv, dk, dv) = (
         cfg.linear_num_key_heads,
         cfg.linear_num_value_heads,
@@ -330,17 +333,18 @@ pub fn forward(
     let mut xe = vec![0.0; (t + kc - 1) * cd];
     xe[..(kc - 1) * cd].copy_from_slice(&st.conv);
     linear(
+        dev,
         u,
         t,
         WeightMat::of(&w.in_proj_qkv),
         &mut xe[(kc - 1) * cd..],
-    );
+    )?;
     let mut z = vec![0.0; t * hv * dv];
-    linear(u, t, WeightMat::of(&w.in_proj_z), &mut z);
+    linear(dev, u, t, WeightMat::of(&w.in_proj_z), &mut z)?;
     let mut b = vec![0.0; t * hv];
     let mut a = vec![0.0; t * hv];
-    linear(u, t, WeightMat::of(&w.in_proj_b), &mut b);
-    linear(u, t, WeightMat::of(&w.in_proj_a), &mut a);
+    linear(dev, u, t, WeightMat::of(&w.in_proj_b), &mut b)?;
+    linear(dev, u, t, WeightMat::of(&w.in_proj_a), &mut a)?;
     st.conv.copy_from_slice(&xe[t * cd..(t + kc - 1) * cd]);
 
     // Causal depthwise conv + SiLU, then per-head L2 norm of q (scaled 1/sqrt(dk)) and k.
@@ -399,7 +403,8 @@ pub fn forward(
                 .copy_from_slice(&o[ti * dv..(ti + 1) * dv]);
         }
     }
-    linear(&y, t, WeightMat::of(&w.out_proj), out);
+    linear(dev, &y, t, WeightMat::of(&w.out_proj), out)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use super::error::{ModelError, Result};
 use super::linear::{linear, WeightMat};
 use super::ops::{sigmoid, silu};
 use super::weights::{Tensor, WeightStore};
+use crate::device::Device;
 
 /// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`.
 pub struct Mlp {
@@ -24,29 +25,39 @@ impl Mlp {
             down: ws.get(&format!("{p}down_proj.weight"), &[h, i])?,
         })
     }
-    /// Applies the MLP to `x` [t, H], writing [t, H] to `out`.
-    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+    /// Applies the MLP to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
+    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
         swiglu(
+            dev,
             x,
             t,
             WeightMat::of(&self.gate),
             WeightMat::of(&self.up),
             WeightMat::of(&self.down),
             out,
-        );
+        )
     }
 }
 
-fn swiglu(x: &[f32], t: usize, g: WeightMat, u: WeightMat, d: WeightMat, out: &mut [f32]) {
+fn swiglu(
+    dev: &Device,
+    x: &[f32],
+    t: usize,
+    g: WeightMat,
+    u: WeightMat,
+    d: WeightMat,
+    out: &mut [f32],
+) -> Result<()> {
     let i = g.n;
     let mut a = vec![0.0; t * i];
     let mut b = vec![0.0; t * i];
-    linear(x, t, g, &mut a);
-    linear(x, t, u, &mut b);
+    linear(dev, x, t, g, &mut a)?;
+    linear(dev, x, t, u, &mut b)?;
     for (x, y) in a.iter_mut().zip(&b) {
         *x = silu(*x) * y;
     }
-    linear(&a, t, d, out);
+    linear(dev, &a, t, d, out)?;
+    Ok(())
 }
 
 enum Experts {
@@ -121,15 +132,15 @@ impl Moe {
         }
     }
 
-    /// Applies the block to `x` [t, H], writing [t, H] to `out`.
-    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
+    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
         let (h, ne, k) = (
             self.hidden,
             self.cfg.num_experts,
             self.cfg.num_experts_per_tok,
         );
         let mut logits = vec![0.0; t * ne];
-        linear(x, t, WeightMat::of(&self.router), &mut logits);
+        linear(dev, x, t, WeightMat::of(&self.router), &mut logits)?;
         // Per expert: the tokens routed to it and their renormalised weights.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         let mut order: Vec<usize> = (0..ne).collect();
@@ -151,9 +162,9 @@ impl Moe {
             }
         }
         // Shared expert with its scalar sigmoid gate.
-        self.shared.forward(x, t, out);
+        self.shared.forward(dev, x, t, out)?;
         let mut sg = vec![0.0; t];
-        linear(x, t, WeightMat::of(&self.shared_gate), &mut sg);
+        linear(dev, x, t, WeightMat::of(&self.shared_gate), &mut sg)?;
         for ti in 0..t {
             let s = sigmoid(sg[ti]);
             for v in &mut out[ti * h..(ti + 1) * h] {
@@ -174,7 +185,7 @@ impl Moe {
                 xs[r * h..(r + 1) * h].copy_from_slice(&x[ti * h..(ti + 1) * h]);
             }
             let (g, u, d) = self.expert(e);
-            swiglu(&xs, n, g, u, d, &mut ys);
+            swiglu(dev, &xs, n, g, u, d, &mut ys)?;
             for (r, (ti, wgt)) in toks.iter().enumerate() {
                 for (o, y) in out[ti * h..(ti + 1) * h]
                     .iter_mut()
@@ -184,6 +195,7 @@ impl Moe {
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -209,11 +221,11 @@ impl Ffn {
             )?)))
         }
     }
-    /// Applies the block to `x` [t, H], writing [t, H] to `out`.
-    pub fn forward(&self, x: &[f32], t: usize, out: &mut [f32]) {
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
+    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
         match self {
-            Ffn::Dense(m) => m.forward(x, t, out),
-            Ffn::Moe(m) => m.forward(x, t, out),
+            Ffn::Dense(m) => m.forward(dev, x, t, out),
+            Ffn::Moe(m) => m.forward(dev, x, t, out),
         }
     }
 }

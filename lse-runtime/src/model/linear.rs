@@ -1,18 +1,15 @@
-//! Matrix products for prefill: `Y = X · Wᵀ` with W read in its stored dtype.
-//!
-//! Output columns are split into blocks processed in parallel (rayon). Each worker converts its
-//! block of weight rows to f32 into a reused thread-local scratch buffer and calls the
-//! `matrixmultiply` SGEMM (runtime-dispatched AVX2/AVX-512 FMA kernels) on it.
+//! Matrix products for prefill. Projections (`Y = X · Wᵀ` with W in its stored dtype) run
+//! through the LOOM GEMM (`kernels-src/src/gemm.rs`) on the engine's device ([`linear`]);
+//! the Gated DeltaNet's chunk algebra on f32 activations still uses a strided f32 SGEMM
+//! ([`gemm`], `matrixmultiply`) until the delta rule moves into LOOM.
 
-use std::cell::RefCell;
+use std::borrow::Cow;
 
-use rayon::prelude::*;
+use half::{bf16, f16};
 
-use super::weights::{to_f32, DType, Tensor};
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
+use super::weights::{DType, Tensor};
+use crate::device::Device;
+use crate::ops::{self, Activations, GemmOut, HeadWeight, OpError};
 
 /// Strided f32 GEMM: `C = alpha·A·B + beta·C` with A [m,k], B [k,n], C [m,n].
 ///
@@ -96,66 +93,59 @@ impl<'a> WeightMat<'a> {
     }
 }
 
-struct SendPtr(*mut f32);
-// SAFETY: workers write disjoint column ranges of the output (see `linear`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+/// The weight as the GEMM kernel takes it: a typed view of the tensor's bytes, or a copy
+/// when the bytes are not aligned for the element type (safetensors does not promise it).
+enum Typed<'a> {
+    Bf16(Cow<'a, [bf16]>),
+    F16(Cow<'a, [f16]>),
+    F32(Cow<'a, [f32]>),
+}
 
-impl SendPtr {
-    fn get(&self) -> *mut f32 {
-        self.0
+fn typed<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
     }
 }
 
-/// `out[t, :] = x[t, :] · Wᵀ` for `t` rows. `x` is [t, w.k], `out` is [t, w.n] (overwritten).
-pub fn linear(x: &[f32], t: usize, w: WeightMat<'_>, out: &mut [f32]) {
-    let (n, k) = (w.n, w.k);
-    assert!(
-        x.len() >= t * k && out.len() >= t * n,
-        "linear: buffer sizes"
-    );
-    if t == 0 || n == 0 {
-        return;
+impl<'a> WeightMat<'a> {
+    fn typed(&self) -> Typed<'a> {
+        match self.dtype {
+            DType::BF16 => Typed::Bf16(typed(self.bytes)),
+            DType::F16 => Typed::F16(typed(self.bytes)),
+            DType::F32 => Typed::F32(typed(self.bytes)),
+        }
     }
-    let threads = rayon::current_num_threads().max(1);
-    // Column block: enough blocks to balance the workers, not so small that packing dominates.
-    let nb = (n.div_ceil(2 * threads)).clamp(64, 1024).min(n);
-    let blocks = n.div_ceil(nb);
-    let optr = SendPtr(out.as_mut_ptr());
-    (0..blocks).into_par_iter().for_each(|bi| {
-        let j0 = bi * nb;
-        let cols = nb.min(n - j0);
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < cols * k {
-                s.resize(cols * k, 0.0);
-            }
-            let wb = &mut s[..cols * k];
-            let es = w.dtype.size();
-            to_f32(w.dtype, &w.bytes[j0 * k * es..(j0 + cols) * k * es], wb);
-            // SAFETY: `x` holds t*k elements and `wb` cols*k (asserted/sized above); this block
-            // writes only columns [j0, j0 + cols) of the t*n output, and blocks are disjoint,
-            // so no two workers touch the same element.
-            unsafe {
-                matrixmultiply::sgemm(
-                    t,
-                    k,
-                    cols,
-                    1.0,
-                    x.as_ptr(),
-                    k as isize,
-                    1,
-                    wb.as_ptr(),
-                    1,
-                    k as isize,
-                    0.0,
-                    optr.get().add(j0),
-                    n as isize,
-                    1,
-                );
-            }
-        });
-    });
+}
+
+/// `out[t, :] = x[t, :] · Wᵀ` for `t` rows through the LOOM GEMM on `dev`. `x` is [t, w.k],
+/// `out` is [t, w.n] (overwritten). Activations stay f32 (f32 products, as the transformers
+/// goldens compute them): rounding them to bf16 moves perplexity (README, "Numerics of the
+/// GEMM").
+pub fn linear(
+    dev: &Device,
+    x: &[f32],
+    t: usize,
+    w: WeightMat<'_>,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    let (x, out) = (&x[..t * w.k], &mut out[..t * w.n]);
+    let weight = w.typed();
+    let head = match &weight {
+        Typed::Bf16(v) => HeadWeight::Bf16(v),
+        Typed::F16(v) => HeadWeight::F16(v),
+        Typed::F32(v) => HeadWeight::F32(v),
+    };
+    ops::gemm(
+        dev,
+        x,
+        w.k,
+        head,
+        w.n,
+        out,
+        GemmOut::Overwrite,
+        Activations::F32,
+    )
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use attention::AttnWeights;
 use deltanet::GdnWeights;
 use ffn::Ffn;
 use kv_cache::LayerState;
-use linear::{linear, WeightMat};
+use linear::gemm;
 use ops::{rmsnorm_zc_into, rmsnorm_zc_rows};
 use tokenizer::TextTokenizer;
 use weights::{Tensor, WeightStore};
@@ -245,13 +245,13 @@ impl HybridLM {
                     &mut m,
                 )?,
                 (Mixer::Linear(w), LayerState::Linear(st)) => {
-                    deltanet::forward(&self.cfg, w, &u, t, st, &mut m)
+                    deltanet::forward(attn.device(), &self.cfg, w, &u, t, st, &mut m)?
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
             add_into(&mut x, &m);
             rmsnorm_zc_into(&x, &layer.post_norm, eps, &mut u);
-            layer.ffn.forward(&u, t, &mut m);
+            layer.ffn.forward(attn.device(), &u, t, &mut m)?;
             add_into(&mut x, &m);
         }
         rmsnorm_zc_rows(&mut x, &self.final_norm, eps);
@@ -259,10 +259,25 @@ impl HybridLM {
         Ok(x)
     }
 
-    /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ.
+    /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ, in f32
+    /// with the weight widened (no LOOM kernel).
     pub fn logits_reference(&self, hidden: &[f32], rows: usize) -> Vec<f32> {
-        let mut out = vec![0.0; rows * self.cfg.vocab_size];
-        linear(hidden, rows, WeightMat::of(&self.head), &mut out);
+        let (h, v) = (self.cfg.hidden_size, self.cfg.vocab_size);
+        let w = self.head.to_f32_vec();
+        let mut out = vec![0.0; rows * v];
+        gemm(
+            rows,
+            h,
+            v,
+            1.0,
+            hidden,
+            (h, 1),
+            &w,
+            (1, h),
+            0.0,
+            &mut out,
+            (v, 1),
+        );
         out
     }
 }

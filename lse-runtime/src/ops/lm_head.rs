@@ -14,7 +14,8 @@ use crate::device::{Arg, DevSlice, DevSliceMut, Device, Resident};
 /// Rows per workgroup of `lm_head.matrix_*` (its `ROWS` constant).
 const MATRIX_ROW_TILE: u32 = 128;
 
-/// The head's weight, `[vocab, dim]`, in its stored dtype.
+/// A weight matrix in its stored dtype: the head's `[vocab, dim]`, or a projection's
+/// `[out, in]` for [`super::gemm`].
 #[derive(Clone, Copy, Debug)]
 pub enum HeadWeight<'a> {
     Bf16(&'a [bf16]),

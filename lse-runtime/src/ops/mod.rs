@@ -7,6 +7,7 @@
 
 mod attention_shape;
 mod flashprefill;
+mod gemm;
 mod lm_head;
 mod lse_pick;
 mod prefill_attention;
@@ -19,6 +20,7 @@ pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
     MAX_BLOCK_SIZE,
 };
+pub use gemm::{gemm, Activations, GemmOut};
 pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};

@@ -10,6 +10,7 @@ use crate::reference::attention::widen;
 
 pub mod attention;
 pub mod flashprefill;
+pub mod gemm;
 pub mod scoring;
 
 /// Every case of every kernel.
@@ -17,6 +18,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     let mut out = scoring::cases();
     out.extend(attention::cases());
     out.extend(flashprefill::cases());
+    out.extend(gemm::cases());
     out
 }
 

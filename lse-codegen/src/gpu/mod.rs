@@ -1,7 +1,9 @@
 //! What the two GPU lowerings (AMDGPU and NVPTX) share: the workgroup-size check, the kernel
 //! parameter list (buffers as `noalias` global pointers, `readonly` when the kernel only reads
 //! them, scalars by value, all in declaration order), shared arrays as addrspace(3) globals,
-//! and one private slot per kernel variable.
+//! and one private slot per kernel variable. Tiles: [`tiles`].
+
+pub(crate) mod tiles;
 
 use crate::amdgpu::GpuSync;
 use crate::emit::{lty, Emitter};
@@ -61,6 +63,7 @@ pub(crate) fn prologue<'k>(
         ));
         e.shared.push(format!("@loom_shared_{i}"));
     }
+    globals.push_str(&tiles::globals(k));
     for l in &k.locals {
         let loc = e.scalar_var(l.ty);
         e.vars.push(loc);
@@ -83,6 +86,7 @@ pub(crate) fn body(
     globals: &mut String,
 ) -> Result<(), String> {
     let mut sync = GpuSync::new(wg, barrier);
+    tiles::zero_all(e, wg, barrier);
     e.block(&mut sync, &k.body);
     e.b.ins("ret void");
     if let Some(err) = e.error.take() {

@@ -1,0 +1,253 @@
+//! GPU lowering of the tile statements (AMDGPU and NVPTX): every tile is a row-major LDS /
+//! shared-memory array, zero-filled when the kernel starts; each statement is a loop in which
+//! work-item `lid` handles elements `lid, lid + wg, ...`, between two barriers. `tile_dot`
+//! gives each work-item whole output elements and sums their K products in increasing k with
+//! `fma`, the reference order, so GPUs agree with the generated Rust bit for bit. This is the
+//! portable lowering; matrix instructions (MFMA, WMMA, `mma.sync`) are not used yet.
+
+use crate::emit::{convert, lty, Emitter};
+use lse_dsl::ir::{Kernel, Param, TileOp, TileWindow, Ty};
+
+/// The name of tile `t`'s shared-memory array.
+fn global(t: u32) -> String {
+    format!("@loom_tile_{t}")
+}
+
+/// The module globals of `k`'s tiles.
+pub(crate) fn globals(k: &Kernel) -> String {
+    k.tiles
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!(
+                "{} = internal addrspace(3) global [{} x {}] undef, align 16\n",
+                global(i as u32),
+                t.len(),
+                lty(t.elem)
+            )
+        })
+        .collect()
+}
+
+/// Zero-fills every tile, then synchronises (the kernel's first statements).
+pub(crate) fn zero_all(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter)) {
+    if e.k.tiles.is_empty() {
+        return;
+    }
+    for t in 0..e.k.tiles.len() as u32 {
+        zero(e, wg, t);
+    }
+    barrier(e);
+}
+
+fn zero(e: &mut Emitter, wg: u32, t: u32) {
+    let len = e.k.tiles[t as usize].len();
+    lane_loop(e, wg, len, &mut |e, i| {
+        let z = if e.k.tiles[t as usize].elem == Ty::F32 {
+            "0.0"
+        } else {
+            "0"
+        };
+        write(e, t, i, z);
+    });
+}
+
+/// Lowers one tile statement between two barriers.
+pub(crate) fn lower(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter), op: &TileOp) {
+    barrier(e);
+    match op {
+        TileOp::Zero { dst } => zero(e, wg, *dst),
+        TileOp::Load { dst, from } => copy(e, wg, *dst, from, false),
+        TileOp::Store { src, to } => copy(e, wg, *src, to, true),
+        TileOp::Dot { acc, a, b } => {
+            let (m_n, n, k) = {
+                let (c, x) = (&e.k.tiles[*acc as usize], &e.k.tiles[*a as usize]);
+                (c.len(), c.cols, x.cols)
+            };
+            let (acc, a, b) = (*acc, *a, *b);
+            lane_loop(e, wg, m_n, &mut |e, i| {
+                let m = e.b.op(format!("udiv i32 {i}, {n}"));
+                let j = e.b.op(format!("urem i32 {i}, {n}"));
+                let init = read(e, acc, i);
+                let s = k_loop(e, k, &init, &mut |e, kk, s| {
+                    let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
+                    let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
+                    let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
+                    let ib = e.b.op(format!("add nuw i32 {rb}, {j}"));
+                    let x = read(e, a, &ia);
+                    let y = read(e, b, &ib);
+                    e.b.call(
+                        "float",
+                        "llvm.fma.f32",
+                        &[("float", &x), ("float", &y), ("float", s)],
+                    )
+                });
+                write(e, acc, i, &s);
+            });
+        }
+        TileOp::Add { dst, src } => {
+            let (d, s) = (*dst, *src);
+            let len = e.k.tiles[d as usize].len();
+            lane_loop(e, wg, len, &mut |e, i| {
+                let x = read(e, d, i);
+                let y = read(e, s, i);
+                let sum = e.b.op(format!("fadd float {x}, {y}"));
+                write(e, d, i, &sum);
+            });
+        }
+    }
+    barrier(e);
+}
+
+/// Tile `t` <- window (`store` false) or window <- tile `t`.
+fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) {
+    let elem = match e.k.params.get(w.buf as usize) {
+        Some(Param::Buffer { elem, .. }) => *elem,
+        _ => {
+            e.fail(format!("tile window on parameter {}, not a buffer", w.buf));
+            return;
+        }
+    };
+    let buf = e
+        .bufs
+        .get(w.buf as usize)
+        .cloned()
+        .flatten()
+        .unwrap_or_default();
+    let [offset, stride, rows, cols] = w.exprs().map(|x| e.expr(x));
+    let tile = e.k.tiles[t as usize].clone();
+    lane_loop(e, wg, tile.len(), &mut |e, i| {
+        let r = e.b.op(format!("udiv i32 {i}, {}", tile.cols));
+        let c = e.b.op(format!("urem i32 {i}, {}", tile.cols));
+        let in_r = e.b.op(format!("icmp ult i32 {r}, {rows}"));
+        let in_c = e.b.op(format!("icmp ult i32 {c}, {cols}"));
+        let inside = e.b.op(format!("and i1 {in_r}, {in_c}"));
+        e.if_else(&inside, &mut |e, taken| {
+            if !taken {
+                if !store {
+                    let z = if tile.elem == Ty::F32 { "0.0" } else { "0" };
+                    write(e, t, i, z);
+                }
+                return;
+            }
+            let (major, minor) = if w.transposed { (&c, &r) } else { (&r, &c) };
+            let scaled = e.b.op(format!("mul nuw i32 {major}, {stride}"));
+            let base = e.b.op(format!("add nuw i32 {offset}, {scaled}"));
+            let ix = e.b.op(format!("add nuw i32 {base}, {minor}"));
+            let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+            let ty = lty(elem);
+            let p = e.b.op(format!(
+                "getelementptr inbounds {ty}, ptr addrspace(1) {buf}, i64 {ix64}"
+            ));
+            let align = elem.size_bytes();
+            if store {
+                let v = read_raw(e, t, i);
+                let v = convert(&mut e.b, &v, tile.elem, elem);
+                e.b.ins(format!(
+                    "store {ty} {v}, ptr addrspace(1) {p}, align {align}"
+                ));
+            } else {
+                let v =
+                    e.b.op(format!("load {ty}, ptr addrspace(1) {p}, align {align}"));
+                let v = convert(&mut e.b, &v, elem, tile.elem);
+                write(e, t, i, &v);
+            }
+        });
+    });
+}
+
+fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
+    let ty = lty(e.k.tiles[t as usize].elem);
+    e.b.op(format!(
+        "getelementptr inbounds {ty}, ptr addrspace(3) {}, i32 {i}",
+        global(t)
+    ))
+}
+
+fn read_raw(e: &mut Emitter, t: u32, i: &str) -> String {
+    let elem = e.k.tiles[t as usize].elem;
+    let p = elem_ptr(e, t, i);
+    e.b.op(format!(
+        "load {}, ptr addrspace(3) {p}, align {}",
+        lty(elem),
+        elem.size_bytes()
+    ))
+}
+
+/// Element `i` of tile `t` as f32.
+fn read(e: &mut Emitter, t: u32, i: &str) -> String {
+    let v = read_raw(e, t, i);
+    let elem = e.k.tiles[t as usize].elem;
+    convert(&mut e.b, &v, elem, Ty::F32)
+}
+
+/// Stores `v` (in the tile's own type) to element `i` of tile `t`.
+fn write(e: &mut Emitter, t: u32, i: &str, v: &str) {
+    let elem = e.k.tiles[t as usize].elem;
+    let p = elem_ptr(e, t, i);
+    e.b.ins(format!(
+        "store {} {v}, ptr addrspace(3) {p}, align {}",
+        lty(elem),
+        elem.size_bytes()
+    ));
+}
+
+/// `for i in (lid..n).step_by(wg) { body(i) }`.
+fn lane_loop(e: &mut Emitter, wg: u32, n: u32, body: &mut dyn FnMut(&mut Emitter, &str)) {
+    let pre = e.b.cur.clone();
+    let (head, lbody, exit) = (
+        e.b.label("tile.head"),
+        e.b.label("tile.body"),
+        e.b.label("tile.exit"),
+    );
+    let lid = e.lid.clone();
+    e.b.br(&head);
+    e.b.start(&head);
+    let i = e.b.fresh();
+    let next = e.b.fresh();
+    let latch_label = e.b.label("tile.latch");
+    e.b.ins(format!(
+        "{i} = phi i32 [ {lid}, %{pre} ], [ {next}, %{latch_label} ]"
+    ));
+    let more = e.b.op(format!("icmp ult i32 {i}, {n}"));
+    e.b.cbr(&more, &lbody, &exit);
+    e.b.start(&lbody);
+    body(e, &i);
+    e.b.br(&latch_label);
+    e.b.start(&latch_label);
+    e.b.ins(format!("{next} = add nuw i32 {i}, {wg}"));
+    e.b.br(&head);
+    e.b.start(&exit);
+}
+
+/// `let mut s = init; for kk in 0..k { s = step(kk, s) }`, returning the final `s` (f32).
+fn k_loop(
+    e: &mut Emitter,
+    k: u32,
+    init: &str,
+    step: &mut dyn FnMut(&mut Emitter, &str, &str) -> String,
+) -> String {
+    let pre = e.b.cur.clone();
+    let (lbody, exit) = (e.b.label("dot.body"), e.b.label("dot.exit"));
+    e.b.br(&lbody);
+    e.b.start(&lbody);
+    let (kk, s, next_k) = (e.b.fresh(), e.b.fresh(), e.b.fresh());
+    let latch = e.b.label("dot.latch");
+    e.b.ins(format!(
+        "{kk} = phi i32 [ 0, %{pre} ], [ {next_k}, %{latch} ]"
+    ));
+    let acc_phi_at = e.b.body.len();
+    let next_s = step(e, &kk, &s);
+    e.b.br(&latch);
+    e.b.start(&latch);
+    e.b.ins(format!("{next_k} = add nuw i32 {kk}, 1"));
+    let more = e.b.op(format!("icmp ult i32 {next_k}, {k}"));
+    e.b.cbr(&more, &lbody, &exit);
+    e.b.start(&exit);
+    e.b.body.insert_str(
+        acc_phi_at,
+        &format!("  {s} = phi float [ {init}, %{pre} ], [ {next_s}, %{latch} ]\n"),
+    );
+    // The body is one block, so its last value dominates the exit.
+    next_s
+}

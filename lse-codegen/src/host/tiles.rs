@@ -1,0 +1,539 @@
+//! Host lowering of the tile statements. Each tile is a stack array of the host function,
+//! zeroed at the start of every workgroup; each statement runs once per workgroup.
+//!
+//! - Loads, stores, `tile_zero` and `tile_add` are element loops with parallel-access
+//!   metadata, vectorised by LLVM; a window that covers the whole tile takes a branch-free
+//!   copy of the loop.
+//! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
+//!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
+//!   directly, and then:
+//!   - on `x86-64-v4-amx`, when the shapes are multiples of 16 x 16 x 32, runs on AMX: 16 x 16
+//!     f32 accumulator tiles, 2 x 2 of them at a time with their A and B tiles (all 8 tile
+//!     registers), `tdpbf16ps` over every 32-wide K step, fully unrolled so every `x86_amx`
+//!     value lives in one basic block (LLVM inserts `ldtilecfg`);
+//!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
+//!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
+//!     4 rows and each broadcast A pair by 4 vectors.
+//! - Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` for k
+//!   ascending, n innermost (vectorised), the same order and roundings as the generated
+//!   Rust, so those levels agree with it bit for bit.
+
+use super::HostPhases;
+use crate::emit::{convert, lty, Emitter};
+use lse_dsl::ir::{Block, Kernel, Param, Stmt, TileDecl, TileOp, TileWindow, Ty};
+
+/// How a tile's elements are laid out in its stack array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// Element `(r, c)` at `r * cols + c`.
+    RowMajor,
+    /// Rows paired (AMX's VNNI layout for the `b` operand): `(r, c)` at
+    /// `(r / 2) * 2 * cols + 2 * c + r % 2`; an odd row count is padded with a zero row.
+    Pairs,
+}
+
+/// One tile's stack array.
+pub(super) struct HostTile {
+    ptr: String,
+    decl: TileDecl,
+    layout: Layout,
+}
+
+impl HostTile {
+    fn elems(&self) -> u32 {
+        match self.layout {
+            Layout::RowMajor => self.decl.len(),
+            Layout::Pairs => self.decl.rows.div_ceil(2) * 2 * self.decl.cols,
+        }
+    }
+
+    fn bytes(&self) -> u32 {
+        self.elems() * self.decl.elem.size_bytes()
+    }
+}
+
+/// Whether `vdpbf16ps` applies to `acc += a b` (bf16, N a multiple of 16, K even).
+fn pairs_shape(acc: &TileDecl, a: &TileDecl) -> bool {
+    a.elem == Ty::Bf16 && acc.cols.is_multiple_of(16) && a.cols.is_multiple_of(2)
+}
+
+/// Whether AMX applies to `acc += a b` (bf16, shapes multiples of 16 x 16 x 32).
+fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
+    pairs_shape(acc, a) && acc.rows.is_multiple_of(16) && a.cols.is_multiple_of(32)
+}
+
+/// The stack arrays of `k`'s tiles. With `dpbf16` (AVX512-BF16 levels), the `b` operands of
+/// dots that [`pairs_shape`] accepts get [`Layout::Pairs`].
+pub(super) fn allocate(e: &mut Emitter, k: &Kernel, dpbf16: bool) -> Vec<HostTile> {
+    let mut pairs = vec![false; k.tiles.len()];
+    if dpbf16 {
+        mark_pairs(&k.body, &k.tiles, &mut pairs);
+    }
+    k.tiles
+        .iter()
+        .zip(pairs)
+        .map(|(d, p)| {
+            let mut t = HostTile {
+                ptr: String::new(),
+                decl: d.clone(),
+                layout: if p { Layout::Pairs } else { Layout::RowMajor },
+            };
+            t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
+            t
+        })
+        .collect()
+}
+
+fn mark_pairs(block: &Block, tiles: &[TileDecl], pairs: &mut [bool]) {
+    for s in block {
+        match s {
+            Stmt::Tile(TileOp::Dot { acc, a, b })
+                if pairs_shape(&tiles[*acc as usize], &tiles[*a as usize]) =>
+            {
+                pairs[*b as usize] = true;
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                mark_pairs(then_body, tiles, pairs);
+                mark_pairs(else_body, tiles, pairs);
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } => mark_pairs(body, tiles, pairs),
+            _ => {}
+        }
+    }
+}
+
+/// Zero-fills every tile (at the start of each workgroup).
+pub(super) fn zero_all(e: &mut Emitter, tiles: &[HostTile]) {
+    for t in tiles {
+        memset0(e, t);
+    }
+}
+
+fn memset0(e: &mut Emitter, t: &HostTile) {
+    e.b.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)");
+    e.b.ins(format!(
+        "call void @llvm.memset.p0.i64(ptr align 64 {}, i8 0, i64 {}, i1 false)",
+        t.ptr,
+        t.bytes()
+    ));
+}
+
+/// The evaluated window of a load or store.
+struct Window {
+    buf: String,
+    elem: Ty,
+    offset: String,
+    stride: String,
+    rows: String,
+    cols: String,
+    transposed: bool,
+}
+
+impl HostPhases {
+    /// Lowers one tile statement (once per workgroup).
+    pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) {
+        match op {
+            TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
+            TileOp::Load { dst, from } => {
+                let w = self.window(e, from);
+                self.copy(e, *dst as usize, &w, false);
+            }
+            TileOp::Store { src, to } => {
+                let w = self.window(e, to);
+                self.copy(e, *src as usize, &w, true);
+            }
+            TileOp::Dot { acc, a, b } => {
+                let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
+                let (dc, da) = (&self.tiles[acc].decl, &self.tiles[a].decl);
+                let pairs = self.tiles[b].layout == Layout::Pairs;
+                if pairs && self.amx && amx_shape(dc, da) {
+                    self.amx_dot(e, acc, a, b)
+                } else if pairs && self.dpbf16 && pairs_shape(dc, da) {
+                    self.dp_dot(e, acc, a, b)
+                } else {
+                    self.loop_dot(e, acc, a, b)
+                }
+            }
+            TileOp::Add { dst, src } => {
+                let (d, s) = (*dst as usize, *src as usize);
+                let (rows, cols) = (self.tiles[d].decl.rows, self.tiles[d].decl.cols);
+                self.parallel_loop(e, rows, false, |h, e, r| {
+                    h.parallel_loop(e, cols, true, |h, e, c| {
+                        let x = h.read(e, d, r, c);
+                        let y = h.read(e, s, r, c);
+                        let sum = e.b.op(format!("fadd float {x}, {y}"));
+                        h.write_raw(e, d, r, c, &sum);
+                    })
+                });
+            }
+        }
+    }
+
+    fn window(&mut self, e: &mut Emitter, w: &TileWindow) -> Window {
+        let elem = match e.k.params.get(w.buf as usize) {
+            Some(Param::Buffer { elem, .. }) => *elem,
+            _ => {
+                e.fail(format!("tile window on parameter {}, not a buffer", w.buf));
+                Ty::F32
+            }
+        };
+        let buf = e
+            .bufs
+            .get(w.buf as usize)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let [offset, stride, rows, cols] = w.exprs().map(|x| self.uniform(e, x));
+        Window {
+            buf,
+            elem,
+            offset,
+            stride,
+            rows,
+            cols,
+            transposed: w.transposed,
+        }
+    }
+
+    /// Tile `t` <- window (`store` false) or window <- tile `t`. A window covering the whole
+    /// tile takes an unconditional copy of the loops.
+    fn copy(&mut self, e: &mut Emitter, t: usize, w: &Window, store: bool) {
+        let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
+        let full_r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
+        let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
+        let full = e.b.op(format!("and i1 {full_r}, {full_c}"));
+        e.if_else(&full, &mut |e, whole| {
+            // The loop over the buffer's contiguous direction is innermost.
+            let (outer, inner) = if w.transposed {
+                (cols, rows)
+            } else {
+                (rows, cols)
+            };
+            self.parallel_loop(e, outer, false, |h, e, i| {
+                h.parallel_loop(e, inner, true, |h, e, j| {
+                    let (r, c) = if w.transposed { (j, i) } else { (i, j) };
+                    h.copy_elem(e, t, w, (r, c), store, whole);
+                })
+            });
+        });
+    }
+
+    /// Copies element `(r, c)` of tile `t` from (or, with `store`, to) the window; `whole`
+    /// says the window covers the tile, so no bounds test is needed.
+    fn copy_elem(
+        &mut self,
+        e: &mut Emitter,
+        t: usize,
+        w: &Window,
+        (r, c): (&str, &str),
+        store: bool,
+        whole: bool,
+    ) {
+        let tile_elem = self.tiles[t].decl.elem;
+        let body = |h: &mut HostPhases, e: &mut Emitter| {
+            let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
+            let scaled = e.b.op(format!("mul nuw i32 {major}, {}", w.stride));
+            let base = e.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
+            let ix = e.b.op(format!("add nuw i32 {base}, {minor}"));
+            let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+            let ty = lty(w.elem);
+            let p = e.b.op(format!(
+                "getelementptr inbounds {ty}, ptr {}, i64 {ix64}",
+                w.buf
+            ));
+            let md = e.mem_md.clone();
+            let align = w.elem.size_bytes();
+            if store {
+                let v = h.read_raw(e, t, r, c);
+                let v = convert(&mut e.b, &v, tile_elem, w.elem);
+                e.b.ins(format!("store {ty} {v}, ptr {p}, align {align}{md}"));
+            } else {
+                let v = e.b.op(format!("load {ty}, ptr {p}, align {align}{md}"));
+                let v = convert(&mut e.b, &v, w.elem, tile_elem);
+                h.write_raw(e, t, r, c, &v);
+            }
+        };
+        if whole {
+            body(self, e);
+            return;
+        }
+        let in_r = e.b.op(format!("icmp ult i32 {r}, {}", w.rows));
+        let in_c = e.b.op(format!("icmp ult i32 {c}, {}", w.cols));
+        let inside = e.b.op(format!("and i1 {in_r}, {in_c}"));
+        e.if_else(&inside, &mut |e, taken| {
+            if taken {
+                body(self, e);
+            } else if !store {
+                let zero = if tile_elem == Ty::F32 { "0.0" } else { "0" };
+                self.write_raw(e, t, r, c, zero);
+            }
+        });
+    }
+
+    /// Pointer to element `(r, c)` of tile `t`.
+    fn elem_ptr(&self, e: &mut Emitter, t: usize, r: &str, c: &str) -> String {
+        let tile = &self.tiles[t];
+        let cols = tile.decl.cols;
+        let ix = match tile.layout {
+            Layout::RowMajor => {
+                let rc = e.b.op(format!("mul nuw i32 {r}, {cols}"));
+                e.b.op(format!("add nuw i32 {rc}, {c}"))
+            }
+            Layout::Pairs => {
+                let pair = e.b.op(format!("lshr i32 {r}, 1"));
+                let odd = e.b.op(format!("and i32 {r}, 1"));
+                let row = e.b.op(format!("mul nuw i32 {pair}, {}", 2 * cols));
+                let c2 = e.b.op(format!("shl nuw i32 {c}, 1"));
+                let a = e.b.op(format!("add nuw i32 {row}, {c2}"));
+                e.b.op(format!("add nuw i32 {a}, {odd}"))
+            }
+        };
+        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+        let ty = lty(tile.decl.elem);
+        e.b.op(format!(
+            "getelementptr inbounds {ty}, ptr {}, i64 {ix64}",
+            tile.ptr
+        ))
+    }
+
+    /// Element `(r, c)` of tile `t` in the tile's own type (`i16` bits for 16-bit tiles).
+    fn read_raw(&self, e: &mut Emitter, t: usize, r: &str, c: &str) -> String {
+        let p = self.elem_ptr(e, t, r, c);
+        let elem = self.tiles[t].decl.elem;
+        let md = e.mem_md.clone();
+        e.b.op(format!(
+            "load {}, ptr {p}, align {}{md}",
+            lty(elem),
+            elem.size_bytes()
+        ))
+    }
+
+    /// Element `(r, c)` of tile `t` as f32.
+    fn read(&self, e: &mut Emitter, t: usize, r: &str, c: &str) -> String {
+        let v = self.read_raw(e, t, r, c);
+        convert(&mut e.b, &v, self.tiles[t].decl.elem, Ty::F32)
+    }
+
+    fn write_raw(&self, e: &mut Emitter, t: usize, r: &str, c: &str, v: &str) {
+        let p = self.elem_ptr(e, t, r, c);
+        let elem = self.tiles[t].decl.elem;
+        let md = e.mem_md.clone();
+        e.b.ins(format!(
+            "store {} {v}, ptr {p}, align {}{md}",
+            lty(elem),
+            elem.size_bytes()
+        ));
+    }
+
+    /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])`, m, then k ascending, then n (vectorised).
+    fn loop_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+        let (m, n, k) = (
+            self.tiles[acc].decl.rows,
+            self.tiles[acc].decl.cols,
+            self.tiles[a].decl.cols,
+        );
+        self.parallel_loop(e, m, false, |h, e, i| {
+            h.sequential_loop(e, k, |h, e, kk| {
+                let x = h.read(e, a, i, kk);
+                h.parallel_loop(e, n, true, |h, e, j| {
+                    let y = h.read(e, b, kk, j);
+                    let s = h.read(e, acc, i, j);
+                    let r = e.b.call(
+                        "float",
+                        "llvm.fma.f32",
+                        &[("float", &x), ("float", &y), ("float", &s)],
+                    );
+                    h.write_raw(e, acc, i, j, &r);
+                })
+            })
+        });
+    }
+
+    /// `acc += a b` with `vdpbf16ps` (see the module doc); shapes checked by [`pairs_shape`].
+    fn dp_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+        const MR: u32 = 4;
+        const NR: u32 = 4;
+        let (m, n) = (self.tiles[acc].decl.rows, self.tiles[acc].decl.cols);
+        let vecs = n / 16;
+        let groups: Vec<(u32, u32)> = (0..vecs)
+            .step_by(NR as usize)
+            .map(|v0| (v0, NR.min(vecs - v0)))
+            .collect();
+        e.b.declare("declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)");
+        let mr = MR.min(m);
+        self.sequential_loop(e, m / mr, |h, e, mb| {
+            let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
+            for &(v0, nr) in &groups {
+                h.dp_block(e, [acc, a, b], &m0, mr, v0, nr);
+            }
+        });
+        let rest = m % mr;
+        if rest > 0 {
+            for &(v0, nr) in &groups {
+                self.dp_block(e, [acc, a, b], &(m - rest).to_string(), rest, v0, nr);
+            }
+        }
+    }
+
+    /// Rows `m0..m0 + mr` x column vectors `v0..v0 + nr` (16 columns each) of `acc += a b`:
+    /// the accumulators stay in registers over all K pairs.
+    fn dp_block(
+        &mut self,
+        e: &mut Emitter,
+        [acc, a, b]: [usize; 3],
+        m0: &str,
+        mr: u32,
+        v0: u32,
+        nr: u32,
+    ) {
+        let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
+        let (pc, pa, pb) = (
+            self.tiles[acc].ptr.clone(),
+            self.tiles[a].ptr.clone(),
+            self.tiles[b].ptr.clone(),
+        );
+        let mut acc_ptrs = Vec::new();
+        let mut init = Vec::new();
+        for r in 0..mr {
+            let row = e.b.op(format!("add nuw i32 {m0}, {r}"));
+            let base = e.b.op(format!("mul nuw i32 {row}, {n}"));
+            for j in 0..nr {
+                let ix = e.b.op(format!("add nuw i32 {base}, {}", (v0 + j) * 16));
+                let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+                let p = e.b.op(format!(
+                    "getelementptr inbounds float, ptr {pc}, i64 {ix64}"
+                ));
+                let v = e.b.op(format!("load <16 x float>, ptr {p}, align 64"));
+                acc_ptrs.push(p);
+                init.push(v);
+            }
+        }
+        let a_rows: Vec<String> = (0..mr)
+            .map(|r| {
+                let row = e.b.op(format!("add nuw i32 {m0}, {r}"));
+                e.b.op(format!("mul nuw i32 {row}, {k}"))
+            })
+            .collect();
+        let out = self.carried_loop(e, k / 2, "<16 x float>", &init, |e, kp, cur| {
+            let bv: Vec<String> = (0..nr)
+                .map(|j| {
+                    let row = e.b.op(format!("mul nuw i32 {kp}, {}", 2 * n));
+                    let ix = e.b.op(format!("add nuw i32 {row}, {}", (v0 + j) * 32));
+                    let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+                    let p = e.b.op(format!("getelementptr inbounds i16, ptr {pb}, i64 {ix64}"));
+                    e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
+                })
+                .collect();
+            let k2 = e.b.op(format!("shl nuw i32 {kp}, 1"));
+            let mut next = Vec::new();
+            for (r, a_row) in a_rows.iter().enumerate() {
+                let ix = e.b.op(format!("add nuw i32 {a_row}, {k2}"));
+                let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+                let p = e.b.op(format!("getelementptr inbounds i16, ptr {pa}, i64 {ix64}"));
+                let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
+                let one = e.b.op(format!("insertelement <16 x i32> poison, i32 {pair}, i64 0"));
+                let splat = e.b.op(format!(
+                    "shufflevector <16 x i32> {one}, <16 x i32> poison, <16 x i32> zeroinitializer"
+                ));
+                let av = e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"));
+                for (j, y) in bv.iter().enumerate() {
+                    let c = &cur[r * nr as usize + j];
+                    next.push(e.b.op(format!(
+                        "call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> {c}, <32 x bfloat> {av}, <32 x bfloat> {y})"
+                    )));
+                }
+            }
+            next
+        });
+        for (p, v) in acc_ptrs.iter().zip(out) {
+            e.b.ins(format!("store <16 x float> {v}, ptr {p}, align 64"));
+        }
+    }
+
+    /// `acc += a b` on AMX (see the module doc). Shapes are checked by [`amx_shape`].
+    fn amx_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+        let (m, n, k) = (
+            self.tiles[acc].decl.rows,
+            self.tiles[acc].decl.cols,
+            self.tiles[a].decl.cols,
+        );
+        let (pa, pb, pc) = (
+            self.tiles[a].ptr.clone(),
+            self.tiles[b].ptr.clone(),
+            self.tiles[acc].ptr.clone(),
+        );
+        for d in [
+            "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
+            "declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
+            "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)",
+        ] {
+            e.b.declare(d);
+        }
+        let at = |e: &mut Emitter, base: &str, byte_offset: u32| -> String {
+            e.b.op(format!(
+                "getelementptr inbounds i8, ptr {base}, i64 {byte_offset}"
+            ))
+        };
+        let load = |e: &mut Emitter, p: &str, stride: u32| -> String {
+            e.b.op(format!(
+                "call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr {p}, i64 {stride})"
+            ))
+        };
+        let (mb, nb, kb) = (m / 16, n / 16, k / 32);
+        for ib in (0..mb).step_by(2) {
+            for jb in (0..nb).step_by(2) {
+                let is: Vec<u32> = (ib..(ib + 2).min(mb)).collect();
+                let js: Vec<u32> = (jb..(jb + 2).min(nb)).collect();
+                let mut accs = Vec::new();
+                for &i in &is {
+                    for &j in &js {
+                        let p = at(e, &pc, (i * 16 * n + j * 16) * 4);
+                        let t = load(e, &p, n * 4);
+                        accs.push((i, j, p, t));
+                    }
+                }
+                for kk in 0..kb {
+                    let ta: Vec<(u32, String)> = is
+                        .iter()
+                        .map(|&i| {
+                            let p = at(e, &pa, (i * 16 * k + kk * 32) * 2);
+                            (i, load(e, &p, k * 2))
+                        })
+                        .collect();
+                    let tb: Vec<(u32, String)> = js
+                        .iter()
+                        .map(|&j| {
+                            let p = at(e, &pb, (kk * 16 * 2 * n + j * 16 * 2) * 2);
+                            (j, load(e, &p, n * 4))
+                        })
+                        .collect();
+                    for (i, j, _, t) in accs.iter_mut() {
+                        let x = &ta
+                            .iter()
+                            .find(|(ii, _)| ii == i)
+                            .expect("row tile loaded")
+                            .1;
+                        let y = &tb
+                            .iter()
+                            .find(|(jj, _)| jj == j)
+                            .expect("column tile loaded")
+                            .1;
+                        *t = e.b.op(format!(
+                            "call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx {t}, x86_amx {x}, x86_amx {y})"
+                        ));
+                    }
+                }
+                for (_, _, p, t) in &accs {
+                    e.b.ins(format!(
+                        "call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {p}, i64 {}, x86_amx {t})",
+                        n * 4
+                    ));
+                }
+            }
+        }
+    }
+}

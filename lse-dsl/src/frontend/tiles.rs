@@ -1,0 +1,328 @@
+//! Tiles: `let t = tile::<T, ROWS, COLS>();` declarations and the tile statements
+//! (`tile_zero`, `tile_load`, `tile_load_t`, `tile_store`, `tile_store_t`, `tile_dot`,
+//! `tile_add`). Shapes and element types are checked here, at the span of the offending
+//! argument; uniformity (tile statements only under uniform control flow, window expressions
+//! uniform) is checked with the barriers in `uniformity`.
+
+use syn::spanned::Spanned;
+
+use super::cx::{Binding, Cx, Site};
+use super::fold::eval;
+use super::syntax::{err, strip, text};
+use super::types::named_ty;
+use crate::ir::{Access, Block, Param, ParamId, Stmt, TileDecl, TileId, TileOp, TileWindow, Ty};
+
+/// The tile statements, by name.
+pub(super) const TILE_STMTS: [&str; 7] = [
+    "tile_zero",
+    "tile_load",
+    "tile_load_t",
+    "tile_store",
+    "tile_store_t",
+    "tile_dot",
+    "tile_add",
+];
+
+/// Most rows or columns a tile may have.
+const MAX_TILE_DIM: u32 = 256;
+
+impl Cx {
+    /// `let t = tile::<T, ROWS, COLS>();` (top level only, no `mut`, no annotation).
+    pub(super) fn let_tile(
+        &mut self,
+        name: &str,
+        mutable: bool,
+        ann: Option<&syn::Type>,
+        call: &syn::ExprCall,
+    ) -> syn::Result<()> {
+        let span = call.span();
+        let usage = "write `let t = tile::<T, ROWS, COLS>();` with T one of bf16, f16 or f32 and constant ROWS, COLS";
+        if !self.top_level {
+            return err(
+                span,
+                "`tile::<T, ROWS, COLS>()` is only allowed at the top level of the kernel body (a tile lives for the whole kernel)",
+            );
+        }
+        if mutable || ann.is_some() || !call.args.is_empty() {
+            return err(span, usage);
+        }
+        let syn::Expr::Path(p) = strip(&call.func) else {
+            return err(span, usage);
+        };
+        let syn::PathArguments::AngleBracketed(args) = &p.path.segments[0].arguments else {
+            return err(span, usage);
+        };
+        if args.args.len() != 3 {
+            return err(args.span(), usage);
+        }
+        let elem = match &args.args[0] {
+            syn::GenericArgument::Type(t) => {
+                named_ty(t).filter(|t| matches!(t, Ty::Bf16 | Ty::F16 | Ty::F32))
+            }
+            _ => None,
+        };
+        let Some(elem) = elem else {
+            return err(args.args[0].span(), usage);
+        };
+        let rows = self.tile_dim(&args.args[1], "ROWS")?;
+        let cols = self.tile_dim(&args.args[2], "COLS")?;
+        let decl = TileDecl {
+            name: name.to_string(),
+            elem,
+            rows,
+            cols,
+        };
+        let bytes = decl.len() * elem.size_bytes();
+        let total = self.shared_bytes() + self.tile_bytes() + bytes;
+        if total > super::bindings::MAX_SHARED_BYTES {
+            return err(
+                span,
+                format!(
+                    "the kernel's tiles and shared arrays take {total} bytes; the limit is {} (a GPU keeps tiles in shared memory)",
+                    super::bindings::MAX_SHARED_BYTES
+                ),
+            );
+        }
+        self.tiles.push(decl);
+        let id = (self.tiles.len() - 1) as TileId;
+        self.bind(name, Binding::Tile(id));
+        Ok(())
+    }
+
+    /// Bytes of the tiles declared so far.
+    pub(super) fn tile_bytes(&self) -> u32 {
+        self.tiles
+            .iter()
+            .map(|t| t.len() * t.elem.size_bytes())
+            .sum()
+    }
+
+    fn tile_dim(&mut self, a: &syn::GenericArgument, what: &str) -> syn::Result<u32> {
+        let e = match a {
+            syn::GenericArgument::Const(e) => e.clone(),
+            syn::GenericArgument::Type(syn::Type::Path(p)) => syn::Expr::Path(syn::ExprPath {
+                attrs: vec![],
+                qself: None,
+                path: p.path.clone(),
+            }),
+            _ => return err(a.span(), format!("`{what}` must be a constant expression")),
+        };
+        let v = self.without_hoist("a tile dimension", |cx| {
+            cx.expr_of(&e, Ty::U32, "a tile dimension")
+        })?;
+        let n = eval(&v, self.workgroup).or_else(|why| {
+            err(
+                a.span(),
+                format!("tile `{what}` must be a compile-time constant, but {why}"),
+            )
+        })?;
+        if n == 0 || n > MAX_TILE_DIM {
+            return err(
+                a.span(),
+                format!("tile `{what}` is {n}; it must be 1 to {MAX_TILE_DIM}"),
+            );
+        }
+        Ok(n)
+    }
+
+    /// One tile statement `name(args)`.
+    pub(super) fn tile_stmt(
+        &mut self,
+        name: &str,
+        call: &syn::ExprCall,
+        out: &mut Block,
+    ) -> syn::Result<()> {
+        let args: Vec<&syn::Expr> = call.args.iter().collect();
+        let want = match name {
+            "tile_zero" => 1,
+            "tile_dot" => 3,
+            "tile_add" => 2,
+            _ => 6,
+        };
+        if args.len() != want {
+            return err(
+                call.span(),
+                format!("`{name}` takes {want} arguments, found {}", args.len()),
+            );
+        }
+        let op = match name {
+            "tile_zero" => TileOp::Zero {
+                dst: self.tile_arg(args[0])?,
+            },
+            "tile_load" | "tile_load_t" => {
+                let dst = self.tile_arg(args[0])?;
+                let from = self.window(&args[1..], name == "tile_load_t", false)?;
+                TileOp::Load { dst, from }
+            }
+            "tile_store" | "tile_store_t" => {
+                let src = self.tile_arg(args[0])?;
+                let to = self.window(&args[1..], name == "tile_store_t", true)?;
+                TileOp::Store { src, to }
+            }
+            "tile_dot" => self.dot(&args)?,
+            _ => {
+                let dst = self.tile_arg(args[0])?;
+                let src = self.tile_arg(args[1])?;
+                let (d, s) = (&self.tiles[dst as usize], &self.tiles[src as usize]);
+                if d.elem != Ty::F32 || s.elem != Ty::F32 {
+                    return err(call.span(), "`tile_add` adds f32 tiles");
+                }
+                if (d.rows, d.cols) != (s.rows, s.cols) {
+                    return err(
+                        args[1].span(),
+                        format!(
+                            "shape mismatch: `tile_add` of a {}x{} tile into a {}x{} tile",
+                            s.rows, s.cols, d.rows, d.cols
+                        ),
+                    );
+                }
+                TileOp::Add { dst, src }
+            }
+        };
+        self.flush_pending(out);
+        self.emit(
+            out,
+            Stmt::Tile(op),
+            Site {
+                span: call.span(),
+                text: text(call),
+            },
+        );
+        Ok(())
+    }
+
+    fn dot(&mut self, args: &[&syn::Expr]) -> syn::Result<TileOp> {
+        let acc = self.tile_arg(args[0])?;
+        let a = self.tile_arg(args[1])?;
+        let b = self.tile_arg(args[2])?;
+        let (tc, ta, tb) = (
+            &self.tiles[acc as usize],
+            &self.tiles[a as usize],
+            &self.tiles[b as usize],
+        );
+        if tc.elem != Ty::F32 {
+            return err(
+                args[0].span(),
+                format!(
+                    "dtype mismatch: the accumulator of `tile_dot` is an f32 tile, `{}` is {}",
+                    tc.name,
+                    tc.elem.rust_name()
+                ),
+            );
+        }
+        if ta.elem != tb.elem {
+            return err(
+                args[2].span(),
+                format!(
+                    "dtype mismatch: `tile_dot` operands must have one element type, found {} and {}",
+                    ta.elem.rust_name(),
+                    tb.elem.rust_name()
+                ),
+            );
+        }
+        if ta.cols != tb.rows {
+            return err(
+                args[2].span(),
+                format!(
+                    "shape mismatch: `tile_dot` of a {}x{} tile by a {}x{} tile (K must agree)",
+                    ta.rows, ta.cols, tb.rows, tb.cols
+                ),
+            );
+        }
+        if (tc.rows, tc.cols) != (ta.rows, tb.cols) {
+            return err(
+                args[0].span(),
+                format!(
+                    "shape mismatch: a {}x{} by {}x{} product accumulates into a {}x{} tile, `{}` is {}x{}",
+                    ta.rows, ta.cols, tb.rows, tb.cols, ta.rows, tb.cols, tc.name, tc.rows, tc.cols
+                ),
+            );
+        }
+        Ok(TileOp::Dot { acc, a, b })
+    }
+
+    fn tile_arg(&self, e: &syn::Expr) -> syn::Result<TileId> {
+        if let syn::Expr::Path(p) = strip(e) {
+            if let Some(id) = p.path.get_ident() {
+                if let Some(Binding::Tile(t)) = self.lookup(&id.to_string()) {
+                    return Ok(*t);
+                }
+            }
+        }
+        err(
+            e.span(),
+            format!(
+                "expected a tile declared with `tile::<T, ROWS, COLS>()`, found `{}`",
+                text(e)
+            ),
+        )
+    }
+
+    /// `buf, offset, stride, rows, cols` of a load (`write = false`) or store.
+    fn window(
+        &mut self,
+        args: &[&syn::Expr],
+        transposed: bool,
+        write: bool,
+    ) -> syn::Result<TileWindow> {
+        let buf = self.buffer_arg(args[0], write)?;
+        let mut exprs = Vec::with_capacity(4);
+        for (e, what) in args[1..].iter().zip(["offset", "stride", "rows", "cols"]) {
+            let x = self.expr_of(e, Ty::U32, &format!("the tile window's {what}"))?;
+            exprs.push(x);
+        }
+        let [offset, stride, rows, cols]: [_; 4] =
+            exprs.try_into().expect("four window expressions");
+        Ok(TileWindow {
+            buf,
+            offset,
+            stride,
+            rows,
+            cols,
+            transposed,
+        })
+    }
+
+    fn buffer_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<ParamId> {
+        let found = match strip(e) {
+            syn::Expr::Path(p) => p
+                .path
+                .get_ident()
+                .and_then(|id| self.lookup(&id.to_string()).cloned()),
+            _ => None,
+        };
+        let Some(Binding::Param(id)) = found else {
+            return err(
+                e.span(),
+                format!("expected a buffer parameter, found `{}`", text(e)),
+            );
+        };
+        match &self.params[id as usize] {
+            Param::Buffer { elem, access, .. } => {
+                if !matches!(elem, Ty::F32 | Ty::Bf16 | Ty::F16) {
+                    return err(
+                        e.span(),
+                        format!(
+                            "tiles load and store f32, bf16 or f16 buffers; `{}` holds {}",
+                            text(e),
+                            elem.rust_name()
+                        ),
+                    );
+                }
+                if write && *access == Access::Read {
+                    return err(
+                        e.span(),
+                        format!(
+                            "`{}` is read-only (`&[T]`); a tile store needs `&mut [T]`",
+                            text(e)
+                        ),
+                    );
+                }
+                Ok(id)
+            }
+            Param::Scalar { .. } => {
+                err(e.span(), format!("`{}` is a scalar, not a buffer", text(e)))
+            }
+        }
+    }
+}

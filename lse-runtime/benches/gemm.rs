@@ -1,0 +1,154 @@
+//! Benchmark of the LOOM GEMM (`gemm.xwt_bf16`) on every host level this CPU runs, run with
+//! `cargo bench -p lse-runtime --bench gemm` (2 threads: `RAYON_NUM_THREADS=2`).
+//!
+//! Prints, in one run: the bf16 dot-product peak of this CPU measured by a register-resident
+//! `vdpbf16ps` loop (AVX512-BF16; AMX where the CPU has it is not measured here), then GFLOP/s
+//! of `y = x · wᵀ` with bf16 weights for the Qwen3.5-0.8B prefill shapes at M = 512 and the LM
+//! head (248,320 x 1024) at M = 128 and 256, on each host level, with the best level's
+//! fraction of the peak. `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the
+//! same shapes for comparison.
+
+use std::time::Instant;
+
+use half::bf16;
+use lse_runtime::device::Device;
+use lse_runtime::ops::{self, Activations, GemmOut, HeadWeight};
+use rayon::prelude::*;
+
+/// (name, M, N, K).
+const SHAPES: [(&str, usize, usize, usize); 8] = [
+    ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
+    ("deltanet in_proj_qkv", 512, 4096, 1024),
+    ("attn o / q", 512, 2048, 1024),
+    ("mlp gate / up", 512, 3584, 1024),
+    ("mlp down", 512, 1024, 3584),
+    ("attn o_proj", 512, 1024, 2048),
+    ("lm head, M = 128", 128, 248_320, 1024),
+    ("lm head, M = 256", 256, 248_320, 1024),
+];
+
+fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Best wall time of `reps` runs, in seconds.
+fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// GFLOP/s of `vdpbf16ps` on 16 independent register accumulators, one loop per thread.
+#[cfg(target_arch = "x86_64")]
+fn dpbf16_peak() -> Option<f64> {
+    use std::arch::x86_64::*;
+    if !is_x86_feature_detected!("avx512bf16") {
+        return None;
+    }
+    const ITERS: usize = 20_000_000;
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    fn spin(seed: f32) -> f32 {
+        let a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(seed), _mm512_set1_ps(1.0));
+        let b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-9), _mm512_set1_ps(seed));
+        let mut acc = [_mm512_setzero_ps(); 16];
+        for _ in 0..ITERS {
+            for c in acc.iter_mut() {
+                *c = _mm512_dpbf16_ps(*c, a, b);
+            }
+        }
+        let mut s = _mm512_setzero_ps();
+        for c in acc {
+            s = _mm512_add_ps(s, c);
+        }
+        _mm512_reduce_add_ps(s)
+    }
+    let threads = rayon::current_num_threads();
+    let t = Instant::now();
+    let sink: f32 = (0..threads)
+        .into_par_iter()
+        // SAFETY: the CPU has AVX512-BF16 (checked above).
+        .map(|i| unsafe { spin(i as f32 + 0.5) })
+        .sum();
+    let secs = t.elapsed().as_secs_f64();
+    std::hint::black_box(sink);
+    // Each vdpbf16ps: 16 lanes x 2 products x 2 flops.
+    Some((threads * ITERS * 16 * 64) as f64 / secs / 1e9)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn dpbf16_peak() -> Option<f64> {
+    None
+}
+
+fn main() {
+    let levels: Vec<Device> = lse_dsl::rt::HOST_CPUS
+        .iter()
+        .filter_map(|c| Device::host_variant(c))
+        .filter(|d| d.arch() != "host-x86-64")
+        .collect();
+    let names: Vec<String> = levels.iter().map(|d| d.arch()).collect();
+    println!(
+        "{} threads; host levels: {}",
+        rayon::current_num_threads(),
+        names.join(", ")
+    );
+    let peak = dpbf16_peak();
+    match peak {
+        Some(p) => println!("vdpbf16ps peak (register-resident): {p:.0} GFLOP/s"),
+        None => println!("vdpbf16ps peak: this CPU has no AVX512-BF16"),
+    }
+    println!(
+        "{:<30} {:>6} {:>7} {:>5}  {}",
+        "shape",
+        "M",
+        "N",
+        "K",
+        names
+            .iter()
+            .map(|n| format!("{n:>22}"))
+            .collect::<Vec<_>>()
+            .join("")
+    );
+    for (name, m, n, k) in SHAPES {
+        let x = random(m * k, 1, 1.0);
+        let w: Vec<bf16> = random(n * k, 2, 0.05)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let mut y = vec![0.0f32; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut row = format!("{name:<30} {m:>6} {n:>7} {k:>5}  ");
+        let mut best = 0.0f64;
+        let reps = if n > 100_000 { 1 } else { 3 };
+        let mut run = |dev: &Device, act: Activations| {
+            let t = best_of(reps, || {
+                let w = HeadWeight::Bf16(&w);
+                ops::gemm(dev, &x, k, w, n, &mut y, GemmOut::Overwrite, act).unwrap()
+            });
+            flops / t / 1e9
+        };
+        for dev in &levels {
+            let g = run(dev, Activations::RoundedToWeight);
+            best = best.max(g);
+            row.push_str(&format!("{g:>16.1} GFLOP/s"));
+        }
+        let exact = run(&levels[levels.len() - 1], Activations::F32);
+        row.push_str(&format!("   f32 activations {exact:.1} GFLOP/s"));
+        if let Some(p) = peak {
+            row.push_str(&format!("   best = {:.0}% of peak", 100.0 * best / p));
+        }
+        println!("{row}");
+    }
+}

@@ -1,0 +1,96 @@
+//! The LOOM GEMM (`gemm.xwt_<ty>.v1` for ty = bf16, f16, f32, and `gemm.xwt_exact_<ty>.v1`
+//! for ty = bf16, f16): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
+
+use lse_dsl::rt::KernelDef;
+use lse_kernels::gemm::{
+    gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f16, gemm_xwt_f32,
+};
+
+use super::{buf_len, check_len, to_u32, HeadWeight, OpError};
+use crate::device::{Arg, Device};
+
+/// Rows and columns of `y` per workgroup (the kernel's `BM` and `BN`).
+const BLOCK_ROWS: u32 = 32;
+const BLOCK_COLS: u32 = 64;
+
+/// Whether the product replaces `y` or is added to it (a fused residual add).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmOut {
+    Overwrite,
+    Accumulate,
+}
+
+/// In which precision activations enter the products with a 16-bit weight (an f32 weight
+/// always multiplies f32 activations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activations {
+    /// Rounded to the weight's type, so products of two 16-bit values are exact and the
+    /// matrix instructions (`vdpbf16ps`, AMX) apply; llama.cpp does the same against bf16
+    /// weights.
+    RoundedToWeight,
+    /// Kept f32: each product `x · w` is rounded once, as an f32 SGEMM on the widened weight.
+    F32,
+}
+
+fn kernel(w: &HeadWeight<'_>, act: Activations) -> &'static KernelDef {
+    match (w, act) {
+        (HeadWeight::Bf16(_), Activations::RoundedToWeight) => &gemm_xwt_bf16::KERNEL,
+        (HeadWeight::F16(_), Activations::RoundedToWeight) => &gemm_xwt_f16::KERNEL,
+        (HeadWeight::Bf16(_), Activations::F32) => &gemm_xwt_exact_bf16::KERNEL,
+        (HeadWeight::F16(_), Activations::F32) => &gemm_xwt_exact_f16::KERNEL,
+        (HeadWeight::F32(_), _) => &gemm_xwt_f32::KERNEL,
+    }
+}
+
+/// `y[r, c] (=|+=) Σ_j x[r, j] · w[c, j]` for `x` `[m, k]`, `w` `[n, k]` and `y` `[m, n]`, with
+/// `m = x.len() / k`; `act` says how activations meet a 16-bit weight (LOOM.md, "Numeric
+/// contract of `tile_dot`").
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    dev: &Device,
+    x: &[f32],
+    k: usize,
+    w: HeadWeight<'_>,
+    n: usize,
+    y: &mut [f32],
+    out: GemmOut,
+    act: Activations,
+) -> Result<(), OpError> {
+    const OP: &str = "gemm";
+    if k == 0 || n == 0 {
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!("k = {k} and n = {n} must be positive"),
+        });
+    }
+    let m = x.len() / k;
+    let kernel = kernel(&w, act);
+    let w = match w {
+        HeadWeight::Bf16(w) => Arg::buf(w),
+        HeadWeight::F16(w) => Arg::buf(w),
+        HeadWeight::F32(w) => Arg::buf(w),
+    };
+    check_len(OP, "x", x.len(), m * k)?;
+    check_len(OP, "w", buf_len(&w), n * k)?;
+    check_len(OP, "y", y.len(), m * n)?;
+    for (what, v) in [("m * k", m * k), ("n * k", n * k), ("m * n", m * n)] {
+        to_u32(OP, what, v)?;
+    }
+    if m == 0 {
+        return Ok(());
+    }
+    let (m32, n32, k32) = (m as u32, n as u32, k as u32);
+    let grid = [n32.div_ceil(BLOCK_COLS), m32.div_ceil(BLOCK_ROWS), 1];
+    let accumulate = u32::from(out == GemmOut::Accumulate);
+    let args = [
+        Arg::buf(x),
+        w,
+        Arg::buf_mut(y),
+        Arg::U32(m32),
+        Arg::U32(n32),
+        Arg::U32(k32),
+        Arg::U32(accumulate),
+    ];
+    dev.launch(kernel, grid, &args)?;
+    Ok(())
+}

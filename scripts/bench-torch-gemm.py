@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""PyTorch's bf16 matmul on the shapes of `cargo bench -p lse-runtime --bench gemm`, for
+comparison in the same session: `y = x @ w.T` with x [M, K] and w [N, K] in bf16, GFLOP/s,
+best of 3 (1 for the LM head). Run it from a virtual environment outside the repository that
+has torch, with the same thread count as the bench:
+
+    /path/to/venv/bin/python scripts/bench-torch-gemm.py --threads 2
+"""
+import argparse
+import sys
+import time
+
+SHAPES = [
+    ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
+    ("deltanet in_proj_qkv", 512, 4096, 1024),
+    ("attn o / q", 512, 2048, 1024),
+    ("mlp gate / up", 512, 3584, 1024),
+    ("mlp down", 512, 1024, 3584),
+    ("attn o_proj", 512, 1024, 2048),
+    ("lm head, M = 128", 128, 248320, 1024),
+    ("lm head, M = 256", 256, 248320, 1024),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed in this Python; run this script from a venv with torch")
+        return 1
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name, m, n, k in SHAPES:
+        x = (torch.rand(m, k) * 2 - 1).to(torch.bfloat16)
+        w = ((torch.rand(n, k) * 2 - 1) * 0.05).to(torch.bfloat16)
+        torch.matmul(x, w.t())  # warm-up (oneDNN picks and caches its kernel)
+        reps = 1 if n > 100_000 else 3
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            torch.matmul(x, w.t())
+            best = min(best, time.perf_counter() - t)
+        print(f"{name:<30} {m:>6} {n:>7} {k:>5}  {2 * m * n * k / best / 1e9:10.1f} GFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+//! Differential cases of the LOOM GEMM (`gemm.xwt_<ty>`): every weight dtype, the 0.8B
+//! model's widths on a few rows, ragged shapes (m, n, k not multiples of any tile; m = 1;
+//! k = 1), overwrite and accumulate.
+//!
+//! Tolerance (the numeric contract of `tile_dot`, LOOM.md): the reference sums the exact
+//! products of the operands the kernel multiplies (activations rounded to the weight's 16-bit
+//! type for bf16/f16 weights) in f64. Any order of f32 additions of `k` terms is within
+//! `k · 2^-24 · Σ|x_j w_j|` of it, and `Σ|x_j w_j| <= k · max|x| · max|w|`, so the case allows
+//! `abs = k² · 2^-24 · max|x| · max|w|` (plus one rounding of `y` for accumulate).
+//! Hosts whose dot keeps the reference's order (every level without AVX512-BF16, and the f16
+//! and f32 instances everywhere) still agree with the generated Rust to the bit; the
+//! AVX512-BF16 and AMX levels sum in their own order and are held to the tolerance.
+
+use half::{bf16, f16};
+use lse_runtime::device::Device;
+use lse_runtime::ops::{self, Activations, GemmOut};
+
+use super::{Dtype, Stored};
+use crate::diff::{Case, Out, Rng, Tol};
+
+/// Scale of the activations and of the weights.
+const X_SCALE: f32 = 2.0;
+const W_SCALE: f32 = 0.5;
+
+struct GemmCase {
+    m: usize,
+    n: usize,
+    k: usize,
+    dtype: Dtype,
+    out: GemmOut,
+    act: Activations,
+}
+
+impl GemmCase {
+    fn inputs(&self) -> (Vec<f32>, Stored, Vec<f32>) {
+        let mut rng = Rng(0x6e6d + (self.m * 31 + self.n * 7 + self.k) as u64);
+        let x = rng.f32s(self.m * self.k, X_SCALE);
+        let w = Stored::new(&rng.f32s(self.n * self.k, W_SCALE), self.dtype);
+        let y = rng.f32s(self.m * self.n, 1.0);
+        (x, w, y)
+    }
+
+    /// An activation as the kernel multiplies it.
+    fn operand(&self, v: f32) -> f64 {
+        match (self.dtype, self.act) {
+            (Dtype::Bf16, Activations::RoundedToWeight) => bf16::from_f32(v).to_f64(),
+            (Dtype::F16, Activations::RoundedToWeight) => f16::from_f32(v).to_f64(),
+            _ => v as f64,
+        }
+    }
+}
+
+impl Case for GemmCase {
+    fn name(&self) -> String {
+        format!(
+            "gemm m={} n={} k={} {:?} {:?} {:?}",
+            self.m, self.n, self.k, self.dtype, self.out, self.act
+        )
+    }
+
+    fn run(&self, dev: &Device) -> Vec<Out> {
+        let (x, w, mut y) = self.inputs();
+        ops::gemm(
+            dev,
+            &x,
+            self.k,
+            w.head(),
+            self.n,
+            &mut y,
+            self.out,
+            self.act,
+        )
+        .unwrap();
+        vec![Out::F32("y", y)]
+    }
+
+    fn reference(&self) -> Vec<Out> {
+        let (x, w, y0) = self.inputs();
+        let w = w.widened();
+        let mut y = vec![0f32; self.m * self.n];
+        for r in 0..self.m {
+            for c in 0..self.n {
+                let dot: f64 = (0..self.k)
+                    .map(|j| self.operand(x[r * self.k + j]) * w[c * self.k + j] as f64)
+                    .sum();
+                let prev = match self.out {
+                    GemmOut::Overwrite => 0.0,
+                    GemmOut::Accumulate => y0[r * self.n + c] as f64,
+                };
+                y[r * self.n + c] = (dot + prev) as f32;
+            }
+        }
+        vec![Out::F32("y", y)]
+    }
+
+    fn tolerance(&self) -> Tol {
+        let k = self.k as f32;
+        let bound = k * k * f32::EPSILON / 2.0 * X_SCALE * W_SCALE;
+        Tol {
+            abs: bound + 4.0 * f32::EPSILON,
+            rel: f32::EPSILON,
+        }
+    }
+
+    fn same_order(&self) -> bool {
+        false
+    }
+}
+
+/// Every GEMM case: all shapes with activations rounded to the weight's type, and the ragged
+/// ones with f32 activations against 16-bit weights (the model's projections).
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut out: Vec<Box<dyn Case>> = Vec::new();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        for (m, n, k) in [(37, 150, 300), (1, 70, 33), (3, 17, 1), (9, 1024, 1024)] {
+            out.push(Box::new(GemmCase {
+                m,
+                n,
+                k,
+                dtype,
+                out: GemmOut::Overwrite,
+                act: Activations::F32,
+            }));
+        }
+    }
+    for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
+        for (m, n, k) in [
+            (37, 150, 300),
+            (1, 70, 33),
+            (5, 1, 129),
+            (3, 17, 1),
+            (64, 128, 256),
+            (9, 1024, 1024),
+            (4, 3584, 1024),
+            (4, 1024, 3584),
+            (100, 4, 16),
+        ] {
+            out.push(Box::new(GemmCase {
+                m,
+                n,
+                k,
+                dtype,
+                out: GemmOut::Overwrite,
+                act: Activations::RoundedToWeight,
+            }));
+        }
+        out.push(Box::new(GemmCase {
+            m: 33,
+            n: 65,
+            k: 130,
+            dtype,
+            out: GemmOut::Accumulate,
+            act: Activations::RoundedToWeight,
+        }));
+    }
+    out
+}
