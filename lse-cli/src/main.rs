@@ -2,6 +2,8 @@
 
 mod kernels_cmd;
 mod perplexity_cmd;
+mod progress_bar;
+mod summary;
 mod synthetic_cmd;
 
 use std::process::ExitCode;
