@@ -1,5 +1,6 @@
 //! The progress bar of `lse perplexity` (indicatif): windows done, prefill tokens/s, running
-//! perplexity and ETA, drawn only when stderr is a terminal.
+//! perplexity, ETA at the mean pace per window and the elapsed time, drawn only when stderr
+//! is a terminal.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -20,12 +21,12 @@ impl Bar {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{bar:30.cyan/blue} {pos}/{len} windows  {msg}  eta {eta}",
+                    "{bar:30.cyan/blue} {pos}/{len} windows  {msg}  elapsed {elapsed}",
                 )
                 .expect("the template is valid")
                 .progress_chars("=> "),
             );
-            bar.set_message("scoring the first window");
+            bar.set_message("loading");
             bar.enable_steady_tick(Duration::from_secs(1));
             bar
         });
@@ -40,17 +41,20 @@ impl Bar {
     }
 }
 
-/// The bar's message after a window: tokens/s and the running perplexity.
+/// The bar's message: tokens/s, the running perplexity and the ETA once a window is done.
 pub fn message(update: &ProgressUpdate) -> String {
-    format!(
-        "{:.1} tok/s  ppl {:.4}",
-        update.tokens_per_second(),
-        update.perplexity
-    )
+    match update.eta_seconds() {
+        None => "scoring the first window".to_string(),
+        Some(eta) => format!(
+            "{:.1} tok/s  ppl {:.4}  eta {eta:.0}s",
+            update.tokens_per_second(),
+            update.perplexity
+        ),
+    }
 }
 
 impl Progress for Bar {
-    fn window_done(&self, update: &ProgressUpdate) {
+    fn update(&self, update: &ProgressUpdate) {
         if let Some(bar) = &self.bar {
             bar.set_length(update.total as u64);
             bar.set_position(update.done as u64);
@@ -72,14 +76,16 @@ mod tests {
             elapsed_seconds: 8.0,
             perplexity: 216.12871,
         };
-        assert_eq!(message(&u), "128.0 tok/s  ppl 216.1287");
+        assert_eq!(message(&u), "128.0 tok/s  ppl 216.1287  eta 24s");
+        let first = ProgressUpdate { done: 0, ..u };
+        assert_eq!(message(&first), "scoring the first window");
     }
 
     #[test]
     fn quiet_bar_draws_nothing() {
         let bar = Bar::stderr(true);
         assert!(bar.bar.is_none());
-        bar.window_done(&ProgressUpdate {
+        bar.update(&ProgressUpdate {
             done: 1,
             total: 1,
             prefill_tokens: 1,

@@ -79,6 +79,13 @@ pub(super) fn run(
     let mut windows = Vec::with_capacity(plan.windows.len());
     let mut token_nlls = request.include_token_stats.then(Vec::new);
     let mut fed = 0;
+    progress.update(&ProgressUpdate {
+        done: 0,
+        total: plan.windows.len(),
+        prefill_tokens: 0,
+        elapsed_seconds: start.elapsed().as_secs_f64(),
+        perplexity: 1.0,
+    });
     for (i, w) in plan.windows.iter().enumerate() {
         let t0 = Instant::now();
         let acc = score_window(
@@ -94,7 +101,7 @@ pub(super) fn run(
         total.merge(&acc);
         fed += w.len();
         windows.push(WindowReport::new(w, &acc, t0.elapsed().as_secs_f64()));
-        progress.window_done(&ProgressUpdate {
+        progress.update(&ProgressUpdate {
             done: i + 1,
             total: plan.windows.len(),
             prefill_tokens: fed,
