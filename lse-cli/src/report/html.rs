@@ -12,7 +12,7 @@ use crate::summary::kld_table;
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:920px;color:#222}\
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}\
-th{background:#f4f4f4}td{word-break:break-all}tr>th:first-child{white-space:nowrap}td.num{text-align:right;font-variant-numeric:tabular-nums}\
+th{background:#f4f4f4}td{white-space:nowrap}tr[data-field=token_ids_sha256] td{white-space:normal;word-break:break-all}tr>th:first-child{white-space:nowrap}td.num{text-align:right;font-variant-numeric:tabular-nums}\
 pre{background:#f8f8f8;padding:8px;font-size:.85em;overflow-x:auto}\
 .chart text{font-size:11px;fill:#333}.chart .label{font-size:12px}.grid{stroke:#eee}\
 .axis{stroke:#888}.zero{stroke:#444}.note{color:#666;font-size:.9em}";

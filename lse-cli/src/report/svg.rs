@@ -192,16 +192,26 @@ fn frame(s: &mut String, x: Option<&Axis>, y: &Axis, x_label: &str, y_label: &st
     );
 }
 
+/// Pixels per legend line.
+const LEGEND_LINE: f64 = 15.0;
+
+/// The top of the plot area below a legend of `series` lines.
+fn plot_top(series: &[Series]) -> f64 {
+    TOP + LEGEND_LINE * series.len() as f64 + 8.0
+}
+
+/// One legend line per series, stacked at the top left of the plot.
 fn legend(s: &mut String, series: &[Series]) {
+    let x = LEFT + 12.0;
     for (i, ser) in series.iter().enumerate() {
-        let x = LEFT + 12.0 + 220.0 * i as f64;
+        let y = TOP + LEGEND_LINE * i as f64;
         let _ = writeln!(
             s,
             "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text class=\"legend\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            TOP + 2.0,
+            y + 2.0,
             ser.color,
             x + 14.0,
-            TOP + 11.0,
+            y + 11.0,
             esc(&ser.name)
         );
     }
@@ -218,7 +228,7 @@ pub fn line_chart(
 ) -> String {
     let all = || series.iter().flat_map(|s| s.points.iter());
     let x = Axis::fit(all().map(|p| p.0), LEFT, WIDTH - RIGHT, false);
-    let y = Axis::fit(all().map(|p| p.1), HEIGHT - BOTTOM, TOP + 24.0, false);
+    let y = Axis::fit(all().map(|p| p.1), HEIGHT - BOTTOM, plot_top(series), false);
     let mut s = open(id, title);
     frame(&mut s, Some(&x), &y, x_label, y_label);
     for (i, ser) in series.iter().enumerate() {
@@ -264,7 +274,7 @@ pub fn bar_chart(id: &str, title: &str, x_label: &str, y_label: &str, series: &[
     let y = Axis::fit(
         series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
         HEIGHT - BOTTOM,
-        TOP + 24.0,
+        plot_top(series),
         true,
     );
     let mut s = open(id, title);
