@@ -159,8 +159,9 @@ fn report_page_is_self_contained_and_its_numbers_are_the_runs() {
         assert!(!html.contains(banned), "the page contains {banned}");
     }
     assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
-    // Per-window perplexity, delta NLL, one KLD histogram (only the comparison has a base).
-    assert_eq!(html.matches("<svg class=\"chart\"").count(), 3);
+    // Per-window perplexity, delta NLL, and for the comparison (only it has a base) the KLD
+    // histogram and the KLD along the text.
+    assert_eq!(html.matches("<svg class=\"chart\"").count(), 4);
 
     // The runs table: llama.cpp's PPL ± and the configuration, one column per run.
     let row = |field: &str| {
@@ -256,6 +257,33 @@ fn report_page_is_self_contained_and_its_numbers_are_the_runs() {
             .count();
         assert_eq!(n as f64, count[b], "bin {b} [{}, {})", lo[b], hi[b]);
     }
+    // KLD along the text: mean and maximum over bins of consecutive scored tokens, each at
+    // the text position of its first token.
+    let positions: Vec<f64> = cmp["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| {
+            let first = w["first_target"].as_u64().unwrap();
+            (first..first + w["scored"].as_u64().unwrap()).map(|p| p as f64)
+        })
+        .collect();
+    let per_bin = klds.len().div_ceil(200);
+    let (mut mean, mut max) = (Vec::new(), Vec::new());
+    for start in (0..klds.len()).step_by(per_bin) {
+        let bin = &klds[start..(start + per_bin).min(klds.len())];
+        mean.push((positions[start], bin.iter().sum::<f64>() / bin.len() as f64));
+        max.push((positions[start], bin.iter().cloned().fold(0.0, f64::max)));
+    }
+    let chart = svg(&html, "kld-along-text-1");
+    assert_eq!(series(chart, 1), max);
+    let got = series(chart, 0);
+    assert_eq!(got.len(), mean.len());
+    for (g, w) in got.iter().zip(&mean) {
+        assert_eq!(g.0, w.0);
+        assert!((g.1 - w.1).abs() <= 1e-12 * w.1.abs(), "{g:?} vs {w:?}");
+    }
+
     // And the llama.cpp table of the comparison, as stderr prints it.
     let mean_kld = cmp["kld_statistics"]["mean_kld"].as_f64().unwrap();
     assert!(
@@ -277,6 +305,7 @@ fn one_run_makes_a_page_without_comparison_charts() {
     );
     let html = std::fs::read_to_string(&page).unwrap();
     assert_eq!(html.matches("<svg class=\"chart\"").count(), 1);
+    assert!(!html.contains("kld-histogram") && !html.contains("kld-along-text"));
     assert!(!html.contains("delta-nll"));
     assert!(
         !html.contains("KL divergence:"),
@@ -380,6 +409,23 @@ fn bad_inputs_are_refused_naming_file_and_field() {
     assert!(
         err.contains("field `ctx` is 64 there, expected 32"),
         "{err}"
+    );
+
+    // The output must not be one of the inputs.
+    let copy = dir.path().join("copy.json");
+    std::fs::copy(&r.base, &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
+    let out = report(&[copy.to_str().unwrap(), "-o", copy.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is the input") && err.contains("copy.json"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        before,
+        "the input was overwritten"
     );
 
     // An output that cannot be written is refused before anything is read.

@@ -250,6 +250,20 @@ mod tests {
     }
 
     #[test]
+    fn request_output_options_default_and_are_read() {
+        let Ok(r) = request_from_json(r#"{"text":"a"}"#) else {
+            panic!()
+        };
+        assert!(r.include_windows && !r.include_token_ids && !r.include_token_stats);
+        let Ok(r) = request_from_json(
+            r#"{"text":"a","include_windows":false,"include_token_ids":true,"include_token_stats":true}"#,
+        ) else {
+            panic!()
+        };
+        assert!(!r.include_windows && r.include_token_ids && r.include_token_stats);
+    }
+
+    #[test]
     fn unknown_request_fields_are_named() {
         let Err(Failure(_, msg)) = request_from_json(r#"{"text":"a","ctxx":5}"#) else {
             panic!()

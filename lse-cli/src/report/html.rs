@@ -270,6 +270,34 @@ pub fn kld_bins(values: &[f64]) -> Vec<Bin> {
     bins
 }
 
+/// A chart's (x, y) points.
+type Points = Vec<(f64, f64)>;
+
+/// Most points of a per-token chart.
+const MAX_TOKEN_BINS: usize = 200;
+
+/// The mean and the maximum of `values` (one per scored token, in scoring order) over at
+/// most [`MAX_TOKEN_BINS`] bins of consecutive tokens, all of one size but the last, each
+/// at the text position of its first token.
+pub fn along_text(run: &Run, values: &[f64]) -> (Points, Points) {
+    let positions: Vec<u64> = run
+        .windows()
+        .iter()
+        .flat_map(|w| w.first_target..w.first_target + w.scored)
+        .collect();
+    let per_bin = values.len().div_ceil(MAX_TOKEN_BINS).max(1);
+    values
+        .chunks(per_bin)
+        .zip(positions.chunks(per_bin))
+        .map(|(v, p)| {
+            let x = p.first().copied().unwrap_or(0) as f64;
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            ((x, mean), (x, max))
+        })
+        .unzip()
+}
+
 fn kld_section(s: &mut String, i: usize, run: &Run) {
     let Some(kld) = &run.report.kld else {
         return;
@@ -315,6 +343,30 @@ fn kld_section(s: &mut String, i: usize, run: &Run) {
                 "KL divergence (nats, log scale)",
                 color(i),
                 &kld_bins(&values),
+            ));
+            let (mean, max) = along_text(run, &values);
+            let per_bin = values.len().div_ceil(MAX_TOKEN_BINS).max(1);
+            let _ = writeln!(
+                s,
+                "<p class=\"note\">Per-token KL divergence along the text: mean and maximum over each {per_bin} consecutive scored token(s), at the position of the first.</p>"
+            );
+            s.push_str(&line_chart(
+                &format!("kld-along-text-{i}"),
+                "per-token KL divergence along the text",
+                "text position of the scored token",
+                "KL divergence (nats)",
+                &[
+                    Series {
+                        name: format!("mean KLD per {per_bin} tokens"),
+                        color: color(i),
+                        points: mean,
+                    },
+                    Series {
+                        name: format!("max KLD per {per_bin} tokens"),
+                        color: "#999999",
+                        points: max,
+                    },
+                ],
             ));
         }
         None => s.push_str("<p class=\"note\">No per-token values in this run: score it with <code>--perplexity-token-stats</code> for the KL-divergence histogram.</p>\n"),

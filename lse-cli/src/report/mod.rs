@@ -5,7 +5,7 @@ mod html;
 mod load;
 mod svg;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use lse_runtime::scoring;
@@ -21,8 +21,28 @@ pub struct ReportArgs {
     output: PathBuf,
 }
 
+/// Refuses an output that is one of the inputs (it would replace a report with the page).
+fn check_not_an_input(output: &Path, runs: &[PathBuf]) -> Result<(), String> {
+    let Ok(out) = output.canonicalize() else {
+        // Not there yet, so it is none of the inputs.
+        return Ok(());
+    };
+    match runs
+        .iter()
+        .find(|r| r.canonicalize().is_ok_and(|r| r == out))
+    {
+        Some(run) => Err(format!(
+            "--output {} is the input {}: the page would replace the report; choose another output",
+            output.display(),
+            run.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Reads and checks every run, then writes the page atomically and says where it is.
 pub fn run(args: ReportArgs) -> Result<(), String> {
+    check_not_an_input(&args.output, &args.runs)?;
     scoring::check_writable(&args.output).map_err(|e| e.to_string())?;
     let runs = args
         .runs
