@@ -257,25 +257,30 @@ fn report_page_is_self_contained_and_its_numbers_are_the_runs() {
             .count();
         assert_eq!(n as f64, count[b], "bin {b} [{}, {})", lo[b], hi[b]);
     }
-    // KLD along the text: mean and maximum over bins of consecutive scored tokens, each at
-    // the text position of its first token.
-    let positions: Vec<f64> = cmp["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|w| {
-            let first = w["first_target"].as_u64().unwrap();
-            (first..first + w["scored"].as_u64().unwrap()).map(|p| p as f64)
-        })
-        .collect();
+    // KLD along the text: mean and maximum over bins of consecutive scored tokens of one
+    // window, each at the text position of its first token; one line per window.
     let per_bin = klds.len().div_ceil(200);
     let (mut mean, mut max) = (Vec::new(), Vec::new());
-    for start in (0..klds.len()).step_by(per_bin) {
-        let bin = &klds[start..(start + per_bin).min(klds.len())];
-        mean.push((positions[start], bin.iter().sum::<f64>() / bin.len() as f64));
-        max.push((positions[start], bin.iter().cloned().fold(0.0, f64::max)));
+    let mut next = 0;
+    for w in cmp["windows"].as_array().unwrap() {
+        let first = w["first_target"].as_u64().unwrap() as usize;
+        let scored = w["scored"].as_u64().unwrap() as usize;
+        let mut start = 0;
+        while start < scored {
+            let end = (start + per_bin).min(scored);
+            let bin = &klds[next + start..next + end];
+            let x = (first + start) as f64;
+            mean.push((x, bin.iter().sum::<f64>() / bin.len() as f64));
+            max.push((x, bin.iter().cloned().fold(f64::NEG_INFINITY, f64::max)));
+            start = end;
+        }
+        next += scored;
     }
     let chart = svg(&html, "kld-along-text-1");
+    assert_eq!(
+        chart.matches("<polyline").count(),
+        2 * cmp["windows"].as_array().unwrap().len()
+    );
     assert_eq!(series(chart, 1), max);
     let got = series(chart, 0);
     assert_eq!(got.len(), mean.len());

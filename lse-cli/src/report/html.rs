@@ -161,6 +161,7 @@ fn per_window_perplexity(s: &mut String, runs: &[Run]) {
                 .iter()
                 .map(|w| (w.first_target as f64, w.perplexity))
                 .collect(),
+            gaps: Vec::new(),
         })
         .collect();
     s.push_str("<h2>Perplexity along the text</h2>\n<p class=\"note\">One point per window: its perplexity, at the position of its first scored token.</p>\n");
@@ -187,6 +188,7 @@ fn delta_nll(s: &mut String, runs: &[Run]) {
                 .zip(reference.windows())
                 .map(|(w, base)| (w.index as f64, w.mean_nll - base.mean_nll))
                 .collect(),
+            gaps: Vec::new(),
         })
         .collect();
     s.push_str("<h2>Where the runs moved: Δ mean NLL per window</h2>\n<p class=\"note\">Each window's mean NLL minus the reference's for the same window (nats per token; above zero, the run predicts that window worse).</p>\n");
@@ -270,32 +272,42 @@ pub fn kld_bins(values: &[f64]) -> Vec<Bin> {
     bins
 }
 
-/// A chart's (x, y) points.
-type Points = Vec<(f64, f64)>;
-
 /// Most points of a per-token chart.
 const MAX_TOKEN_BINS: usize = 200;
 
-/// The mean and the maximum of `values` (one per scored token, in scoring order) over at
-/// most [`MAX_TOKEN_BINS`] bins of consecutive tokens, all of one size but the last, each
-/// at the text position of its first token.
-pub fn along_text(run: &Run, values: &[f64]) -> (Points, Points) {
-    let positions: Vec<u64> = run
-        .windows()
-        .iter()
-        .flat_map(|w| w.first_target..w.first_target + w.scored)
-        .collect();
-    let per_bin = values.len().div_ceil(MAX_TOKEN_BINS).max(1);
-    values
-        .chunks(per_bin)
-        .zip(positions.chunks(per_bin))
-        .map(|(v, p)| {
-            let x = p.first().copied().unwrap_or(0) as f64;
-            let mean = v.iter().sum::<f64>() / v.len() as f64;
-            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            ((x, mean), (x, max))
-        })
-        .unzip()
+/// Tokens per bin of a per-token chart over `n` tokens: at most about
+/// [`MAX_TOKEN_BINS`] bins in all.
+pub fn tokens_per_bin(n: usize) -> usize {
+    n.div_ceil(MAX_TOKEN_BINS).max(1)
+}
+
+/// The mean and the maximum of `values` (one per scored token, in scoring order) over bins
+/// of [`tokens_per_bin`] consecutive tokens of one window (a window's last bin may be
+/// shorter), each at the text position of its first token; each window starts a new line.
+pub fn along_text(run: &Run, values: &[f64]) -> (Series, Series) {
+    let per_bin = tokens_per_bin(values.len());
+    let (mut mean, mut max, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rest = values;
+    for w in run.windows() {
+        let (here, next) = rest.split_at((w.scored as usize).min(rest.len()));
+        rest = next;
+        gaps.push(mean.len());
+        for (k, bin) in here.chunks(per_bin).enumerate() {
+            let x = (w.first_target + (k * per_bin) as u64) as f64;
+            mean.push((x, bin.iter().sum::<f64>() / bin.len() as f64));
+            max.push((x, bin.iter().copied().fold(f64::NEG_INFINITY, f64::max)));
+        }
+    }
+    let series = |name: &str, color, points| Series {
+        name: format!("{name} KLD per {per_bin} tokens"),
+        color,
+        points,
+        gaps: gaps.clone(),
+    };
+    (
+        series("mean", PALETTE[0], mean),
+        series("max", "#999999", max),
+    )
 }
 
 fn kld_section(s: &mut String, i: usize, run: &Run) {
@@ -344,29 +356,19 @@ fn kld_section(s: &mut String, i: usize, run: &Run) {
                 color(i),
                 &kld_bins(&values),
             ));
-            let (mean, max) = along_text(run, &values);
-            let per_bin = values.len().div_ceil(MAX_TOKEN_BINS).max(1);
+            let (mut mean, max) = along_text(run, &values);
+            mean.color = color(i);
+            let per_bin = tokens_per_bin(values.len());
             let _ = writeln!(
                 s,
-                "<p class=\"note\">Per-token KL divergence along the text: mean and maximum over each {per_bin} consecutive scored token(s), at the position of the first.</p>"
+                "<p class=\"note\">Per-token KL divergence along the text: mean and maximum over each {per_bin} consecutive scored token(s) of a window, at the position of the first; one line per window.</p>"
             );
             s.push_str(&line_chart(
                 &format!("kld-along-text-{i}"),
                 "per-token KL divergence along the text",
                 "text position of the scored token",
                 "KL divergence (nats)",
-                &[
-                    Series {
-                        name: format!("mean KLD per {per_bin} tokens"),
-                        color: color(i),
-                        points: mean,
-                    },
-                    Series {
-                        name: format!("max KLD per {per_bin} tokens"),
-                        color: "#999999",
-                        points: max,
-                    },
-                ],
+                &[mean, max],
             ));
         }
         None => s.push_str("<p class=\"note\">No per-token values in this run: score it with <code>--perplexity-token-stats</code> for the KL-divergence histogram.</p>\n"),

@@ -40,6 +40,9 @@ pub struct Series {
     pub color: &'static str,
     /// The points, in x order.
     pub points: Vec<(f64, f64)>,
+    /// Indices of points that start a new line, not joined to the point before (line
+    /// charts only).
+    pub gaps: Vec<usize>,
 }
 
 /// One histogram bin.
@@ -232,19 +235,28 @@ pub fn line_chart(
     let mut s = open(id, title);
     frame(&mut s, Some(&x), &y, x_label, y_label);
     for (i, ser) in series.iter().enumerate() {
-        let path: Vec<String> = ser
-            .points
-            .iter()
-            .map(|&(px, py)| format!("{:.1},{:.1}", x.map(px), y.map(py)))
-            .collect();
-        // The first series (the reference) is drawn wider, so it shows under later ones.
-        let _ = writeln!(
-            s,
-            "<polyline class=\"series\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" points=\"{}\"/>",
-            ser.color,
-            if i == 0 { 4.0 } else { 1.5 },
-            path.join(" ")
+        let mut starts = vec![0];
+        starts.extend(
+            ser.gaps
+                .iter()
+                .copied()
+                .filter(|&g| g > 0 && g < ser.points.len()),
         );
+        starts.push(ser.points.len());
+        for seg in starts.windows(2) {
+            let path: Vec<String> = ser.points[seg[0]..seg[1]]
+                .iter()
+                .map(|&(px, py)| format!("{:.1},{:.1}", x.map(px), y.map(py)))
+                .collect();
+            // The first series (the reference) is drawn wider, so it shows under later ones.
+            let _ = writeln!(
+                s,
+                "<polyline class=\"series\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" points=\"{}\"/>",
+                ser.color,
+                if i == 0 { 4.0 } else { 1.5 },
+                path.join(" ")
+            );
+        }
         for &(px, py) in &ser.points {
             let _ = writeln!(
                 s,
@@ -401,11 +413,22 @@ mod tests {
             name: "a<b".into(),
             color: PALETTE[0],
             points: vec![(0.0, 0.1), (1.0, 1.0 / 3.0)],
+            gaps: Vec::new(),
         }];
         let line = line_chart("c", "t", "x", "y", &series);
         assert!(line.starts_with("<svg class=\"chart\" id=\"c\""));
         assert!(line.contains("data-value=\"0.3333333333333333\""));
         assert_eq!(line.matches("<circle").count(), 2);
+        assert_eq!(line.matches("<polyline").count(), 1);
+        let split = [Series {
+            name: "s".into(),
+            color: PALETTE[0],
+            points: vec![(0.0, 1.0), (1.0, 2.0), (5.0, 1.0), (6.0, 2.0)],
+            gaps: vec![2],
+        }];
+        let line2 = line_chart("c", "t", "x", "y", &split);
+        assert_eq!(line2.matches("<polyline").count(), 2);
+        assert_eq!(line2.matches("<circle").count(), 4);
         assert!(line.contains("a&lt;b") && !line.contains("a<b"));
         let bars = bar_chart("b", "t", "window", "y", &series);
         assert_eq!(bars.matches("<rect class=\"bar\"").count(), 2);
