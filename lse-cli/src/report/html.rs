@@ -284,7 +284,8 @@ pub fn tokens_per_bin(n: usize) -> usize {
 /// The mean and the maximum of `values` (one per scored token, in scoring order) over bins
 /// of [`tokens_per_bin`] consecutive tokens of one window (a window's last bin may be
 /// shorter), each at the text position of its first token; each window starts a new line.
-pub fn along_text(run: &Run, values: &[f64]) -> (Series, Series) {
+/// The mean is drawn in `color`, the maximum in grey.
+pub fn along_text(run: &Run, values: &[f64], color: &'static str) -> (Series, Series) {
     let per_bin = tokens_per_bin(values.len());
     let (mut mean, mut max, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
     let mut rest = values;
@@ -304,10 +305,7 @@ pub fn along_text(run: &Run, values: &[f64]) -> (Series, Series) {
         points,
         gaps: gaps.clone(),
     };
-    (
-        series("mean", PALETTE[0], mean),
-        series("max", "#999999", max),
-    )
+    (series("mean", color, mean), series("max", "#999999", max))
 }
 
 fn kld_section(s: &mut String, i: usize, run: &Run) {
@@ -356,8 +354,7 @@ fn kld_section(s: &mut String, i: usize, run: &Run) {
                 color(i),
                 &kld_bins(&values),
             ));
-            let (mut mean, max) = along_text(run, &values);
-            mean.color = color(i);
+            let (mean, max) = along_text(run, &values, color(i));
             let per_bin = tokens_per_bin(values.len());
             let _ = writeln!(
                 s,
