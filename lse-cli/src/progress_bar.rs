@@ -1,6 +1,6 @@
 //! The progress bar of `lse perplexity` (indicatif): windows done, prefill tokens/s, running
-//! perplexity, ETA at the mean pace per window and the elapsed time, drawn only when stderr
-//! is a terminal.
+//! perplexity and ETA at the mean pace per window, in under 80 columns, with a spinner that
+//! shows the run is alive between windows; drawn only when stderr is a terminal.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -21,12 +21,12 @@ impl Bar {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{bar:30.cyan/blue} {pos}/{len} windows  {msg}  elapsed {elapsed}",
+                    "{spinner} {bar:20.cyan/blue} {pos}/{len} windows  {msg}",
                 )
                 .expect("the template is valid")
                 .progress_chars("=> "),
             );
-            bar.set_message("loading");
+            bar.set_message("tokenizing");
             bar.enable_steady_tick(Duration::from_secs(1));
             bar
         });
