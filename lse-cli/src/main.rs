@@ -2,6 +2,9 @@
 
 mod kernels_cmd;
 mod perplexity_cmd;
+mod progress_bar;
+mod report;
+mod summary;
 mod synthetic_cmd;
 
 use std::process::ExitCode;
@@ -26,6 +29,8 @@ enum Command {
     Kernels(kernels_cmd::KernelsCommand),
     /// Score a text's perplexity (and KL divergence against a base), as llama-perplexity does.
     Perplexity(Box<perplexity_cmd::PerplexityArgs>),
+    /// Write one self-contained HTML report from `lse perplexity` JSON files.
+    Report(report::ReportArgs),
     /// Write a Qwen3.5-architecture model with deterministic random weights.
     SyntheticModel(synthetic_cmd::SyntheticArgs),
 }
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Kernels(cmd) => kernels_cmd::run(cmd),
         Command::Perplexity(args) => perplexity_cmd::run(*args),
+        Command::Report(args) => report::run(args),
         Command::SyntheticModel(args) => synthetic_cmd::run(args),
     };
     match result {

@@ -7,10 +7,12 @@ use clap::{Args, ValueEnum};
 use lse_runtime::device::Pool;
 use lse_runtime::ops::FlashPrefillParams;
 use lse_runtime::perplexity::{
-    Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request,
-    DEFAULT_FLASHPREFILL_MIN_KV_LEN,
+    Engine, EngineSettings, FlashPrefill, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };
 use lse_runtime::scoring::{self, Method};
+
+use crate::progress_bar::Bar;
+use crate::summary::summary;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum OnOff {
@@ -132,7 +134,11 @@ pub struct PerplexityArgs {
     /// Include the token ids in the JSON.
     #[arg(long = "perplexity-token-ids")]
     token_ids: bool,
-    /// No progress on stderr.
+    /// Include each scored token's NLL (and, with --perplexity-kld, its KLD and Δp) in the
+    /// JSON's `token_stats`, for `lse report`'s per-token plots.
+    #[arg(long = "perplexity-token-stats")]
+    token_stats: bool,
+    /// No progress bar and no closing summary on stderr.
     #[arg(long)]
     quiet: bool,
 }
@@ -209,28 +215,35 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     request.kld_top_k = args.kld_top_k;
     request.kld_base = args.kld_base.clone();
     request.include_token_ids = args.token_ids;
+    request.include_token_stats = args.token_stats;
 
     let engine = Engine::open(settings).map_err(|e| e.to_string())?;
-    let report = engine
-        .perplexity(&request, &Progress::stderr(args.quiet))
-        .map_err(|e| e.to_string())?;
+    let bar = Bar::stderr(args.quiet);
+    let result = engine.perplexity(&request, &bar);
+    bar.finish();
+    let report = result.map_err(|e| e.to_string())?;
+    let json = report
+        .to_json()
+        .map_err(|e| format!("could not serialise the report: {e}"))?;
+    match &args.output {
+        Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes())
+            .map_err(|e| e.to_string())?,
+        None => println!("{json}"),
+    }
     if !args.quiet {
+        eprint!("{}", summary(&report));
         if let Some(d) = report.prefill_attention_density {
             eprintln!(
                 "prefill attention: flashprefill-v2, key-block density {:.2}%",
                 100.0 * d
             );
         }
-    }
-    let json = report
-        .to_json()
-        .map_err(|e| format!("could not serialise the report: {e}"))?;
-    match &args.output {
-        Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes())
-            .map_err(|e| e.to_string()),
-        None => {
-            println!("{json}");
-            Ok(())
+        if let Some(path) = &args.kld_base_out {
+            eprintln!("KL-divergence base written to {}", path.display());
+        }
+        if let Some(path) = &args.output {
+            eprintln!("JSON report written to {}", path.display());
         }
     }
+    Ok(())
 }

@@ -539,3 +539,219 @@ fn f32_and_moe_models_score_chunk_zero_like_transformers() {
         );
     }
 }
+
+/// Runs `lse perplexity` on the golden text without `--quiet`, stderr redirected to a pipe
+/// (not a terminal), the JSON into `name` in `dir`; returns stderr and the report.
+fn loud(dir: &Path, name: &str, extra: &[&str]) -> (String, Value) {
+    let text = golden_text(dir);
+    let (model, json) = (big_vocab_model(), dir.join(name));
+    let out = lse(&[
+        &[
+            "perplexity",
+            "--model",
+            model.to_str().unwrap(),
+            "--perplexity",
+            text.to_str().unwrap(),
+            "--perplexity-output",
+            json.to_str().unwrap(),
+        ],
+        extra,
+    ]
+    .concat());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout.is_empty());
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (err, report)
+}
+
+#[test]
+fn summary_is_printed_on_redirected_stderr_as_whole_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (err, r) = loud(dir.path(), "ppl.json", &["--perplexity-ctx", "64"]);
+    let want = [
+        format!(
+            "lse perplexity: {} tokens, {} chunks of 64 (stride 64), {} tokens scored",
+            r["tokens"], r["windows_scored"], r["scored_tokens"]
+        ),
+        format!(
+            "Final estimate: PPL = {:.4} +/- {:.5}",
+            f(&r["perplexity"]),
+            f(&r["perplexity_uncertainty"])
+        ),
+        format!(
+            "{} prefill tokens in {:.2} s: {:.1} tokens/s on {}, prefill attention dense, KV cache bf16",
+            r["prefill_tokens"],
+            f(&r["elapsed_seconds"]),
+            f(&r["prefill_tokens_per_second"]),
+            r["config"]["device_arch"].as_str().unwrap()
+        ),
+        format!("JSON report written to {}", dir.path().join("ppl.json").display()),
+    ];
+    for line in &want {
+        assert!(
+            err.lines().any(|l| l == line),
+            "no line {line:?} in:\n{err}"
+        );
+    }
+    // No progress bar off a terminal: no carriage returns, no escape sequences.
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
+    assert!(!err.contains("KL divergence"), "no comparison, no table");
+
+    // --quiet: nothing at all.
+    let out = on_sample(dir.path(), &["--perplexity-ctx", "64"]);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sorted_f32(v: &Value) -> Vec<f64> {
+    let mut v: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| f(x) as f32 as f64)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+#[test]
+fn kl_table_on_stderr_is_the_json_statistics_and_agrees_with_the_per_token_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.kld");
+    let common = ["--perplexity-ctx", "32", "--perplexity-token-stats"];
+    let mut record = common.to_vec();
+    record.extend(["--pool", "cpu", "--kv-cache-dtype", "f32"]);
+    record.extend(["--perplexity-kld-base-out", base.to_str().unwrap()]);
+    let (err, b) = loud(dir.path(), "base.json", &record);
+    assert!(err.contains(&format!("KL-divergence base written to {}", base.display())));
+    assert!(b.get("kld_statistics").is_none() && b["token_stats"].get("kld").is_none());
+
+    let mut compare = common.to_vec();
+    compare.extend([
+        "--kv-cache-dtype",
+        "bf16",
+        "--perplexity-kld",
+        base.to_str().unwrap(),
+    ]);
+    let (err, r) = loud(dir.path(), "cmp.json", &compare);
+    let (k, t, ts) = (&r["kld"], &r["kld_statistics"], &r["token_stats"]);
+    let n = r["scored_tokens"].as_u64().unwrap();
+    assert_eq!(t["tokens"].as_u64(), Some(n));
+
+    // The table repeats the brief's fields where they overlap.
+    for (table, brief) in [
+        ("mean_ppl", "perplexity"),
+        ("base_mean_ppl", "base_perplexity"),
+        ("mean_ln_ratio", "mean_log_ratio"),
+        ("mean_ln_ratio_uncertainty", "mean_log_ratio_uncertainty"),
+        ("ppl_ratio", "perplexity_ratio"),
+        ("delta_ppl", "delta_perplexity"),
+        ("mean_kld", "mean_kld"),
+        ("mean_kld_uncertainty", "mean_kld_uncertainty"),
+        ("mean_delta_p", "mean_delta_p"),
+        ("rms_delta_p", "rms_delta_p"),
+        ("same_top", "same_top"),
+        ("same_top_uncertainty", "same_top_uncertainty"),
+    ] {
+        assert_eq!(t[table], k[brief], "{table} vs kld.{brief}");
+    }
+    assert_eq!(t["kld_quantiles"]["p99"], k["kld_p99"]);
+    assert_eq!(t["kld_quantiles"]["max"], k["kld_max"]);
+
+    // The per-token values (f32) give the same statistics to f32 precision.
+    let nll = sorted_f32(&ts["nll"]);
+    assert_eq!(nll.len() as u64, n);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert_close(mean(&nll), f(&r["mean_nll"]), 1e-6, "mean of token NLLs");
+    let kld = sorted_f32(&ts["kld"]);
+    let dp = sorted_f32(&ts["delta_p"]);
+    assert_close(
+        mean(&kld),
+        f(&t["mean_kld"]),
+        1e-7 + 1e-6 * f(&t["mean_kld"]),
+        "mean KLD",
+    );
+    assert_close(mean(&dp), f(&t["mean_delta_p"]), 1e-7, "mean Δp");
+    let q = |v: &[f64], p: f64| {
+        let h = p * (v.len() - 1) as f64;
+        let lo = h.floor() as usize;
+        v[lo] + (h - lo as f64) * (v[(lo + 1).min(v.len() - 1)] - v[lo])
+    };
+    for (key, p) in [
+        ("max", 1.0),
+        ("p99", 0.99),
+        ("p90", 0.9),
+        ("median", 0.5),
+        ("p10", 0.1),
+        ("min", 0.0),
+    ] {
+        for (values, table) in [(&kld, "kld_quantiles"), (&dp, "delta_p_quantiles")] {
+            let want = q(values, p);
+            assert_close(
+                f(&t[table][key]),
+                want,
+                1e-9 + 1e-6 * want.abs(),
+                &format!("{table}.{key}"),
+            );
+        }
+    }
+
+    // stderr shows llama.cpp's three blocks with these numbers.
+    for line in [
+        format!(
+            "KL divergence against {} (top 32 ids per token), {n} tokens",
+            base.display()
+        ),
+        "====== Perplexity statistics ======".to_string(),
+        format!(
+            "Mean PPL(Q)                   : {:10.6} ± {:10.6}",
+            f(&t["mean_ppl"]),
+            f(&t["mean_ppl_uncertainty"])
+        ),
+        format!(
+            "Mean PPL(base)                : {:10.6} ± {:10.6}",
+            f(&t["base_mean_ppl"]),
+            f(&t["base_mean_ppl_uncertainty"])
+        ),
+        format!(
+            "Mean PPL(Q)/PPL(base)         : {:10.6} ± {:10.6}",
+            f(&t["ppl_ratio"]),
+            f(&t["ppl_ratio_uncertainty"])
+        ),
+        format!(
+            "Mean    KLD: {:10.6} ± {:10.6}",
+            f(&t["mean_kld"]),
+            f(&t["mean_kld_uncertainty"])
+        ),
+        format!("Maximum KLD: {:10.6}", f(&t["kld_quantiles"]["max"])),
+        format!("99.9%   KLD: {:10.6}", f(&t["kld_quantiles"]["p99.9"])),
+        format!("Median  KLD: {:10.6}", f(&t["kld_quantiles"]["median"])),
+        format!("Minimum KLD: {:10.6}", f(&t["kld_quantiles"]["min"])),
+        format!(
+            "75.0%   Δp: {:6.3}%",
+            100.0 * f(&t["delta_p_quantiles"]["p75"])
+        ),
+        format!(
+            "RMS Δp    : {:6.3} ± {:5.3} %",
+            100.0 * f(&t["rms_delta_p"]),
+            100.0 * f(&t["rms_delta_p_uncertainty"])
+        ),
+        format!(
+            "Same top p: {:6.3} ± {:5.3} %",
+            100.0 * f(&t["same_top"]),
+            100.0 * f(&t["same_top_uncertainty"])
+        ),
+    ] {
+        assert!(
+            err.lines().any(|l| l == line),
+            "no line {line:?} in:\n{err}"
+        );
+    }
+    assert_eq!(err.lines().filter(|l| l.contains(" KLD: ")).count(), 12);
+    assert_eq!(err.lines().filter(|l| l.contains(" Δp: ")).count(), 14);
+}

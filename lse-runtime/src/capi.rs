@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::device::Pool;
-use crate::perplexity::{Engine, EngineSettings, FlashPrefill, Input, KvDtype, Progress, Request};
+use crate::perplexity::{Engine, EngineSettings, FlashPrefill, Input, KvDtype, Request, Silent};
 use crate::scoring::Method;
 
 const LSE_OK: c_int = 0;
@@ -55,6 +55,7 @@ struct RequestJson {
     kld_base: Option<PathBuf>,
     include_windows: Option<bool>,
     include_token_ids: Option<bool>,
+    include_token_stats: Option<bool>,
 }
 
 struct Failure(c_int, String);
@@ -115,6 +116,7 @@ fn request_from_json(json: &str) -> Result<Request, Failure> {
     req.kld_base = r.kld_base;
     req.include_windows = r.include_windows.unwrap_or(true);
     req.include_token_ids = r.include_token_ids.unwrap_or(false);
+    req.include_token_stats = r.include_token_stats.unwrap_or(false);
     Ok(req)
 }
 
@@ -197,7 +199,7 @@ pub unsafe extern "C" fn lse_perplexity(
         let request = request_from_json(arg_str(request_json, "request_json")?)?;
         let engine = &(*engine).0;
         let report = engine
-            .perplexity(&request, &Progress::silent())
+            .perplexity(&request, &Silent)
             .map_err(|e| Failure(LSE_ERR_FAILED, e.to_string()))?;
         let json = report.to_json().map_err(|e| {
             Failure(
@@ -245,6 +247,20 @@ mod tests {
             assert_eq!(code, LSE_ERR_INVALID_ARGUMENT);
             assert!(msg.contains("exactly one of"), "{msg}");
         }
+    }
+
+    #[test]
+    fn request_output_options_default_and_are_read() {
+        let Ok(r) = request_from_json(r#"{"text":"a"}"#) else {
+            panic!()
+        };
+        assert!(r.include_windows && !r.include_token_ids && !r.include_token_stats);
+        let Ok(r) = request_from_json(
+            r#"{"text":"a","include_windows":false,"include_token_ids":true,"include_token_stats":true}"#,
+        ) else {
+            panic!()
+        };
+        assert!(!r.include_windows && r.include_token_ids && r.include_token_stats);
     }
 
     #[test]

@@ -52,6 +52,7 @@ fn c_program_scores_from_two_threads_and_gets_errors() {
         "ctx": 64,
         "chunks": 3,
         "include_windows": false,
+        "include_token_stats": true,
     });
     let out = Command::new(&exe)
         .arg(config.to_string())
@@ -78,6 +79,7 @@ fn c_program_scores_from_two_threads_and_gets_errors() {
         assert_eq!(r["object"], "lse.perplexity");
         assert_eq!(r["scored_tokens"], 93);
         assert!(r.get("windows").is_none());
+        assert_eq!(r["token_stats"]["nll"].as_array().map(Vec::len), Some(93));
         let nll = r["mean_nll"].as_f64().unwrap();
         assert!(
             (nll - want_nll).abs() < 1e-4,

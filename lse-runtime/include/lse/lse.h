@@ -36,7 +36,8 @@ int lse_engine_open(const char *config_json, lse_engine **out, char **err);
 /* Scores one request and stores the report (the `lse perplexity` JSON) in *json_out.
  * `request_json` fields: "text" or "tokens" (array of ids), "method" ("chunks" | "sliding"),
  * "ctx", "stride", "chunks", "kld_base_out" (path), "kld_top_k", "kld_base" (path),
- * "include_windows" (default true), "include_token_ids" (default false). */
+ * "include_windows" (default true), "include_token_ids" (default false),
+ * "include_token_stats" (default false: the per-token `token_stats` object). */
 int lse_perplexity(lse_engine *engine, const char *request_json, char **json_out, char **err);
 
 /* Frees a string returned by this API. NULL is ignored. */

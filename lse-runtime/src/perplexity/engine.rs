@@ -108,7 +108,7 @@ impl Engine {
     pub fn perplexity(
         &self,
         request: &Request,
-        progress: &Progress,
+        progress: &dyn Progress,
     ) -> Result<PerplexityReport, EngineError> {
         let _turn = self.queue.acquire();
         let tokens = match &request.input {

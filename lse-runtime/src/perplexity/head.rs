@@ -99,13 +99,15 @@ impl<'a> HeadStage<'a> {
     }
 
     /// Scores up to [`HEAD_ROWS`] rows: `hidden` is `[n, dim]`, `targets` the `n` tokens the
-    /// rows predict. Adds each NLL to `acc` and records or compares per `mode`.
+    /// rows predict. Adds each NLL to `acc` (and appends it to `token_nlls` when given) and
+    /// records or compares per `mode`.
     pub fn score_block(
         &mut self,
         hidden: &[f32],
         targets: &[u32],
         mode: &mut KldMode,
         acc: &mut PplAccumulator,
+        mut token_nlls: Option<&mut Vec<f32>>,
     ) -> Result<(), EngineError> {
         let n = targets.len();
         debug_assert!(n <= HEAD_ROWS && hidden.len() == n * self.dim);
@@ -159,12 +161,10 @@ impl<'a> HeadStage<'a> {
                 picked_logits: &picked[1..],
                 argmax: 0,
             };
-            match mode {
-                KldMode::Off => acc.add(crate::scoring::stats::row_nll(
-                    row.max_logit,
-                    row.sum_exp,
-                    row.target_logit,
-                )?),
+            let nll = match mode {
+                KldMode::Off => {
+                    crate::scoring::stats::row_nll(row.max_logit, row.sum_exp, row.target_logit)?
+                }
                 KldMode::Record { writer, top_k } => {
                     let top = top.as_ref().expect("top-k runs when recording");
                     self.picked.clear();
@@ -173,14 +173,18 @@ impl<'a> HeadStage<'a> {
                     row.picked_logits = &self.picked;
                     let rec = base_record(&row, &top.ids[r * *top_k..(r + 1) * *top_k])?;
                     writer.write(&rec)?;
-                    acc.add(rec.nll);
+                    rec.nll
                 }
                 KldMode::Compare { acc: kacc, .. } => {
                     row.argmax = top.as_ref().expect("argmax runs when comparing").ids[r];
                     let cmp = compare_row(&row, &self.base[r])?;
                     kacc.add(&cmp);
-                    acc.add(cmp.nll);
+                    cmp.nll
                 }
+            };
+            acc.add(nll);
+            if let Some(v) = token_nlls.as_deref_mut() {
+                v.push(nll as f32);
             }
         }
         Ok(())

@@ -14,7 +14,7 @@ mod run;
 pub mod settings;
 
 pub use engine::{Engine, EngineError};
-pub use progress::Progress;
+pub use progress::{Progress, ProgressUpdate, Silent};
 pub use settings::{
     EngineSettings, FlashPrefill, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };

@@ -1,54 +1,67 @@
-//! Progress on stderr for long runs: windows done, tokens/s, running perplexity, ETA.
+//! Progress of a scoring run, reported once the windows are planned and after every window
+//! to whoever displays it (the CLI draws a progress bar; the C API shows nothing).
 
-use std::io::{IsTerminal, Write};
-use std::time::Instant;
-
-/// Where progress goes.
-pub struct Progress {
-    enabled: bool,
-    start: Instant,
+/// The state of a run after one more window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProgressUpdate {
+    /// Windows finished.
+    pub done: usize,
+    /// Windows in the run.
+    pub total: usize,
+    /// Tokens sent through prefill so far, context included.
+    pub prefill_tokens: usize,
+    /// Seconds since the run started.
+    pub elapsed_seconds: f64,
+    /// Perplexity over every token scored so far (1 before any).
+    pub perplexity: f64,
 }
 
-impl Progress {
-    /// Progress lines on stderr when it is a terminal and `quiet` is false.
-    pub fn stderr(quiet: bool) -> Progress {
-        Progress {
-            enabled: !quiet && std::io::stderr().is_terminal(),
-            start: Instant::now(),
-        }
+impl ProgressUpdate {
+    /// Prefill tokens per second so far (0 before any time has passed).
+    pub fn tokens_per_second(&self) -> f64 {
+        crate::scoring::report::rate(self.prefill_tokens as u64, self.elapsed_seconds)
     }
 
-    /// No output.
-    pub fn silent() -> Progress {
-        Progress {
-            enabled: false,
-            start: Instant::now(),
-        }
+    /// Seconds until the last window at the mean pace so far; `None` before the first.
+    pub fn eta_seconds(&self) -> Option<f64> {
+        (self.done > 0).then(|| {
+            self.elapsed_seconds / self.done as f64 * self.total.saturating_sub(self.done) as f64
+        })
     }
+}
 
-    /// Reports that `done` of `total` windows have run, `tokens` prefill tokens so far.
-    pub fn update(&self, done: usize, total: usize, tokens: usize, ppl: f64) {
-        if !self.enabled {
-            return;
-        }
-        let secs = self.start.elapsed().as_secs_f64();
-        let rate = if secs > 0.0 {
-            tokens as f64 / secs
-        } else {
-            0.0
+/// Receives a [`ProgressUpdate`] once the windows are planned (`done` 0) and after every
+/// window.
+pub trait Progress {
+    /// Called with `done` = 0, 1, …, `total`, in order.
+    fn update(&self, update: &ProgressUpdate);
+}
+
+/// Shows nothing.
+pub struct Silent;
+
+impl Progress for Silent {
+    fn update(&self, _update: &ProgressUpdate) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_of_an_update() {
+        let mut u = ProgressUpdate {
+            done: 1,
+            total: 4,
+            prefill_tokens: 512,
+            elapsed_seconds: 2.0,
+            perplexity: 10.0,
         };
-        let eta = if done > 0 {
-            secs / done as f64 * (total - done) as f64
-        } else {
-            0.0
-        };
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r[{done}/{total}] {rate:.1} tok/s  ppl {ppl:.4}  eta {eta:.0}s   "
-        );
-        if done == total {
-            let _ = writeln!(err);
-        }
+        assert_eq!(u.tokens_per_second(), 256.0);
+        assert_eq!(u.eta_seconds(), Some(6.0));
+        u.elapsed_seconds = 0.0;
+        assert_eq!(u.tokens_per_second(), 0.0);
+        u.done = 0;
+        assert_eq!(u.eta_seconds(), None);
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::engine::{base_name, EngineError};
 use super::head::{head_weight, HeadStage, KldMode, HEAD_ROWS};
-use super::progress::Progress;
+use super::progress::{Progress, ProgressUpdate};
 use super::settings::{EngineSettings, Request};
 use crate::device::Device;
 use crate::generator::Generator;
@@ -13,7 +13,7 @@ use crate::model::{HybridLM, PrefillAttention};
 use crate::scoring::report::{rate, REPORT_OBJECT};
 use crate::scoring::{
     token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport,
-    PerplexityReport, PplAccumulator, ReportConfig, Window, WindowPlan, WindowReport,
+    PerplexityReport, PplAccumulator, ReportConfig, TokenStats, Window, WindowPlan, WindowReport,
 };
 
 pub(super) fn run(
@@ -23,7 +23,7 @@ pub(super) fn run(
     request: &Request,
     tokens: &[u32],
     mut config: ReportConfig,
-    progress: &Progress,
+    progress: &dyn Progress,
 ) -> Result<PerplexityReport, EngineError> {
     let start = Instant::now();
     let cfg = model.config();
@@ -77,16 +77,45 @@ pub(super) fn run(
     let mut head = HeadStage::new(dev, head_weight(&model.lm_head())?, vocab, dim)?;
     let mut total = PplAccumulator::default();
     let mut windows = Vec::with_capacity(plan.windows.len());
+    let mut token_nlls = request.include_token_stats.then(Vec::new);
     let mut fed = 0;
+    progress.update(&ProgressUpdate {
+        done: 0,
+        total: plan.windows.len(),
+        prefill_tokens: 0,
+        elapsed_seconds: start.elapsed().as_secs_f64(),
+        perplexity: 1.0,
+    });
     for (i, w) in plan.windows.iter().enumerate() {
         let t0 = Instant::now();
-        let acc = score_window(model, &attn, settings, &mut head, &mut mode, tokens, w)?;
+        let acc = score_window(
+            model,
+            &attn,
+            settings,
+            &mut head,
+            &mut mode,
+            tokens,
+            w,
+            token_nlls.as_mut(),
+        )?;
         total.merge(&acc);
         fed += w.len();
         windows.push(WindowReport::new(w, &acc, t0.elapsed().as_secs_f64()));
-        progress.update(i + 1, plan.windows.len(), fed, total.perplexity());
+        progress.update(&ProgressUpdate {
+            done: i + 1,
+            total: plan.windows.len(),
+            prefill_tokens: fed,
+            elapsed_seconds: start.elapsed().as_secs_f64(),
+            perplexity: total.perplexity(),
+        });
     }
 
+    let mut token_stats = token_nlls.map(|nll| TokenStats {
+        nll,
+        kld: None,
+        delta_p: None,
+    });
+    let mut kld_statistics = None;
     let kld = match mode {
         KldMode::Off => None,
         KldMode::Record { writer, .. } => {
@@ -101,6 +130,12 @@ pub(super) fn run(
                     reader.remaining()
                 )));
             }
+            if let Some(stats) = token_stats.as_mut() {
+                let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect();
+                stats.kld = Some(f32s(acc.klds()));
+                stats.delta_p = Some(f32s(acc.delta_ps()));
+            }
+            kld_statistics = Some(acc.table());
             Some(KldReport::new(
                 &base_name(reader.path()),
                 top_k as u32,
@@ -134,12 +169,16 @@ pub(super) fn run(
         prefill_attention_density: density,
         config,
         kld,
+        kld_statistics,
         windows: request.include_windows.then_some(windows),
         token_ids: request.include_token_ids.then(|| tokens.to_vec()),
+        token_stats,
     })
 }
 
-/// Runs one window in a fresh session through `Generator::score` and scores its targets.
+/// Runs one window in a fresh session through `Generator::score` and scores its targets,
+/// appending each target's NLL to `token_nlls` when given.
+#[allow(clippy::too_many_arguments)]
 fn score_window(
     model: &HybridLM,
     attn: &PrefillAttention,
@@ -148,6 +187,7 @@ fn score_window(
     mode: &mut KldMode,
     tokens: &[u32],
     w: &Window,
+    mut token_nlls: Option<&mut Vec<f32>>,
 ) -> Result<PplAccumulator, EngineError> {
     let mut generator = Generator::new(
         model,
@@ -169,6 +209,7 @@ fn score_window(
                 &window[rows.start + 1..rows.end + 1],
                 mode,
                 &mut acc,
+                token_nlls.as_deref_mut(),
             )
         },
     )?;

@@ -143,6 +143,8 @@ pub struct Request {
     pub kld_base: Option<PathBuf>,
     pub include_windows: bool,
     pub include_token_ids: bool,
+    /// Include the per-token NLL (and, when comparing, KLD and Δp) as `token_stats`.
+    pub include_token_stats: bool,
 }
 
 impl Request {
@@ -159,6 +161,7 @@ impl Request {
             kld_base: None,
             include_windows: true,
             include_token_ids: false,
+            include_token_stats: false,
         }
     }
 }

@@ -4,14 +4,17 @@
 
 pub mod atomic;
 pub mod kld_base;
+pub mod kld_table;
 pub mod report;
 pub mod stats;
 pub mod windows;
 
 pub use atomic::{check_writable, remove_in_flight_temp_files, AtomicFile, OutputError};
 pub use kld_base::{KldBaseError, KldBaseHeader, KldBaseReader, KldBaseWriter};
+pub use kld_table::{KldTable, Quantiles};
 pub use report::{
-    token_ids_digest, token_ids_sha256, KldReport, PerplexityReport, ReportConfig, WindowReport,
+    token_ids_digest, token_ids_sha256, KldReport, PerplexityReport, ReportConfig, TokenStats,
+    WindowReport,
 };
 pub use stats::{
     base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldSummary, PplAccumulator,

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::kld_table::KldTable;
 use super::stats::{KldSummary, PplAccumulator};
 use super::windows::{Method, Window};
 
@@ -82,12 +83,33 @@ pub struct PerplexityReport {
     /// Comparison against a KL-divergence base, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kld: Option<KldReport>,
+    /// Added to the brief's fields: llama.cpp's full KL-divergence table, when comparing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kld_statistics: Option<KldTable>,
     /// Per-window results, unless left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub windows: Option<Vec<WindowReport>>,
     /// The text's token ids, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// Added to the brief's fields: per-scored-token values, when asked for
+    /// (`--perplexity-token-stats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_stats: Option<TokenStats>,
+}
+
+/// The `token_stats` object: one entry per scored token, in scoring order (window by
+/// window, each window's targets in text order), as f32.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenStats {
+    /// NLL of each scored token (nats).
+    pub nll: Vec<f32>,
+    /// KL divergence against the base of each token, when comparing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kld: Option<Vec<f32>>,
+    /// Δp (p − p_base of the correct token) of each token, when comparing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_p: Option<Vec<f32>>,
 }
 
 /// The `config` block: the serving settings the scoring ran with.
@@ -265,6 +287,8 @@ mod tests {
             kld: kld.then(|| KldReport::new("dense.kld", 32, 255, &KldSummary::default())),
             windows: Some(vec![WindowReport::new(&window, &acc, 2.0)]),
             token_ids: token_ids.then(|| vec![1, 2, 3]),
+            kld_statistics: None,
+            token_stats: None,
         }
     }
 
@@ -368,6 +392,33 @@ mod tests {
         let mut want = sample(true, true);
         want.prefill_attention_density = None;
         assert_eq!(back, want);
+    }
+
+    #[test]
+    fn added_objects_follow_the_brief_fields_and_round_trip() {
+        let mut r = sample(true, true);
+        r.prefill_attention_density = None;
+        r.kld_statistics = Some(KldTable {
+            tokens: 255,
+            ln_ppl_correlation: Some(0.5),
+            ..KldTable::default()
+        });
+        r.token_stats = Some(TokenStats {
+            nll: vec![2.0; 255],
+            kld: Some(vec![0.25; 255]),
+            delta_p: None,
+        });
+        let json = r.to_json().unwrap();
+        let at = |k: &str| json.find(&format!("\n  \"{k}\":")).unwrap();
+        assert!(at("kld") < at("kld_statistics") && at("kld_statistics") < at("windows"));
+        assert!(at("token_ids") < at("token_stats"));
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["kld_statistics"]["ln_ppl_correlation"], 0.5);
+        assert_eq!(v["kld_statistics"]["kld_quantiles"]["p99.9"], 0.0);
+        assert_eq!(v["token_stats"]["kld"][254], 0.25);
+        assert!(v["token_stats"].get("delta_p").is_none());
+        let back: PerplexityReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

@@ -299,22 +299,25 @@ impl PplAccumulator {
 }
 
 /// Running sums for the KL-divergence comparison, as llama.cpp keeps them, plus every
-/// per-token KLD for the 99th percentile.
+/// per-token KLD and Δp for the percentiles (the brief's `kld` block and the full table of
+/// [`super::kld_table`]).
 #[derive(Clone, Debug, Default)]
 pub struct KldAccumulator {
-    count: u64,
-    sum_nll: f64,
-    sum_nll_sq: f64,
-    sum_base_nll: f64,
-    sum_base_nll_sq: f64,
-    sum_nll_base_nll: f64,
-    sum_kld: f64,
-    sum_kld_sq: f64,
-    klds: Vec<f64>,
-    same_top: u64,
-    sum_dp: f64,
-    sum_dp_sq: f64,
-    sum_base_top_mass: f64,
+    pub(super) count: u64,
+    pub(super) sum_nll: f64,
+    pub(super) sum_nll_sq: f64,
+    pub(super) sum_base_nll: f64,
+    pub(super) sum_base_nll_sq: f64,
+    pub(super) sum_nll_base_nll: f64,
+    pub(super) sum_kld: f64,
+    pub(super) sum_kld_sq: f64,
+    pub(super) klds: Vec<f64>,
+    pub(super) same_top: u64,
+    pub(super) sum_dp: f64,
+    pub(super) sum_dp_sq: f64,
+    pub(super) sum_dp4: f64,
+    pub(super) delta_ps: Vec<f64>,
+    pub(super) sum_base_top_mass: f64,
 }
 
 /// The `kld` block's statistics (the JSON adds `base`, `top_k` and `tokens`).
@@ -369,12 +372,24 @@ impl KldAccumulator {
         self.same_top += u64::from(row.same_top);
         self.sum_dp += row.delta_p;
         self.sum_dp_sq += row.delta_p * row.delta_p;
+        self.sum_dp4 += row.delta_p.powi(4);
+        self.delta_ps.push(row.delta_p);
         self.sum_base_top_mass += row.base_top_mass;
     }
 
     /// Tokens added.
     pub fn count(&self) -> u64 {
         self.count
+    }
+
+    /// Every added token's KL divergence, in the order added.
+    pub fn klds(&self) -> &[f64] {
+        &self.klds
+    }
+
+    /// Every added token's Δp, in the order added.
+    pub fn delta_ps(&self) -> &[f64] {
+        &self.delta_ps
     }
 
     /// The statistics over every token added so far (all zero when empty).
