@@ -14,9 +14,9 @@ use loom::kernel;
 /// the product to `y` (a fused residual add); 0 overwrites `y`.
 #[kernel(name = "gemm.xwt", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumulate: u32) {
-    const BM: u32 = 32;
+    const BM: u32 = 64;
     const BN: u32 = 64;
-    const BK: u32 = 128;
+    const BK: u32 = 64;
     let a = tile::<W, BM, BK>();
     let b = tile::<W, BK, BN>();
     let acc = tile::<f32, BM, BN>();
@@ -41,9 +41,9 @@ fn gemm_xwt<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumu
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM").
 #[kernel(name = "gemm.xwt_exact", version = 1, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt_exact<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumulate: u32) {
-    const BM: u32 = 32;
+    const BM: u32 = 64;
     const BN: u32 = 64;
-    const BK: u32 = 128;
+    const BK: u32 = 64;
     let a = tile::<f32, BM, BK>();
     let b = tile::<f32, BK, BN>();
     let acc = tile::<f32, BM, BN>();

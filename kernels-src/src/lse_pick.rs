@@ -26,16 +26,26 @@ fn lse_pick(
     let lid = local_id();
     let base = row * vocab;
 
+    // Work-item `lid` visits `lid, lid + WG, ...` in increasing order; the loops run over
+    // uniform chunk counts, so the host code runs the work-items of a chunk side by side
+    // (contiguous, vectorised loads) instead of one strided walk per work-item.
+    let chunks = (vocab + group_size() - 1) / group_size();
     let mut m = f32::NEG_INFINITY;
-    for v in (lid..vocab).step_by(group_size()) {
-        m = m.max(logits[base + v]);
+    for c in 0..chunks {
+        let v = c * group_size() + lid;
+        if v < vocab {
+            m = m.max(logits[base + v]);
+        }
     }
     let row_max = reduce_max(m);
 
     let mut s = 0.0;
     if row_max > f32::NEG_INFINITY {
-        for v in (lid..vocab).step_by(group_size()) {
-            s += (logits[base + v] - row_max).exp();
+        for c in 0..chunks {
+            let v = c * group_size() + lid;
+            if v < vocab {
+                s += (logits[base + v] - row_max).exp();
+            }
         }
     }
     let total = reduce_sum(s);

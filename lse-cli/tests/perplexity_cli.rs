@@ -755,3 +755,42 @@ fn kl_table_on_stderr_is_the_json_statistics_and_agrees_with_the_per_token_value
     assert_eq!(err.lines().filter(|l| l.contains(" KLD: ")).count(), 12);
     assert_eq!(err.lines().filter(|l| l.contains(" Δp: ")).count(), 14);
 }
+
+/// `LSE_HOST_CPU` runs a lower host level with the same result (the model's GEMM and every
+/// other kernel keep the reference's operation order on every level), and a level this CPU
+/// cannot run (or that does not exist) is refused before any work, naming the variable.
+#[test]
+fn lse_host_cpu_runs_the_named_level_and_refuses_unknown_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = golden_text(dir.path());
+    let model = big_vocab_model();
+    let run = |level: &str| {
+        Command::new(env!("CARGO_BIN_EXE_lse"))
+            .env("LSE_HOST_CPU", level)
+            .args(["perplexity", "--model", model.to_str().unwrap()])
+            .args(["--perplexity", text.to_str().unwrap(), "--quiet"])
+            .args(["--perplexity-ctx", "64", "--kv-cache-dtype", "f32"])
+            .output()
+            .unwrap()
+    };
+    let best = perplexity(
+        dir.path(),
+        &["--perplexity-ctx", "64", "--kv-cache-dtype", "f32"],
+    );
+    let base = run("x86-64");
+    assert!(
+        base.status.success(),
+        "{}",
+        String::from_utf8_lossy(&base.stderr)
+    );
+    let base: Value = serde_json::from_slice(&base.stdout).unwrap();
+    assert_eq!(base["config"]["device_arch"], "host-x86-64");
+    assert_eq!(base["mean_nll"], best["mean_nll"]);
+    for bad in ["pentium", "", "x86-64-v9"] {
+        let out = run(bad);
+        assert!(!out.status.success(), "LSE_HOST_CPU={bad:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("LSE_HOST_CPU"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}

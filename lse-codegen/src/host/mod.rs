@@ -105,6 +105,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         tiles: Vec::new(),
         amx: cpu == AMX_CPU,
         dpbf16: cpu == BF16_CPU || cpu == AMX_CPU,
+        fma: cpu != "x86-64",
     };
     host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
     tiles::zero_all(&mut e, &host.tiles);
@@ -171,6 +172,9 @@ struct HostPhases {
     amx: bool,
     /// Whether `tile_dot` may use `vdpbf16ps` (AVX512-BF16).
     dpbf16: bool,
+    /// Whether the CPU has FMA (every level but baseline `x86-64`): f32 `tile_dot` runs in
+    /// register blocks.
+    fma: bool,
 }
 
 impl TargetStmts for HostPhases {

@@ -14,9 +14,11 @@
 //!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
 //!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
 //!     4 rows and each broadcast A pair by 4 vectors.
-//! - Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` for k
-//!   ascending, n innermost (vectorised), the same order and roundings as the generated
-//!   Rust, so those levels agree with it bit for bit.
+//! - An f32 `tile_dot` with N a multiple of 16 on levels with FMA runs in the same register
+//!   blocks with `fma` on 16-lane vectors; every other `tile_dot` is
+//!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
+//!   the products in increasing k with one rounding each, the generated Rust's order, so they
+//!   agree with it bit for bit.
 
 use super::HostPhases;
 use crate::emit::{convert, lty, Emitter};
@@ -122,6 +124,24 @@ fn memset0(e: &mut Emitter, t: &HostTile) {
     ));
 }
 
+/// The register-blocked inner product of [`HostPhases::blocked_dot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Micro {
+    /// `vdpbf16ps` on bf16 pairs (AVX512-BF16), `b` in [`Layout::Pairs`].
+    Dpbf16,
+    /// `fma` on f32 vectors: per element the reference's order, so bit-identical to it.
+    Fma,
+}
+
+/// `<16 x ty>` with every lane `x`.
+fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
+    let one =
+        e.b.op(format!("insertelement <16 x {ty}> poison, {ty} {x}, i64 0"));
+    e.b.op(format!(
+        "shufflevector <16 x {ty}> {one}, <16 x {ty}> poison, <16 x i32> zeroinitializer"
+    ))
+}
+
 /// The evaluated window of a load or store.
 struct Window {
     buf: String,
@@ -153,7 +173,9 @@ impl HostPhases {
                 if pairs && self.amx && amx_shape(dc, da) {
                     self.amx_dot(e, acc, a, b)
                 } else if pairs && self.dpbf16 && pairs_shape(dc, da) {
-                    self.dp_dot(e, acc, a, b)
+                    self.blocked_dot(e, acc, a, b, Micro::Dpbf16)
+                } else if self.fma && da.elem == Ty::F32 && dc.cols.is_multiple_of(16) {
+                    self.blocked_dot(e, acc, a, b, Micro::Fma)
                 } else {
                     self.loop_dot(e, acc, a, b)
                 }
@@ -353,8 +375,9 @@ impl HostPhases {
         });
     }
 
-    /// `acc += a b` with `vdpbf16ps` (see the module doc); shapes checked by [`pairs_shape`].
-    fn dp_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+    /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs
+    /// (shapes checked by [`pairs_shape`]) or `fma` on f32 (N a multiple of 16).
+    fn blocked_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize, micro: Micro) {
         const MR: u32 = 4;
         const NR: u32 = 4;
         let (m, n) = (self.tiles[acc].decl.rows, self.tiles[acc].decl.cols);
@@ -363,32 +386,35 @@ impl HostPhases {
             .step_by(NR as usize)
             .map(|v0| (v0, NR.min(vecs - v0)))
             .collect();
-        e.b.declare("declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)");
+        e.b.declare(match micro {
+            Micro::Dpbf16 => "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
+            Micro::Fma => "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
+        });
         let mr = MR.min(m);
         self.sequential_loop(e, m / mr, |h, e, mb| {
             let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
             for &(v0, nr) in &groups {
-                h.dp_block(e, [acc, a, b], &m0, mr, v0, nr);
+                h.reg_block(e, [acc, a, b], &m0, (mr, v0, nr), micro);
             }
         });
         let rest = m % mr;
         if rest > 0 {
             for &(v0, nr) in &groups {
-                self.dp_block(e, [acc, a, b], &(m - rest).to_string(), rest, v0, nr);
+                let m0 = (m - rest).to_string();
+                self.reg_block(e, [acc, a, b], &m0, (rest, v0, nr), micro);
             }
         }
     }
 
     /// Rows `m0..m0 + mr` x column vectors `v0..v0 + nr` (16 columns each) of `acc += a b`:
-    /// the accumulators stay in registers over all K pairs.
-    fn dp_block(
+    /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps`).
+    fn reg_block(
         &mut self,
         e: &mut Emitter,
         [acc, a, b]: [usize; 3],
         m0: &str,
-        mr: u32,
-        v0: u32,
-        nr: u32,
+        (mr, v0, nr): (u32, u32, u32),
+        micro: Micro,
     ) {
         let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
         let (pc, pa, pb) = (
@@ -418,33 +444,58 @@ impl HostPhases {
                 e.b.op(format!("mul nuw i32 {row}, {k}"))
             })
             .collect();
-        let out = self.carried_loop(e, k / 2, "<16 x float>", &init, |e, kp, cur| {
+        let steps = match micro {
+            Micro::Dpbf16 => k / 2,
+            Micro::Fma => k,
+        };
+        let out = self.carried_loop(e, steps, "<16 x float>", &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
-                    let row = e.b.op(format!("mul nuw i32 {kp}, {}", 2 * n));
-                    let ix = e.b.op(format!("add nuw i32 {row}, {}", (v0 + j) * 32));
+                    let (row, col, ty) = match micro {
+                        Micro::Dpbf16 => (2 * n, (v0 + j) * 32, "i16"),
+                        Micro::Fma => (n, (v0 + j) * 16, "float"),
+                    };
+                    let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
+                    let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
                     let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                    let p = e.b.op(format!("getelementptr inbounds i16, ptr {pb}, i64 {ix64}"));
-                    e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
+                    let p = e.b.op(format!("getelementptr inbounds {ty}, ptr {pb}, i64 {ix64}"));
+                    let vty = match micro {
+                        Micro::Dpbf16 => "<32 x bfloat>",
+                        Micro::Fma => "<16 x float>",
+                    };
+                    e.b.op(format!("load {vty}, ptr {p}, align 64"))
                 })
                 .collect();
-            let k2 = e.b.op(format!("shl nuw i32 {kp}, 1"));
             let mut next = Vec::new();
             for (r, a_row) in a_rows.iter().enumerate() {
-                let ix = e.b.op(format!("add nuw i32 {a_row}, {k2}"));
-                let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                let p = e.b.op(format!("getelementptr inbounds i16, ptr {pa}, i64 {ix64}"));
-                let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
-                let one = e.b.op(format!("insertelement <16 x i32> poison, i32 {pair}, i64 0"));
-                let splat = e.b.op(format!(
-                    "shufflevector <16 x i32> {one}, <16 x i32> poison, <16 x i32> zeroinitializer"
-                ));
-                let av = e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"));
+                let av = match micro {
+                    Micro::Dpbf16 => {
+                        let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
+                        let ix = e.b.op(format!("add nuw i32 {a_row}, {k2}"));
+                        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+                        let p = e.b.op(format!("getelementptr inbounds i16, ptr {pa}, i64 {ix64}"));
+                        let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
+                        let splat = splat(e, "i32", &pair);
+                        e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
+                    }
+                    Micro::Fma => {
+                        let ix = e.b.op(format!("add nuw i32 {a_row}, {kk}"));
+                        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+                        let p = e.b.op(format!("getelementptr inbounds float, ptr {pa}, i64 {ix64}"));
+                        let x = e.b.op(format!("load float, ptr {p}, align 4"));
+                        splat(e, "float", &x)
+                    }
+                };
                 for (j, y) in bv.iter().enumerate() {
                     let c = &cur[r * nr as usize + j];
-                    next.push(e.b.op(format!(
-                        "call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> {c}, <32 x bfloat> {av}, <32 x bfloat> {y})"
-                    )));
+                    next.push(e.b.op(match micro {
+                        Micro::Dpbf16 => format!(
+                            "call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> {c}, <32 x bfloat> {av}, <32 x bfloat> {y})"
+                        ),
+                        Micro::Fma => format!(
+                            "call <16 x float> @llvm.fma.v16f32(<16 x float> {av}, <16 x float> {y}, <16 x float> {c})"
+                        ),
+                    }));
                 }
             }
             next

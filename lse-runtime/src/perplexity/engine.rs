@@ -48,11 +48,11 @@ pub enum EngineError {
 }
 
 /// The forward-pass operations that run on the CPU backend for every device today: the rest
-/// of the prefill is plain Rust until its LOOM kernels land (attention itself has them).
-const CPU_BACKEND_OPS: [&str; 7] = [
+/// of the prefill is plain Rust until its LOOM kernels land (attention and the projections
+/// have them).
+const CPU_BACKEND_OPS: [&str; 6] = [
     "embedding",
     "rms_norm",
-    "linear projections",
     "rope",
     "gated_deltanet",
     "swiglu_mlp",
@@ -180,6 +180,10 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
         ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),
+        (
+            "linear projections (gemm)",
+            &lse_kernels::gemm::gemm_xwt_exact_bf16::KERNEL,
+        ),
         // One kernel serves dense and block-sparse attention.
         ("prefill_attention", &prefill::prefill_bf16::KERNEL),
         (
