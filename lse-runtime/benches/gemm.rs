@@ -8,12 +8,16 @@
 //! fraction of the peak. `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the
 //! same shapes for comparison.
 
+mod common;
+
 use std::time::Instant;
 
 use half::bf16;
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, Activations, GemmOut, HeadWeight};
 use rayon::prelude::*;
+
+use common::{best_of, random};
 
 /// (name, M, N, K).
 const SHAPES: [(&str, usize, usize, usize); 8] = [
@@ -26,29 +30,6 @@ const SHAPES: [(&str, usize, usize, usize); 8] = [
     ("lm head, M = 128", 128, 248_320, 1024),
     ("lm head, M = 256", 256, 248_320, 1024),
 ];
-
-fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-/// Best wall time of `reps` runs, in seconds.
-fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 /// GFLOP/s of `vdpbf16ps` on 16 independent register accumulators, one loop per thread.
 #[cfg(target_arch = "x86_64")]

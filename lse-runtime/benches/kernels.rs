@@ -6,39 +6,18 @@
 //!   timing, and the vocabulary split over all cores with rayon).
 //! - `lse_pick` and `topk_pairs` (k = 32) at vocabulary 248,320: rows/s.
 
-use std::time::Instant;
+mod common;
 
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, HeadWeight};
 use rayon::prelude::*;
 
+use common::{best_of, random};
+
 const ROWS: usize = 128;
 const DIM: usize = 1024;
 const VOCAB: usize = 248_320;
-
-fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-/// Best wall time of `reps` runs, in seconds.
-fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 fn sgemm_reference(hidden: &[f32], w32: &[f32], out: &mut [f32]) {
     const BLOCK: usize = 2048;

@@ -223,11 +223,24 @@ impl HostPhases {
         } else {
             e.b.md(&format!("distinct !{{{{self}}, {par}, {no_unroll}}}"))
         };
+        let saved_md = std::mem::replace(&mut e.mem_md, format!(", !llvm.access.group {group}"));
+        self.counted_loop(e, n, &format!(", !llvm.loop {lmd}"), body);
+        e.mem_md = saved_md;
+    }
+
+    /// `iv = 0..n` (n >= 1) with `loop_md` appended to the back-edge branch.
+    fn counted_loop(
+        &mut self,
+        e: &mut Emitter,
+        n: u32,
+        loop_md: &str,
+        body: impl FnOnce(&mut Self, &mut Emitter, &str),
+    ) {
         let pre = e.b.cur.clone();
         let (lbody, latch, exit) = (
-            e.b.label("wi.body"),
-            e.b.label("wi.latch"),
-            e.b.label("wi.exit"),
+            e.b.label("loop.body"),
+            e.b.label("loop.latch"),
+            e.b.label("loop.exit"),
         );
         e.b.br(&lbody);
         e.b.start(&lbody);
@@ -236,15 +249,13 @@ impl HostPhases {
         e.b.ins(format!(
             "{iv} = phi i32 [ 0, %{pre} ], [ {next}, %{latch} ]"
         ));
-        let saved_md = std::mem::replace(&mut e.mem_md, format!(", !llvm.access.group {group}"));
         body(self, e, &iv);
-        e.mem_md = saved_md;
         e.b.br(&latch);
         e.b.start(&latch);
         e.b.ins(format!("{next} = add nuw i32 {iv}, 1"));
         let more = e.b.op(format!("icmp ult i32 {next}, {n}"));
         e.b.ins(format!(
-            "br i1 {more}, label %{lbody}, label %{exit}, !llvm.loop {lmd}"
+            "br i1 {more}, label %{lbody}, label %{exit}{loop_md}"
         ));
         e.b.start(&exit);
     }
@@ -256,26 +267,7 @@ impl HostPhases {
         n: u32,
         body: impl FnOnce(&mut Self, &mut Emitter, &str),
     ) {
-        let pre = e.b.cur.clone();
-        let (lbody, latch, exit) = (
-            e.b.label("seq.body"),
-            e.b.label("seq.latch"),
-            e.b.label("seq.exit"),
-        );
-        e.b.br(&lbody);
-        e.b.start(&lbody);
-        let iv = e.b.fresh();
-        let next = e.b.fresh();
-        e.b.ins(format!(
-            "{iv} = phi i32 [ 0, %{pre} ], [ {next}, %{latch} ]"
-        ));
-        body(self, e, &iv);
-        e.b.br(&latch);
-        e.b.start(&latch);
-        e.b.ins(format!("{next} = add nuw i32 {iv}, 1"));
-        let more = e.b.op(format!("icmp ult i32 {next}, {n}"));
-        e.b.cbr(&more, &lbody, &exit);
-        e.b.start(&exit);
+        self.counted_loop(e, n, "", body);
     }
 
     /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:

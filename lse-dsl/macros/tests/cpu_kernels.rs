@@ -338,3 +338,53 @@ fn group_ids_linearise_x_fastest() {
         }
     }
 }
+
+#[loom::kernel(name = "test.tiles", version = 1, workgroup = 16)]
+fn tiles(x: &[f32], w: &[bf16], y: &mut [f32], yt: &mut [bf16]) {
+    let a = tile::<bf16, 3, 4>();
+    let b = tile::<bf16, 4, 2>();
+    let acc = tile::<f32, 3, 2>();
+    let more = tile::<f32, 3, 2>();
+    tile_load(a, x, 1, 5, 3, 3);
+    tile_load_t(b, w, 0, 4, 4, 2);
+    tile_dot(acc, a, b);
+    tile_load(more, y, 0, 2, 3, 2);
+    tile_add(acc, more);
+    tile_store(acc, y, 0, 2, 3, 2);
+    tile_zero(more);
+    tile_store_t(more, yt, 0, 3, 2, 2);
+}
+
+/// The tile statements' reference semantics: a load with a window narrower than the tile
+/// (zero columns), a transposed load, `tile_dot` with 16-bit operands (activations rounded to
+/// bf16), `tile_add` of the previous `y`, a store, and `tile_zero` with a transposed store
+/// that writes only its window.
+#[test]
+fn tile_statements_follow_their_reference_semantics() {
+    use lse_dsl::__private::half::bf16;
+    let mut x: Vec<f32> = (0..16).map(|i| 1.0 + i as f32 / 3.0).collect();
+    let mut w: Vec<bf16> = (0..8)
+        .map(|i| bf16::from_f32(0.5 - i as f32 / 8.0))
+        .collect();
+    let mut y: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let mut yt = vec![bf16::from_f32(9.0); 6];
+    let y0 = y.clone();
+    let bufs = [raw(&mut x), raw(&mut w), raw(&mut y), raw(&mut yt)];
+    (tiles::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        for c in 0..2 {
+            // a[r][j] = x[1 + 5r + j] for j < 3, 0 for j = 3; b[j][c] = w[4c + j].
+            let want: f32 = (0..3)
+                .map(|j| bf16::from_f32(x[1 + 5 * r + j]).to_f32() * w[4 * c + j].to_f32())
+                .sum::<f32>()
+                + y0[2 * r + c];
+            assert!((y[2 * r + c] - want).abs() <= 1e-5, "y[{r}][{c}]");
+        }
+    }
+    // `more` is 3x2 and zeroed; stored transposed with rows 2, cols 2: yt[c * 3 + r] for
+    // r < 2, c < 2, every other element untouched.
+    for (i, v) in yt.iter().enumerate() {
+        let written = [0, 1, 3, 4].contains(&i);
+        assert_eq!(v.to_f32(), if written { 0.0 } else { 9.0 }, "yt[{i}]");
+    }
+}
