@@ -53,7 +53,7 @@ pub struct ParamInfo {
 /// A host code variant: the same kernel compiled by LLVM for one x86-64 level.
 #[derive(Clone, Copy, Debug)]
 pub struct HostVariant {
-    /// `x86-64`, `x86-64-v3` or `x86-64-v4` (LLVM cpu names).
+    /// One of [`HOST_CPUS`]: `x86-64`, `x86-64-v3`, `x86-64-v4`, `x86-64-v4-bf16`, `x86-64-v4-amx`.
     pub cpu: &'static str,
     pub entry: HostEntry,
     /// The optimised LLVM IR and assembly, for `lse kernels show`.

@@ -167,3 +167,30 @@ fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
         }
     }
 }
+
+/// The GEMM's matrix instructions are where the host levels promise them, checked in the
+/// assembly the build produced (the AMX level cannot run on a CPU without AMX, so this is the
+/// check it gets there): `tdpbf16ps` (with `ldtilecfg`) on `x86-64-v4-amx`, `vdpbf16ps` on
+/// `x86-64-v4-bf16`, neither below; f32 products keep to FMA (`vfmadd`) everywhere.
+#[test]
+fn gemm_host_levels_use_their_matrix_instructions() {
+    use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16};
+    let asm = |k: &lse_dsl::rt::KernelDef, cpu: &str| {
+        k.host
+            .iter()
+            .find(|v| v.cpu == cpu)
+            .unwrap_or_else(|| panic!("{} has no {cpu} code", k.id))
+            .asm
+    };
+    let amx = asm(&gemm_xwt_bf16::KERNEL, "x86-64-v4-amx");
+    assert!(amx.contains("tdpbf16ps") && amx.contains("ldtilecfg"));
+    assert!(asm(&gemm_xwt_bf16::KERNEL, "x86-64-v4-bf16").contains("vdpbf16ps"));
+    for cpu in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+        let a = asm(&gemm_xwt_bf16::KERNEL, cpu);
+        assert!(!a.contains("dpbf16ps") && !a.contains("tileloadd"), "{cpu}");
+    }
+    for cpu in ["x86-64-v3", "x86-64-v4", "x86-64-v4-bf16"] {
+        let a = asm(&gemm_xwt_exact_bf16::KERNEL, cpu);
+        assert!(a.contains("vfmadd") && !a.contains("dpbf16ps"), "{cpu}");
+    }
+}
