@@ -28,23 +28,23 @@ fn lse_pick(
 
     // Work-item `lid` visits `lid, lid + WG, ...` in increasing order; the loops run over
     // uniform chunk counts, so the host code runs the work-items of a chunk side by side
-    // (contiguous, vectorised loads) instead of one strided walk per work-item.
-    let chunks = (vocab + group_size() - 1) / group_size();
+    // (contiguous, vectorised loads) instead of one strided walk per work-item. The chunk
+    // count, the row's start and the element index are written out in each loop (a `let` used by two regions
+    // would live per work-item: the bound would no longer count as uniform, and the loads
+    // would become gathers).
     let mut m = f32::NEG_INFINITY;
-    for c in 0..chunks {
-        let v = c * group_size() + lid;
-        if v < vocab {
-            m = m.max(logits[base + v]);
+    for c in 0..(vocab + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < vocab {
+            m = m.max(logits[group_id() * vocab + c * group_size() + local_id()]);
         }
     }
     let row_max = reduce_max(m);
 
     let mut s = 0.0;
     if row_max > f32::NEG_INFINITY {
-        for c in 0..chunks {
-            let v = c * group_size() + lid;
-            if v < vocab {
-                s += (logits[base + v] - row_max).exp();
+        for c in 0..(vocab + group_size() - 1) / group_size() {
+            if c * group_size() + local_id() < vocab {
+                s += (logits[group_id() * vocab + c * group_size() + local_id()] - row_max).exp();
             }
         }
     }

@@ -25,7 +25,11 @@ pub(super) fn uniform_pure(e: &Expr, storage: &[VarStorage], hoisted: &[VarId]) 
         ExprKind::Load { .. } | ExprKind::SharedLoad { .. } => false,
         ExprKind::Unary(_, a) | ExprKind::Cast(a) => rec(a),
         ExprKind::Binary(op, a, b) => {
-            let traps = matches!(op, BinOp::Div | BinOp::Rem) && a.ty.is_int();
+            // Integer division traps on 0 (and i32::MIN / -1); a constant divisor other than
+            // 0 and -1, or the workgroup size, never does.
+            let safe_divisor = matches!(b.kind, ExprKind::Const(c) if c != 0 && c != u32::MAX)
+                || matches!(b.kind, ExprKind::Builtin(Builtin::GroupSize));
+            let traps = matches!(op, BinOp::Div | BinOp::Rem) && a.ty.is_int() && !safe_divisor;
             !traps && rec(a) && rec(b)
         }
         ExprKind::Math(_, args) => args.iter().all(rec),
@@ -141,9 +145,18 @@ mod tests {
         );
         assert!(!uniform_pure(&var(2), &st, &[]));
         assert!(
-            !uniform_pure(&bin(BinOp::Div, param.clone(), u(2)), &st, &[]),
+            uniform_pure(&bin(BinOp::Div, param.clone(), u(2)), &st, &[]),
+            "a constant divisor other than 0 and -1 cannot trap"
+        );
+        assert!(
+            !uniform_pure(&bin(BinOp::Div, u(2), param.clone()), &st, &[]),
             "may trap"
         );
+        assert!(!uniform_pure(
+            &bin(BinOp::Rem, param.clone(), u(0)),
+            &st,
+            &[]
+        ));
         let load = Expr::new(
             ExprKind::Load {
                 buf: 1,
