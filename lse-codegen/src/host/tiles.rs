@@ -90,7 +90,7 @@ fn mark_pairs(block: &Block, tiles: &[TileDecl], pairs: &mut [bool]) {
     for s in block {
         match s {
             Stmt::Tile(TileOp::Dot { acc, a, b })
-                if pairs_shape(&tiles[*acc as usize], &tiles[*a as usize]) =>
+                if a != b && pairs_shape(&tiles[*acc as usize], &tiles[*a as usize]) =>
             {
                 pairs[*b as usize] = true;
             }
@@ -169,7 +169,9 @@ impl HostPhases {
             TileOp::Dot { acc, a, b } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
                 let (dc, da) = (&self.tiles[acc].decl, &self.tiles[a].decl);
-                let pairs = self.tiles[b].layout == Layout::Pairs;
+                // The register-blocked paths read `a` row-major and `b` in pairs.
+                let pairs = self.tiles[b].layout == Layout::Pairs
+                    && self.tiles[a].layout == Layout::RowMajor;
                 if pairs && self.amx && amx_shape(dc, da) {
                     self.amx_dot(e, acc, a, b)
                 } else if pairs && self.dpbf16 && pairs_shape(dc, da) {

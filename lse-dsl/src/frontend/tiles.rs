@@ -163,6 +163,9 @@ impl Cx {
             _ => {
                 let dst = self.tile_arg(args[0])?;
                 let src = self.tile_arg(args[1])?;
+                if dst == src {
+                    return err(args[1].span(), "`tile_add` needs two different tiles");
+                }
                 let (d, s) = (&self.tiles[dst as usize], &self.tiles[src as usize]);
                 if d.elem != Ty::F32 || s.elem != Ty::F32 {
                     return err(call.span(), "`tile_add` adds f32 tiles");
@@ -195,6 +198,12 @@ impl Cx {
         let acc = self.tile_arg(args[0])?;
         let a = self.tile_arg(args[1])?;
         let b = self.tile_arg(args[2])?;
+        if acc == a || acc == b {
+            return err(
+                args[0].span(),
+                "the accumulator of `tile_dot` cannot also be one of its operands",
+            );
+        }
         let (tc, ta, tb) = (
             &self.tiles[acc as usize],
             &self.tiles[a as usize],
