@@ -206,45 +206,30 @@ fn mentions_lid(e: &Expr) -> bool {
     }
 }
 
+/// `<prefix><id>_<name>`: unique by id, readable by name.
+fn named(prefix: &str, id: u32, name: &str) -> Ident {
+    format_ident!("{}{}_{}", prefix, id, sanitize(name))
+}
+
 impl Gen<'_> {
     fn var_ident(&self, v: VarId) -> Ident {
-        let name = self
-            .k
-            .locals
-            .get(v as usize)
-            .map(|l| l.name.as_str())
-            .unwrap_or("var");
-        format_ident!("v{}_{}", v, sanitize(name))
+        let name = self.k.locals.get(v as usize).map(|l| l.name.as_str());
+        named("v", v, name.unwrap_or("var"))
     }
 
     fn param_ident(&self, p: u32) -> Ident {
-        let name = self
-            .k
-            .params
-            .get(p as usize)
-            .map(|p| p.name())
-            .unwrap_or("param");
-        format_ident!("p{}_{}", p, sanitize(name))
+        let name = self.k.params.get(p as usize).map(|p| p.name());
+        named("p", p, name.unwrap_or("param"))
     }
 
     fn shared_ident(&self, s: u32) -> Ident {
-        let name = self
-            .k
-            .shared
-            .get(s as usize)
-            .map(|a| a.name.as_str())
-            .unwrap_or("shared");
-        format_ident!("sh{}_{}", s, sanitize(name))
+        let name = self.k.shared.get(s as usize).map(|a| a.name.as_str());
+        named("sh", s, name.unwrap_or("shared"))
     }
 
     fn tile_ident(&self, t: TileId) -> Ident {
-        let name = self
-            .k
-            .tiles
-            .get(t as usize)
-            .map(|d| d.name.as_str())
-            .unwrap_or("tile");
-        format_ident!("t{}_{}", t, sanitize(name))
+        let name = self.k.tiles.get(t as usize).map(|d| d.name.as_str());
+        named("t", t, name.unwrap_or("tile"))
     }
 
     fn storage(&self, v: VarId) -> VarStorage {
