@@ -10,10 +10,12 @@ mod builder;
 mod combine;
 mod expr;
 mod stmt;
+mod tiles;
 
 pub(crate) use builder::{Builder, ModuleText};
 pub(crate) use combine::{combine, combine_argmax};
 pub(crate) use expr::convert;
+pub(crate) use tiles::WindowVals;
 
 use lse_dsl::ir::{CollectiveOp, Expr, Kernel, Stmt, Ty};
 

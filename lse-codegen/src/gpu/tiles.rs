@@ -6,7 +6,7 @@
 //! portable lowering; matrix instructions (MFMA, WMMA, `mma.sync`) are not used yet.
 
 use crate::emit::{convert, lty, Emitter};
-use lse_dsl::ir::{Kernel, Param, TileOp, TileWindow, Ty};
+use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array.
 fn global(t: u32) -> String {
@@ -69,20 +69,21 @@ pub(crate) fn lower(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter), op: &Ti
                 let m = e.b.op(format!("udiv i32 {i}, {n}"));
                 let j = e.b.op(format!("urem i32 {i}, {n}"));
                 let init = read(e, acc, i);
-                let s = k_loop(e, k, &init, &mut |e, kk, s| {
+                let s = e.carried_loop(k, "float", &[init], |e, kk, s| {
+                    let s = &s[0];
                     let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
                     let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
                     let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
                     let ib = e.b.op(format!("add nuw i32 {rb}, {j}"));
                     let x = read(e, a, &ia);
                     let y = read(e, b, &ib);
-                    e.b.call(
+                    vec![e.b.call(
                         "float",
                         "llvm.fma.f32",
                         &[("float", &x), ("float", &y), ("float", s)],
-                    )
+                    )]
                 });
-                write(e, acc, i, &s);
+                write(e, acc, i, &s[0]);
             });
         }
         TileOp::Add { dst, src } => {
@@ -101,27 +102,15 @@ pub(crate) fn lower(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter), op: &Ti
 
 /// Tile `t` <- window (`store` false) or window <- tile `t`.
 fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) {
-    let elem = match e.k.params.get(w.buf as usize) {
-        Some(Param::Buffer { elem, .. }) => *elem,
-        _ => {
-            e.fail(format!("tile window on parameter {}, not a buffer", w.buf));
-            return;
-        }
+    let vals = w.exprs().map(|x| e.expr(x));
+    let Some(w) = e.tile_window(w, vals) else {
+        return;
     };
-    let buf = e
-        .bufs
-        .get(w.buf as usize)
-        .cloned()
-        .flatten()
-        .unwrap_or_default();
-    let [offset, stride, rows, cols] = w.exprs().map(|x| e.expr(x));
     let tile = e.k.tiles[t as usize].clone();
     lane_loop(e, wg, tile.len(), &mut |e, i| {
         let r = e.b.op(format!("udiv i32 {i}, {}", tile.cols));
         let c = e.b.op(format!("urem i32 {i}, {}", tile.cols));
-        let in_r = e.b.op(format!("icmp ult i32 {r}, {rows}"));
-        let in_c = e.b.op(format!("icmp ult i32 {c}, {cols}"));
-        let inside = e.b.op(format!("and i1 {in_r}, {in_c}"));
+        let inside = e.window_contains(&w, &r, &c);
         e.if_else(&inside, &mut |e, taken| {
             if !taken {
                 if !store {
@@ -130,26 +119,11 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) {
                 }
                 return;
             }
-            let (major, minor) = if w.transposed { (&c, &r) } else { (&r, &c) };
-            let scaled = e.b.op(format!("mul nuw i32 {major}, {stride}"));
-            let base = e.b.op(format!("add nuw i32 {offset}, {scaled}"));
-            let ix = e.b.op(format!("add nuw i32 {base}, {minor}"));
-            let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-            let ty = lty(elem);
-            let p = e.b.op(format!(
-                "getelementptr inbounds {ty}, ptr addrspace(1) {buf}, i64 {ix64}"
-            ));
-            let align = elem.size_bytes();
             if store {
                 let v = read_raw(e, t, i);
-                let v = convert(&mut e.b, &v, tile.elem, elem);
-                e.b.ins(format!(
-                    "store {ty} {v}, ptr addrspace(1) {p}, align {align}"
-                ));
+                e.window_write(&w, &r, &c, &v, tile.elem);
             } else {
-                let v =
-                    e.b.op(format!("load {ty}, ptr addrspace(1) {p}, align {align}"));
-                let v = convert(&mut e.b, &v, elem, tile.elem);
+                let v = e.window_read(&w, &r, &c, tile.elem);
                 write(e, t, i, &v);
             }
         });
@@ -218,36 +192,4 @@ fn lane_loop(e: &mut Emitter, wg: u32, n: u32, body: &mut dyn FnMut(&mut Emitter
     e.b.ins(format!("{next} = add nuw i32 {i}, {wg}"));
     e.b.br(&head);
     e.b.start(&exit);
-}
-
-/// `let mut s = init; for kk in 0..k { s = step(kk, s) }`, returning the final `s` (f32).
-fn k_loop(
-    e: &mut Emitter,
-    k: u32,
-    init: &str,
-    step: &mut dyn FnMut(&mut Emitter, &str, &str) -> String,
-) -> String {
-    let pre = e.b.cur.clone();
-    let (lbody, exit) = (e.b.label("dot.body"), e.b.label("dot.exit"));
-    e.b.br(&lbody);
-    e.b.start(&lbody);
-    let (kk, s, next_k) = (e.b.fresh(), e.b.fresh(), e.b.fresh());
-    let latch = e.b.label("dot.latch");
-    e.b.ins(format!(
-        "{kk} = phi i32 [ 0, %{pre} ], [ {next_k}, %{latch} ]"
-    ));
-    let acc_phi_at = e.b.body.len();
-    let next_s = step(e, &kk, &s);
-    e.b.br(&latch);
-    e.b.start(&latch);
-    e.b.ins(format!("{next_k} = add nuw i32 {kk}, 1"));
-    let more = e.b.op(format!("icmp ult i32 {next_k}, {k}"));
-    e.b.cbr(&more, &lbody, &exit);
-    e.b.start(&exit);
-    e.b.body.insert_str(
-        acc_phi_at,
-        &format!("  {s} = phi float [ {init}, %{pre} ], [ {next_s}, %{latch} ]\n"),
-    );
-    // The body is one block, so its last value dominates the exit.
-    next_s
 }

@@ -33,6 +33,9 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
             k.locals.len()
         ));
     }
+    // The level's LLVM cpu and features: the function's attributes, and which `tile_dot`
+    // lowerings it may use.
+    let (llvm_cpu, features) = lse_dsl::rt::host_level_target(cpu).unwrap_or((cpu, ""));
     let mut e = Emitter::new(k, "ptr", "ptr", "ptr");
     let (mut nbuf, mut nscalar) = (0u32, 0u32);
     for (i, p) in k.params.iter().enumerate() {
@@ -103,9 +106,9 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         wg,
         storage: w.storage.clone(),
         tiles: Vec::new(),
-        amx: cpu == AMX_CPU,
-        dpbf16: cpu == BF16_CPU || cpu == AMX_CPU,
-        fma: cpu != "x86-64",
+        amx: features.contains("+amx-bf16"),
+        dpbf16: features.contains("+avx512bf16"),
+        fma: llvm_cpu != "x86-64",
     };
     host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
     tiles::zero_all(&mut e, &host.tiles);
@@ -133,7 +136,6 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     );
     // LLVM prefers 256-bit vectors on AVX-512 cpus by default (clock throttling on old
     // parts); the work-item loops are plain streams of FMAs, which gain from full width.
-    let (llvm_cpu, features) = lse_dsl::rt::host_level_target(cpu).unwrap_or((cpu, ""));
     let width = if llvm_cpu == "x86-64-v4" {
         " \"prefer-vector-width\"=\"512\""
     } else {
@@ -157,10 +159,6 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     });
     Ok(out)
 }
-
-/// The host levels whose `tile_dot` uses AMX, and `vdpbf16ps` (AVX512-BF16).
-const AMX_CPU: &str = "x86-64-v4-amx";
-const BF16_CPU: &str = "x86-64-v4-bf16";
 
 /// Lowers phases; inside regions barriers and collectives cannot occur.
 struct HostPhases {
@@ -268,41 +266,6 @@ impl HostPhases {
         body: impl FnOnce(&mut Self, &mut Emitter, &str),
     ) {
         self.counted_loop(e, n, "", body);
-    }
-
-    /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:
-    /// `body` (straight-line code, no branches) maps the iteration's values to the next ones;
-    /// returns the values after the last iteration.
-    fn carried_loop(
-        &mut self,
-        e: &mut Emitter,
-        n: u32,
-        ty: &str,
-        init: &[String],
-        body: impl FnOnce(&mut Emitter, &str, &[String]) -> Vec<String>,
-    ) -> Vec<String> {
-        let pre = e.b.cur.clone();
-        let (lbody, exit) = (e.b.label("carry.body"), e.b.label("carry.exit"));
-        e.b.br(&lbody);
-        e.b.start(&lbody);
-        let iv = e.b.fresh();
-        let next_iv = e.b.fresh();
-        let cur: Vec<String> = init.iter().map(|_| e.b.fresh()).collect();
-        let phis_at = e.b.body.len();
-        let next = body(e, &iv, &cur);
-        let latch = e.b.cur.clone();
-        e.b.ins(format!("{next_iv} = add nuw i32 {iv}, 1"));
-        let more = e.b.op(format!("icmp ult i32 {next_iv}, {n}"));
-        e.b.cbr(&more, &lbody, &exit);
-        e.b.start(&exit);
-        let mut phis = format!("  {iv} = phi i32 [ 0, %{pre} ], [ {next_iv}, %{latch} ]\n");
-        for ((c, i), x) in cur.iter().zip(init).zip(&next) {
-            phis.push_str(&format!(
-                "  {c} = phi {ty} [ {i}, %{pre} ], [ {x}, %{latch} ]\n"
-            ));
-        }
-        e.b.body.insert_str(phis_at, &phis);
-        next
     }
 
     /// Runs `body` once per work-item with `e.lid` set.

@@ -21,8 +21,8 @@
 //!   agree with it bit for bit.
 
 use super::HostPhases;
-use crate::emit::{convert, lty, Emitter};
-use lse_dsl::ir::{Block, Kernel, Param, Stmt, TileDecl, TileOp, TileWindow, Ty};
+use crate::emit::{convert, lty, Emitter, WindowVals};
+use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, TileWindow, Ty};
 
 /// How a tile's elements are laid out in its stack array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +133,14 @@ enum Micro {
     Fma,
 }
 
+/// `&base[ix]` for an `i32` index `ix` into an array of `ty`.
+fn at(e: &mut Emitter, ty: &str, base: &str, ix: &str) -> String {
+    let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
+    e.b.op(format!(
+        "getelementptr inbounds {ty}, ptr {base}, i64 {ix64}"
+    ))
+}
+
 /// `<16 x ty>` with every lane `x`.
 fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     let one =
@@ -142,29 +150,20 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     ))
 }
 
-/// The evaluated window of a load or store.
-struct Window {
-    buf: String,
-    elem: Ty,
-    offset: String,
-    stride: String,
-    rows: String,
-    cols: String,
-    transposed: bool,
-}
-
 impl HostPhases {
     /// Lowers one tile statement (once per workgroup).
     pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) {
         match op {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
             TileOp::Load { dst, from } => {
-                let w = self.window(e, from);
-                self.copy(e, *dst as usize, &w, false);
+                if let Some(w) = self.window(e, from) {
+                    self.copy(e, *dst as usize, &w, false);
+                }
             }
             TileOp::Store { src, to } => {
-                let w = self.window(e, to);
-                self.copy(e, *src as usize, &w, true);
+                if let Some(w) = self.window(e, to) {
+                    self.copy(e, *src as usize, &w, true);
+                }
             }
             TileOp::Dot { acc, a, b } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
@@ -197,35 +196,15 @@ impl HostPhases {
         }
     }
 
-    fn window(&mut self, e: &mut Emitter, w: &TileWindow) -> Window {
-        let elem = match e.k.params.get(w.buf as usize) {
-            Some(Param::Buffer { elem, .. }) => *elem,
-            _ => {
-                e.fail(format!("tile window on parameter {}, not a buffer", w.buf));
-                Ty::F32
-            }
-        };
-        let buf = e
-            .bufs
-            .get(w.buf as usize)
-            .cloned()
-            .flatten()
-            .unwrap_or_default();
-        let [offset, stride, rows, cols] = w.exprs().map(|x| self.uniform(e, x));
-        Window {
-            buf,
-            elem,
-            offset,
-            stride,
-            rows,
-            cols,
-            transposed: w.transposed,
-        }
+    /// `w` with its expressions evaluated as work-item 0 (they are uniform).
+    fn window(&mut self, e: &mut Emitter, w: &TileWindow) -> Option<WindowVals> {
+        let vals = w.exprs().map(|x| self.uniform(e, x));
+        e.tile_window(w, vals)
     }
 
     /// Tile `t` <- window (`store` false) or window <- tile `t`. A window covering the whole
     /// tile takes an unconditional copy of the loops.
-    fn copy(&mut self, e: &mut Emitter, t: usize, w: &Window, store: bool) {
+    fn copy(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, store: bool) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
         let full_r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
         let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
@@ -252,32 +231,18 @@ impl HostPhases {
         &mut self,
         e: &mut Emitter,
         t: usize,
-        w: &Window,
+        w: &WindowVals,
         (r, c): (&str, &str),
         store: bool,
         whole: bool,
     ) {
         let tile_elem = self.tiles[t].decl.elem;
         let body = |h: &mut HostPhases, e: &mut Emitter| {
-            let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
-            let scaled = e.b.op(format!("mul nuw i32 {major}, {}", w.stride));
-            let base = e.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
-            let ix = e.b.op(format!("add nuw i32 {base}, {minor}"));
-            let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-            let ty = lty(w.elem);
-            let p = e.b.op(format!(
-                "getelementptr inbounds {ty}, ptr {}, i64 {ix64}",
-                w.buf
-            ));
-            let md = e.mem_md.clone();
-            let align = w.elem.size_bytes();
             if store {
                 let v = h.read_raw(e, t, r, c);
-                let v = convert(&mut e.b, &v, tile_elem, w.elem);
-                e.b.ins(format!("store {ty} {v}, ptr {p}, align {align}{md}"));
+                e.window_write(w, r, c, &v, tile_elem);
             } else {
-                let v = e.b.op(format!("load {ty}, ptr {p}, align {align}{md}"));
-                let v = convert(&mut e.b, &v, w.elem, tile_elem);
+                let v = e.window_read(w, r, c, tile_elem);
                 h.write_raw(e, t, r, c, &v);
             }
         };
@@ -285,9 +250,7 @@ impl HostPhases {
             body(self, e);
             return;
         }
-        let in_r = e.b.op(format!("icmp ult i32 {r}, {}", w.rows));
-        let in_c = e.b.op(format!("icmp ult i32 {c}, {}", w.cols));
-        let inside = e.b.op(format!("and i1 {in_r}, {in_c}"));
+        let inside = e.window_contains(w, r, c);
         e.if_else(&inside, &mut |e, taken| {
             if taken {
                 body(self, e);
@@ -316,12 +279,7 @@ impl HostPhases {
                 e.b.op(format!("add nuw i32 {a}, {odd}"))
             }
         };
-        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-        let ty = lty(tile.decl.elem);
-        e.b.op(format!(
-            "getelementptr inbounds {ty}, ptr {}, i64 {ix64}",
-            tile.ptr
-        ))
+        at(e, lty(tile.decl.elem), &tile.ptr, &ix)
     }
 
     /// Element `(r, c)` of tile `t` in the tile's own type (`i16` bits for 16-bit tiles).
@@ -424,33 +382,29 @@ impl HostPhases {
             self.tiles[a].ptr.clone(),
             self.tiles[b].ptr.clone(),
         );
+        let rows: Vec<String> = (0..mr)
+            .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
+            .collect();
         let mut acc_ptrs = Vec::new();
         let mut init = Vec::new();
-        for r in 0..mr {
-            let row = e.b.op(format!("add nuw i32 {m0}, {r}"));
+        for row in &rows {
             let base = e.b.op(format!("mul nuw i32 {row}, {n}"));
             for j in 0..nr {
                 let ix = e.b.op(format!("add nuw i32 {base}, {}", (v0 + j) * 16));
-                let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                let p = e.b.op(format!(
-                    "getelementptr inbounds float, ptr {pc}, i64 {ix64}"
-                ));
-                let v = e.b.op(format!("load <16 x float>, ptr {p}, align 64"));
+                let p = at(e, "float", &pc, &ix);
+                init.push(e.b.op(format!("load <16 x float>, ptr {p}, align 64")));
                 acc_ptrs.push(p);
-                init.push(v);
             }
         }
-        let a_rows: Vec<String> = (0..mr)
-            .map(|r| {
-                let row = e.b.op(format!("add nuw i32 {m0}, {r}"));
-                e.b.op(format!("mul nuw i32 {row}, {k}"))
-            })
+        let a_rows: Vec<String> = rows
+            .iter()
+            .map(|row| e.b.op(format!("mul nuw i32 {row}, {k}")))
             .collect();
         let steps = match micro {
             Micro::Dpbf16 => k / 2,
             Micro::Fma => k,
         };
-        let out = self.carried_loop(e, steps, "<16 x float>", &init, |e, kk, cur| {
+        let out = e.carried_loop(steps, "<16 x float>", &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
                     let (row, col, ty) = match micro {
@@ -459,8 +413,7 @@ impl HostPhases {
                     };
                     let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
                     let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
-                    let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                    let p = e.b.op(format!("getelementptr inbounds {ty}, ptr {pb}, i64 {ix64}"));
+                    let p = at(e, ty, &pb, &ix);
                     let vty = match micro {
                         Micro::Dpbf16 => "<32 x bfloat>",
                         Micro::Fma => "<16 x float>",
@@ -474,16 +427,14 @@ impl HostPhases {
                     Micro::Dpbf16 => {
                         let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
                         let ix = e.b.op(format!("add nuw i32 {a_row}, {k2}"));
-                        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                        let p = e.b.op(format!("getelementptr inbounds i16, ptr {pa}, i64 {ix64}"));
+                        let p = at(e, "i16", &pa, &ix);
                         let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
                         let splat = splat(e, "i32", &pair);
                         e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
                     }
                     Micro::Fma => {
                         let ix = e.b.op(format!("add nuw i32 {a_row}, {kk}"));
-                        let ix64 = e.b.op(format!("zext i32 {ix} to i64"));
-                        let p = e.b.op(format!("getelementptr inbounds float, ptr {pa}, i64 {ix64}"));
+                        let p = at(e, "float", &pa, &ix);
                         let x = e.b.op(format!("load float, ptr {p}, align 4"));
                         splat(e, "float", &x)
                     }
@@ -526,7 +477,7 @@ impl HostPhases {
         ] {
             e.b.declare(d);
         }
-        let at = |e: &mut Emitter, base: &str, byte_offset: u32| -> String {
+        let byte_at = |e: &mut Emitter, base: &str, byte_offset: u32| -> String {
             e.b.op(format!(
                 "getelementptr inbounds i8, ptr {base}, i64 {byte_offset}"
             ))
@@ -544,37 +495,29 @@ impl HostPhases {
                 let mut accs = Vec::new();
                 for &i in &is {
                     for &j in &js {
-                        let p = at(e, &pc, (i * 16 * n + j * 16) * 4);
+                        let p = byte_at(e, &pc, (i * 16 * n + j * 16) * 4);
                         let t = load(e, &p, n * 4);
                         accs.push((i, j, p, t));
                     }
                 }
                 for kk in 0..kb {
-                    let ta: Vec<(u32, String)> = is
+                    // A and B tiles of this K step, indexed by `i - ib` and `j - jb`.
+                    let ta: Vec<String> = is
                         .iter()
                         .map(|&i| {
-                            let p = at(e, &pa, (i * 16 * k + kk * 32) * 2);
-                            (i, load(e, &p, k * 2))
+                            let p = byte_at(e, &pa, (i * 16 * k + kk * 32) * 2);
+                            load(e, &p, k * 2)
                         })
                         .collect();
-                    let tb: Vec<(u32, String)> = js
+                    let tb: Vec<String> = js
                         .iter()
                         .map(|&j| {
-                            let p = at(e, &pb, (kk * 16 * 2 * n + j * 16 * 2) * 2);
-                            (j, load(e, &p, n * 4))
+                            let p = byte_at(e, &pb, (kk * 16 * 2 * n + j * 16 * 2) * 2);
+                            load(e, &p, n * 4)
                         })
                         .collect();
                     for (i, j, _, t) in accs.iter_mut() {
-                        let x = &ta
-                            .iter()
-                            .find(|(ii, _)| ii == i)
-                            .expect("row tile loaded")
-                            .1;
-                        let y = &tb
-                            .iter()
-                            .find(|(jj, _)| jj == j)
-                            .expect("column tile loaded")
-                            .1;
+                        let (x, y) = (&ta[(*i - ib) as usize], &tb[(*j - jb) as usize]);
                         *t = e.b.op(format!(
                             "call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx {t}, x86_amx {x}, x86_amx {y})"
                         ));

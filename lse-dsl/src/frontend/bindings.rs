@@ -11,7 +11,7 @@ use super::types::{named_ty, type_text};
 use crate::ir::{Block, Expr, ExprKind, SharedArray, SharedId, Stmt, Ty};
 
 /// Most shared memory a kernel may declare (the smallest LDS among the targets).
-pub(super) const MAX_SHARED_BYTES: u32 = 64 * 1024;
+const MAX_SHARED_BYTES: u32 = 64 * 1024;
 
 impl Cx {
     pub(super) fn const_item(&mut self, c: &syn::ItemConst) -> syn::Result<()> {
@@ -184,6 +184,23 @@ impl Cx {
         Ok(())
     }
 
+    /// Refuses a declaration of `extra` more bytes of workgroup memory when the kernel's
+    /// shared arrays and tiles (which a GPU keeps in shared memory too) would pass the limit.
+    pub(super) fn check_shared_memory(
+        &self,
+        extra: u64,
+        span: proc_macro2::Span,
+    ) -> syn::Result<()> {
+        let total = self.shared_bytes() as u64 + self.tile_bytes() as u64 + extra;
+        if total > MAX_SHARED_BYTES as u64 {
+            return err(
+                span,
+                format!("the kernel's shared arrays and tiles take {total} bytes; the limit is {MAX_SHARED_BYTES}"),
+            );
+        }
+        Ok(())
+    }
+
     /// `let arr = shared::<T>(LEN);`
     fn let_shared(
         &mut self,
@@ -245,19 +262,7 @@ impl Cx {
         if len == 0 {
             return err(len_e.span(), "a shared array needs at least one element");
         }
-        let total = self
-            .shared
-            .iter()
-            .map(|s| s.elem.size_bytes() as u64 * s.len as u64)
-            .sum::<u64>()
-            + elem.size_bytes() as u64 * len as u64
-            + self.tile_bytes() as u64;
-        if total > MAX_SHARED_BYTES as u64 {
-            return err(
-                span,
-                format!("the kernel's shared arrays and tiles take {total} bytes; the limit is {MAX_SHARED_BYTES}"),
-            );
-        }
+        self.check_shared_memory(elem.size_bytes() as u64 * len as u64, span)?;
         self.shared.push(SharedArray {
             name: name.to_string(),
             elem,

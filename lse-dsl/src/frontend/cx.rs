@@ -113,6 +113,14 @@ impl Cx {
         self.scopes.iter().rev().find_map(|s| s.get(name))
     }
 
+    /// Bytes of the tiles declared so far.
+    pub fn tile_bytes(&self) -> u32 {
+        self.tiles
+            .iter()
+            .map(|t| t.len() * t.elem.size_bytes())
+            .sum()
+    }
+
     /// Bytes of the shared arrays declared so far.
     pub fn shared_bytes(&self) -> u32 {
         self.shared

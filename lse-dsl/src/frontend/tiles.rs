@@ -72,29 +72,11 @@ impl Cx {
             rows,
             cols,
         };
-        let bytes = decl.len() * elem.size_bytes();
-        let total = self.shared_bytes() + self.tile_bytes() + bytes;
-        if total > super::bindings::MAX_SHARED_BYTES {
-            return err(
-                span,
-                format!(
-                    "the kernel's tiles and shared arrays take {total} bytes; the limit is {} (a GPU keeps tiles in shared memory)",
-                    super::bindings::MAX_SHARED_BYTES
-                ),
-            );
-        }
+        self.check_shared_memory((decl.len() * elem.size_bytes()) as u64, span)?;
         self.tiles.push(decl);
         let id = (self.tiles.len() - 1) as TileId;
         self.bind(name, Binding::Tile(id));
         Ok(())
-    }
-
-    /// Bytes of the tiles declared so far.
-    pub(super) fn tile_bytes(&self) -> u32 {
-        self.tiles
-            .iter()
-            .map(|t| t.len() * t.elem.size_bytes())
-            .sum()
     }
 
     fn tile_dim(&mut self, a: &syn::GenericArgument, what: &str) -> syn::Result<u32> {

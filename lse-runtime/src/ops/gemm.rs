@@ -65,11 +65,7 @@ pub fn gemm(
     }
     let m = x.len() / k;
     let kernel = kernel(&w, act);
-    let w = match w {
-        HeadWeight::Bf16(w) => Arg::buf(w),
-        HeadWeight::F16(w) => Arg::buf(w),
-        HeadWeight::F32(w) => Arg::buf(w),
-    };
+    let w = w.arg();
     check_len(OP, "x", x.len(), m * k)?;
     check_len(OP, "w", buf_len(&w), n * k)?;
     check_len(OP, "y", y.len(), m * n)?;

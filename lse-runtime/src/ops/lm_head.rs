@@ -67,7 +67,7 @@ impl<'a> HeadWeight<'a> {
     }
 
     /// The weight as a kernel argument.
-    fn arg(self) -> Arg<'a> {
+    pub(super) fn arg(self) -> Arg<'a> {
         match self {
             HeadWeight::Bf16(w) => Arg::buf(w),
             HeadWeight::F16(w) => Arg::buf(w),

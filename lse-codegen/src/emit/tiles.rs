@@ -1,0 +1,123 @@
+//! What the host and GPU tile lowerings share: evaluating a tile window and reading or
+//! writing the buffer element behind a tile element, and a loop that carries values in
+//! registers (the register-blocked and per-element dots).
+
+use super::{convert, lty, Emitter};
+use lse_dsl::ir::{Param, TileWindow, Ty};
+
+/// A tile window with its expressions evaluated.
+pub(crate) struct WindowVals {
+    buf: String,
+    elem: Ty,
+    offset: String,
+    stride: String,
+    pub rows: String,
+    pub cols: String,
+    pub transposed: bool,
+}
+
+impl Emitter<'_> {
+    /// `w` with `offset, stride, rows, cols` already evaluated (the host evaluates them as
+    /// work-item 0, the GPU on every work-item); `None` (after recording the error) when the
+    /// window's parameter is not a buffer.
+    pub fn tile_window(&mut self, w: &TileWindow, vals: [String; 4]) -> Option<WindowVals> {
+        let (Some(Param::Buffer { elem, .. }), Some(Some(buf))) = (
+            self.k.params.get(w.buf as usize),
+            self.bufs.get(w.buf as usize),
+        ) else {
+            self.fail(format!("tile window on parameter {}, not a buffer", w.buf));
+            return None;
+        };
+        let [offset, stride, rows, cols] = vals;
+        Some(WindowVals {
+            buf: buf.clone(),
+            elem: *elem,
+            offset,
+            stride,
+            rows,
+            cols,
+            transposed: w.transposed,
+        })
+    }
+
+    /// `r < rows && c < cols`: whether tile element `(r, c)` is inside the window.
+    pub fn window_contains(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
+        let in_r = self.b.op(format!("icmp ult i32 {r}, {}", w.rows));
+        let in_c = self.b.op(format!("icmp ult i32 {c}, {}", w.cols));
+        self.b.op(format!("and i1 {in_r}, {in_c}"))
+    }
+
+    /// The buffer element behind tile element `(r, c)`, converted to `to`.
+    pub fn window_read(&mut self, w: &WindowVals, r: &str, c: &str, to: Ty) -> String {
+        let p = self.window_elem_ptr(w, r, c);
+        let (ty, md) = (lty(w.elem), self.mem_md.clone());
+        let v = self.b.op(format!(
+            "load {ty}, {} {p}, align {}{md}",
+            self.buf_ptr,
+            w.elem.size_bytes()
+        ));
+        convert(&mut self.b, &v, w.elem, to)
+    }
+
+    /// Stores `v` (of type `from`) to the buffer element behind tile element `(r, c)`.
+    pub fn window_write(&mut self, w: &WindowVals, r: &str, c: &str, v: &str, from: Ty) {
+        let p = self.window_elem_ptr(w, r, c);
+        let v = convert(&mut self.b, v, from, w.elem);
+        let (ty, md) = (lty(w.elem), self.mem_md.clone());
+        self.b.ins(format!(
+            "store {ty} {v}, {} {p}, align {}{md}",
+            self.buf_ptr,
+            w.elem.size_bytes()
+        ));
+    }
+
+    /// `&buf[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, or `(c, r)`
+    /// for a transposed window; no wrap-around (an index that would wrap is out of bounds).
+    fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
+        let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
+        let scaled = self.b.op(format!("mul nuw i32 {major}, {}", w.stride));
+        let base = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
+        let ix = self.b.op(format!("add nuw i32 {base}, {minor}"));
+        let ix64 = self.b.op(format!("zext i32 {ix} to i64"));
+        self.b.op(format!(
+            "getelementptr inbounds {}, {} {}, i64 {ix64}",
+            lty(w.elem),
+            self.buf_ptr,
+            w.buf
+        ))
+    }
+
+    /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:
+    /// `body` (straight-line code, no branches) maps the iteration's values to the next ones;
+    /// returns the values after the last iteration.
+    pub fn carried_loop(
+        &mut self,
+        n: u32,
+        ty: &str,
+        init: &[String],
+        body: impl FnOnce(&mut Self, &str, &[String]) -> Vec<String>,
+    ) -> Vec<String> {
+        let pre = self.b.cur.clone();
+        let (lbody, exit) = (self.b.label("carry.body"), self.b.label("carry.exit"));
+        self.b.br(&lbody);
+        self.b.start(&lbody);
+        let iv = self.b.fresh();
+        let next_iv = self.b.fresh();
+        let cur: Vec<String> = init.iter().map(|_| self.b.fresh()).collect();
+        let phis_at = self.b.body.len();
+        let next = body(self, &iv, &cur);
+        let latch = self.b.cur.clone();
+        self.b.ins(format!("{next_iv} = add nuw i32 {iv}, 1"));
+        let more = self.b.op(format!("icmp ult i32 {next_iv}, {n}"));
+        self.b.cbr(&more, &lbody, &exit);
+        self.b.start(&exit);
+        let mut phis = format!("  {iv} = phi i32 [ 0, %{pre} ], [ {next_iv}, %{latch} ]\n");
+        for ((c, i), x) in cur.iter().zip(init).zip(&next) {
+            phis.push_str(&format!(
+                "  {c} = phi {ty} [ {i}, %{pre} ], [ {x}, %{latch} ]\n"
+            ));
+        }
+        self.b.body.insert_str(phis_at, &phis);
+        next
+    }
+}
