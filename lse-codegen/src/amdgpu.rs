@@ -6,6 +6,7 @@
 //! WG words and the fixed reduction tree of `lse_dsl::ir`.
 
 use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts};
+use crate::gpu::matrix::MatrixUnit;
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::{CollectiveOp, Kernel, Stmt, Ty};
 
@@ -38,7 +39,8 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         ));
         e.num_groups[d] = e.b.op(format!("udiv i32 {grid}, {wg}"));
     }
-    gpu::body(&mut e, k, wg, barrier, &mut globals)?;
+    let unit = MatrixUnit::for_amdgpu(arch);
+    gpu::body(&mut e, k, wg, barrier, unit, &mut globals)?;
 
     let comment = format!("; LOOM kernel {} ({}) for {arch}", k.id(), k.fn_name);
     let define = format!(
@@ -74,6 +76,8 @@ pub(crate) struct GpuSync {
     pub uses_red_i: bool,
     /// Emits one workgroup barrier (with the memory ordering the target needs).
     barrier: fn(&mut Emitter),
+    /// The matrix unit `tile_dot` uses where it fits.
+    unit: Option<MatrixUnit>,
 }
 
 fn barrier(e: &mut Emitter) {
@@ -105,13 +109,15 @@ fn store(e: &mut Emitter, arr: &str, ty: Ty, idx: &str, v: &str) {
 }
 
 impl GpuSync {
-    /// Collectives over workgroups of `wg` items, synchronised by `barrier`.
-    pub fn new(wg: u32, barrier: fn(&mut Emitter)) -> Self {
+    /// Collectives over workgroups of `wg` items, synchronised by `barrier`; tile dots on
+    /// `unit` where they fit.
+    pub fn new(wg: u32, barrier: fn(&mut Emitter), unit: Option<MatrixUnit>) -> Self {
         GpuSync {
             wg,
             uses_red_v: false,
             uses_red_i: false,
             barrier,
+            unit,
         }
     }
 
@@ -156,7 +162,9 @@ impl TargetStmts for GpuSync {
     fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
         let (op, dst, args) = match s {
             Stmt::Collective { op, dst, args } => (op, dst, args),
-            Stmt::Tile(t) => return crate::gpu::tiles::lower(e, self.wg, self.barrier, t),
+            Stmt::Tile(t) => {
+                return crate::gpu::tiles::lower(e, self.wg, self.barrier, self.unit, t)
+            }
             _ => return (self.barrier)(e),
         };
         let Some(ty) = e.check_collective(*op, dst, args) else {

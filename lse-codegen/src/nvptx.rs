@@ -9,6 +9,7 @@
 //! through [`crate::math`], as on every target (NVPTX could not select the LLVM intrinsics).
 
 use crate::emit::{Emitter, ModuleText};
+use crate::gpu::matrix::MatrixUnit;
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::Kernel;
 
@@ -49,7 +50,14 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
             &[],
         );
     }
-    gpu::body(&mut e, k, wg, barrier, &mut globals)?;
+    gpu::body(
+        &mut e,
+        k,
+        wg,
+        barrier,
+        Some(MatrixUnit::MmaSync),
+        &mut globals,
+    )?;
 
     let name = &k.fn_name;
     let comment = format!("; LOOM kernel {} ({name}) for {sm}", k.id());

@@ -194,3 +194,33 @@ fn gemm_host_levels_use_their_matrix_instructions() {
         assert!(a.contains("vfmadd") && !a.contains("dpbf16ps"), "{cpu}");
     }
 }
+
+/// The 16-bit GEMM's dots run on each GPU's matrix unit, checked in the assembly the build
+/// produced (no GPU here): MFMA on gfx942, WMMA on gfx1100 and gfx1201, `mma.sync` in the
+/// PTX of sm_80 and sm_90. The f32-activation GEMM has f32 operand tiles, which no matrix unit
+/// here multiplies, so its dots keep the portable lowering.
+#[test]
+fn gemm_gpu_targets_use_their_matrix_units() {
+    use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_f16};
+    for k in [&gemm_xwt_bf16::KERNEL, &gemm_xwt_f16::KERNEL] {
+        let ty = if k.id.contains("bf16") { "bf16" } else { "f16" };
+        for obj in k.gpu {
+            let want = match obj.arch {
+                "gfx942" => format!("v_mfma_f32_16x16x16_{ty}"),
+                _ => format!("v_wmma_f32_16x16x16_{ty}"),
+            };
+            assert!(obj.asm.contains(&want), "{} {}: no {want}", k.id, obj.arch);
+        }
+        for m in k.ptx {
+            let want = format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32");
+            assert!(m.ptx.contains(&want), "{} {}: no {want}", k.id, m.arch);
+        }
+    }
+    let exact = &gemm_xwt_exact_bf16::KERNEL;
+    for obj in exact.gpu {
+        assert!(!obj.asm.contains("v_mfma") && !obj.asm.contains("v_wmma"));
+    }
+    for m in exact.ptx {
+        assert!(!m.ptx.contains("mma.sync"), "{}", m.arch);
+    }
+}

@@ -1,13 +1,16 @@
 //! What the two GPU lowerings (AMDGPU and NVPTX) share: the workgroup-size check, the kernel
 //! parameter list (buffers as `noalias` global pointers, `readonly` when the kernel only reads
 //! them, scalars by value, all in declaration order), shared arrays as addrspace(3) globals,
-//! and one private slot per kernel variable. Tiles: [`tiles`].
+//! and one private slot per kernel variable. Tiles: [`tiles`]; `tile_dot` on matrix units:
+//! [`matrix`].
 
+pub(crate) mod matrix;
 pub(crate) mod tiles;
 
 use crate::amdgpu::GpuSync;
 use crate::emit::{lty, Emitter};
 use lse_dsl::ir::{Access, Kernel, Param};
+use matrix::MatrixUnit;
 
 /// A GPU kernel function being built.
 pub(crate) struct GpuKernel<'k> {
@@ -77,15 +80,17 @@ pub(crate) fn prologue<'k>(
 }
 
 /// Lowers the kernel body with the shared-memory collectives of [`GpuSync`] and `barrier`,
-/// ends the function, and adds the collectives' scratch arrays to `globals`.
+/// tile dots on `unit` where they fit, ends the function, and adds the collectives' scratch
+/// arrays to `globals`.
 pub(crate) fn body(
     e: &mut Emitter,
     k: &Kernel,
     wg: u32,
     barrier: fn(&mut Emitter),
+    unit: Option<MatrixUnit>,
     globals: &mut String,
 ) -> Result<(), String> {
-    let mut sync = GpuSync::new(wg, barrier);
+    let mut sync = GpuSync::new(wg, barrier, unit);
     tiles::zero_all(e, wg, barrier);
     e.block(&mut sync, &k.body);
     e.b.ins("ret void");

@@ -2,9 +2,11 @@
 //! shared-memory array, zero-filled when the kernel starts; each statement is a loop in which
 //! work-item `lid` handles elements `lid, lid + wg, ...`, between two barriers. `tile_dot`
 //! gives each work-item whole output elements and sums their K products in increasing k with
-//! `fma`, the reference order, so GPUs agree with the generated Rust bit for bit. This is the
-//! portable lowering; matrix instructions (MFMA, WMMA, `mma.sync`) are not used yet.
+//! `fma`, the reference order, so GPUs agree with the generated Rust bit for bit, unless the
+//! target's matrix unit takes the dot ([`super::matrix`]: 16-bit operands, shapes that are
+//! multiples of the instruction's), which sums in the hardware's order.
 
+use super::matrix::{self, MatrixUnit};
 use crate::emit::{convert, lty, Emitter};
 use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
 
@@ -52,39 +54,30 @@ fn zero(e: &mut Emitter, wg: u32, t: u32) {
     });
 }
 
-/// Lowers one tile statement between two barriers.
-pub(crate) fn lower(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter), op: &TileOp) {
+/// Lowers one tile statement between two barriers; a dot goes to `unit` when it fits
+/// ([`matrix::fits`]).
+pub(crate) fn lower(
+    e: &mut Emitter,
+    wg: u32,
+    barrier: fn(&mut Emitter),
+    unit: Option<MatrixUnit>,
+    op: &TileOp,
+) {
     barrier(e);
     match op {
         TileOp::Zero { dst } => zero(e, wg, *dst),
         TileOp::Load { dst, from } => copy(e, wg, *dst, from, false),
         TileOp::Store { src, to } => copy(e, wg, *src, to, true),
         TileOp::Dot { acc, a, b } => {
-            let (m_n, n, k) = {
-                let (c, x) = (&e.k.tiles[*acc as usize], &e.k.tiles[*a as usize]);
-                (c.len(), c.cols, x.cols)
+            let tiles = matrix::DotTiles {
+                acc: *acc,
+                a: *a,
+                b: *b,
             };
-            let (acc, a, b) = (*acc, *a, *b);
-            lane_loop(e, wg, m_n, &mut |e, i| {
-                let m = e.b.op(format!("udiv i32 {i}, {n}"));
-                let j = e.b.op(format!("urem i32 {i}, {n}"));
-                let init = read(e, acc, i);
-                let s = e.carried_loop(k, "float", &[init], |e, kk, s| {
-                    let s = &s[0];
-                    let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
-                    let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
-                    let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
-                    let ib = e.b.op(format!("add nuw i32 {rb}, {j}"));
-                    let x = read(e, a, &ia);
-                    let y = read(e, b, &ib);
-                    vec![e.b.call(
-                        "float",
-                        "llvm.fma.f32",
-                        &[("float", &x), ("float", &y), ("float", s)],
-                    )]
-                });
-                write(e, acc, i, &s[0]);
-            });
+            match dot_unit(e, unit, wg, &tiles) {
+                Some((unit, shape)) => matrix::lower_dot(e, unit, wg, &shape, &tiles),
+                None => portable_dot(e, wg, &tiles),
+            }
         }
         TileOp::Add { dst, src } => {
             let (d, s) = (*dst, *src);
@@ -98,6 +91,58 @@ pub(crate) fn lower(e: &mut Emitter, wg: u32, barrier: fn(&mut Emitter), op: &Ti
         }
     }
     barrier(e);
+}
+
+/// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
+/// their K products in increasing k with `fma`.
+fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles) {
+    let (m_n, n, k) = {
+        let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
+        (c.len(), c.cols, x.cols)
+    };
+    let (acc, a, b) = (t.acc, t.a, t.b);
+    lane_loop(e, wg, m_n, &mut |e, i| {
+        let m = e.b.op(format!("udiv i32 {i}, {n}"));
+        let j = e.b.op(format!("urem i32 {i}, {n}"));
+        let init = read(e, acc, i);
+        let s = e.carried_loop(k, "float", &[init], |e, kk, s| {
+            let s = &s[0];
+            let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
+            let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
+            let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
+            let ib = e.b.op(format!("add nuw i32 {rb}, {j}"));
+            let x = read(e, a, &ia);
+            let y = read(e, b, &ib);
+            vec![e.b.call(
+                "float",
+                "llvm.fma.f32",
+                &[("float", &x), ("float", &y), ("float", s)],
+            )]
+        });
+        write(e, acc, i, &s[0]);
+    });
+}
+
+/// `unit` and the dot's shape when the dot runs on the matrix unit.
+fn dot_unit(
+    e: &Emitter,
+    unit: Option<MatrixUnit>,
+    wg: u32,
+    t: &matrix::DotTiles,
+) -> Option<(MatrixUnit, matrix::DotShape)> {
+    let unit = unit?;
+    let (ta, tb, tc) = (
+        &e.k.tiles[t.a as usize],
+        &e.k.tiles[t.b as usize],
+        &e.k.tiles[t.acc as usize],
+    );
+    let shape = matrix::DotShape {
+        m: tc.rows,
+        n: tc.cols,
+        k: ta.cols,
+        elem: ta.elem,
+    };
+    matrix::fits(unit, wg, &shape, tc.elem, tb.elem).then_some((unit, shape))
 }
 
 /// Tile `t` <- window (`store` false) or window <- tile `t`.
@@ -138,7 +183,7 @@ fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
     ))
 }
 
-fn read_raw(e: &mut Emitter, t: u32, i: &str) -> String {
+pub(super) fn read_raw(e: &mut Emitter, t: u32, i: &str) -> String {
     let elem = e.k.tiles[t as usize].elem;
     let p = elem_ptr(e, t, i);
     e.b.op(format!(
@@ -156,7 +201,7 @@ fn read(e: &mut Emitter, t: u32, i: &str) -> String {
 }
 
 /// Stores `v` (in the tile's own type) to element `i` of tile `t`.
-fn write(e: &mut Emitter, t: u32, i: &str, v: &str) {
+pub(super) fn write(e: &mut Emitter, t: u32, i: &str, v: &str) {
     let elem = e.k.tiles[t as usize].elem;
     let p = elem_ptr(e, t, i);
     e.b.ins(format!(
@@ -168,20 +213,31 @@ fn write(e: &mut Emitter, t: u32, i: &str, v: &str) {
 
 /// `for i in (lid..n).step_by(wg) { body(i) }`.
 fn lane_loop(e: &mut Emitter, wg: u32, n: u32, body: &mut dyn FnMut(&mut Emitter, &str)) {
+    let lid = e.lid.clone();
+    strided_loop(e, &lid, wg, n, body);
+}
+
+/// `for i in (start..n).step_by(step) { body(i) }`.
+pub(super) fn strided_loop(
+    e: &mut Emitter,
+    start: &str,
+    step: u32,
+    n: u32,
+    body: &mut dyn FnMut(&mut Emitter, &str),
+) {
     let pre = e.b.cur.clone();
     let (head, lbody, exit) = (
         e.b.label("tile.head"),
         e.b.label("tile.body"),
         e.b.label("tile.exit"),
     );
-    let lid = e.lid.clone();
     e.b.br(&head);
     e.b.start(&head);
     let i = e.b.fresh();
     let next = e.b.fresh();
     let latch_label = e.b.label("tile.latch");
     e.b.ins(format!(
-        "{i} = phi i32 [ {lid}, %{pre} ], [ {next}, %{latch_label} ]"
+        "{i} = phi i32 [ {start}, %{pre} ], [ {next}, %{latch_label} ]"
     ));
     let more = e.b.op(format!("icmp ult i32 {i}, {n}"));
     e.b.cbr(&more, &lbody, &exit);
@@ -189,7 +245,7 @@ fn lane_loop(e: &mut Emitter, wg: u32, n: u32, body: &mut dyn FnMut(&mut Emitter
     body(e, &i);
     e.b.br(&latch_label);
     e.b.start(&latch_label);
-    e.b.ins(format!("{next} = add nuw i32 {i}, {wg}"));
+    e.b.ins(format!("{next} = add nuw i32 {i}, {step}"));
     e.b.br(&head);
     e.b.start(&exit);
 }
