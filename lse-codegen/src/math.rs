@@ -13,6 +13,13 @@ pub(crate) const SIGMOID_FN: &str = "loom_sigmoidf";
 pub(crate) const SILU_FN: &str = "loom_siluf";
 pub(crate) const TANH_FN: &str = "loom_tanhf";
 
+/// A call of LOOM function `name` (one of the names above) on the f32 `x`; the module then
+/// carries [`definitions`].
+pub(crate) fn call(b: &mut crate::emit::Builder, name: &str, x: &str) -> String {
+    b.uses_math = true;
+    b.op(format!("call float @{name}(float {x})"))
+}
+
 /// An f32 constant as an LLVM IR float literal (hex double, exact).
 fn c(v: f32) -> String {
     format!("0x{:016X}", (v as f64).to_bits())

@@ -277,8 +277,71 @@ pub enum TileOp {
     /// (both the same) or f32, `acc: [M x N]` f32. Products of 16-bit operands are exact in
     /// f32; the order in which the K products are summed belongs to the target (LOOM.md).
     Dot { acc: TileId, a: TileId, b: TileId },
-    /// `tile_add(dst, src)`: `dst += src` elementwise, both f32 of one shape (an epilogue).
-    Add { dst: TileId, src: TileId },
+    /// `tile_add(dst, src)` (and `tile_sub`, `tile_mul`, `tile_div`, `tile_max`):
+    /// `dst[r][c] = dst[r][c] op src[r'][c']`, both f32. `src` has `dst`'s shape, or one
+    /// column (`ROWS x 1`: one value per row, `c' = 0`), or one row (`1 x COLS`: one value per
+    /// column, `r' = 0`), as numpy broadcasts.
+    Binary {
+        op: TileBinary,
+        dst: TileId,
+        src: TileId,
+    },
+    /// `tile_row_sum(dst, src)` / `tile_row_max(dst, src)`: `dst[r][0] = dst[r][0] op src[r][0]
+    /// op src[r][1] op ...`, in increasing column; `dst` is `ROWS x 1`, both f32. `op` is `Add`
+    /// or `Max`.
+    RowReduce {
+        op: TileBinary,
+        dst: TileId,
+        src: TileId,
+    },
+    /// `tile_exp(t)`: every element of an f32 tile becomes LOOM's `exp` of it.
+    Exp { dst: TileId },
+    /// `tile_scale(t, s)`: every element of an f32 tile is multiplied by the uniform f32 `s`.
+    Scale { dst: TileId, by: Expr },
+    /// `tile_copy(dst, src)`: tiles of one shape; each element converted to `dst`'s type
+    /// (round to nearest even).
+    Copy { dst: TileId, src: TileId },
+}
+
+impl TileOp {
+    /// The statement's expressions: a window's offset, stride, rows and cols, or the factor
+    /// of `tile_scale`. All are uniform.
+    pub fn exprs(&self) -> Vec<&Expr> {
+        match self {
+            TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => w.exprs().to_vec(),
+            TileOp::Scale { by, .. } => vec![by],
+            TileOp::Zero { .. }
+            | TileOp::Dot { .. }
+            | TileOp::Binary { .. }
+            | TileOp::RowReduce { .. }
+            | TileOp::Exp { .. }
+            | TileOp::Copy { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The f32 operation of an elementwise or row-reducing tile statement. `Max` ignores a NaN
+/// operand (IEEE `maxNum`, Rust's `f32::max`), as `reduce_max` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TileBinary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+}
+
+impl TileBinary {
+    /// The statement's name suffix: `tile_<suffix>`, `tile_row_<suffix>`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            TileBinary::Add => "add",
+            TileBinary::Sub => "sub",
+            TileBinary::Mul => "mul",
+            TileBinary::Div => "div",
+            TileBinary::Max => "max",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -320,10 +320,43 @@ pub mod tile {
         }
     }
 
-    /// `tile_add`: `dst += src` elementwise.
-    pub fn add(dst: &mut [f32], src: &[f32]) {
+    /// `tile_add`, `tile_sub`, ...: `dst[r][c] = f(dst[r][c], src[r'][c'])` for a `dst` of
+    /// `cols` columns and a `src` of `src_rows x src_cols` (the same shape, one column or one
+    /// row, broadcast).
+    pub fn binary(
+        dst: &mut [f32],
+        cols: u32,
+        src: &[f32],
+        src_rows: u32,
+        src_cols: u32,
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        for (i, d) in dst.iter_mut().enumerate() {
+            let (r, c) = (i as u32 / cols, i as u32 % cols);
+            let r = if src_rows == 1 { 0 } else { r };
+            let c = if src_cols == 1 { 0 } else { c };
+            *d = f(*d, src[(r * src_cols + c) as usize]);
+        }
+    }
+
+    /// `tile_row_sum`, `tile_row_max`: `dst[r] = f(... f(f(dst[r], src[r][0]), src[r][1]) ...)`.
+    pub fn row_reduce(dst: &mut [f32], src: &[f32], cols: u32, f: impl Fn(f32, f32) -> f32) {
+        for (d, row) in dst.iter_mut().zip(src.chunks(cols as usize)) {
+            *d = row.iter().fold(*d, |acc, &x| f(acc, x));
+        }
+    }
+
+    /// `tile_exp`, `tile_scale`: every element `x` becomes `f(x)`.
+    pub fn map(t: &mut [f32], f: impl Fn(f32) -> f32) {
+        for x in t.iter_mut() {
+            *x = f(*x);
+        }
+    }
+
+    /// `tile_copy`: `dst = round(src)` elementwise (`round` to the destination's type).
+    pub fn copy(dst: &mut [f32], src: &[f32], round: impl Fn(f32) -> f32) {
         for (d, s) in dst.iter_mut().zip(src) {
-            *d += *s;
+            *d = round(*s);
         }
     }
 }

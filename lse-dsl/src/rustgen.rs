@@ -18,8 +18,8 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote};
 
 use crate::ir::{
-    BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileId, TileOp,
-    TileWindow, Ty, UnOp, VarId,
+    BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileId,
+    TileOp, TileWindow, Ty, UnOp, VarId,
 };
 use crate::wil::{Phase, VarStorage, WilKernel};
 
@@ -521,9 +521,39 @@ impl Gen<'_> {
                 let (n, k) = (decl(*acc).cols, decl(*a).cols);
                 quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
             }
-            TileOp::Add { dst, src } => {
+            TileOp::Binary { op, dst, src } => {
                 let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
-                quote!(::lse_dsl::rt::tile::add(&mut #d, &#s);)
+                let cols = decl(*dst).cols;
+                let (sr, sc) = (decl(*src).rows, decl(*src).cols);
+                let f = tile_binary_fn(*op);
+                quote!(::lse_dsl::rt::tile::binary(&mut #d, #cols, &#s, #sr, #sc, #f);)
+            }
+            TileOp::RowReduce { op, dst, src } => {
+                let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
+                let cols = decl(*src).cols;
+                let f = tile_binary_fn(*op);
+                quote!(::lse_dsl::rt::tile::row_reduce(&mut #d, &#s, #cols, #f);)
+            }
+            TileOp::Exp { dst } => {
+                let t = self.tile_ident(*dst);
+                quote!(::lse_dsl::rt::tile::map(&mut #t, ::lse_dsl::math::exp);)
+            }
+            TileOp::Scale { dst, by } => {
+                let t = self.tile_ident(*dst);
+                let by = self.uniform_expr(by);
+                quote!({
+                    let by: f32 = #by;
+                    ::lse_dsl::rt::tile::map(&mut #t, |x| x * by);
+                })
+            }
+            TileOp::Copy { dst, src } => {
+                let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
+                let round = match decl(*dst).elem {
+                    Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
+                    Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
+                    _ => quote!(|x| x),
+                };
+                quote!(::lse_dsl::rt::tile::copy(&mut #d, &#s, #round);)
             }
         }
     }
@@ -919,6 +949,18 @@ impl Gen<'_> {
             MathFn::F32ToBf16 => quote!(bf16::from_f32(#a)),
             MathFn::F32ToF16 => quote!(f16::from_f32(#a)),
         }
+    }
+}
+
+/// The f32 function of a tile statement's elementwise operation, as the generated Rust
+/// applies it (`f32::max` ignores a NaN operand, like LLVM's `maxnum`).
+fn tile_binary_fn(op: TileBinary) -> TokenStream {
+    match op {
+        TileBinary::Add => quote!(|a: f32, b: f32| a + b),
+        TileBinary::Sub => quote!(|a: f32, b: f32| a - b),
+        TileBinary::Mul => quote!(|a: f32, b: f32| a * b),
+        TileBinary::Div => quote!(|a: f32, b: f32| a / b),
+        TileBinary::Max => quote!(|a: f32, b: f32| a.max(b)),
     }
 }
 

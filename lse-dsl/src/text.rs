@@ -11,8 +11,8 @@ use std::fmt::Write;
 use sha2::{Digest, Sha256};
 
 use crate::ir::{
-    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileOp, TileWindow, Ty,
-    UnOp,
+    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileOp,
+    TileWindow, Ty, UnOp,
 };
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
@@ -223,8 +223,26 @@ impl Printer<'_> {
                 self.tile(*a),
                 self.tile(*b)
             ),
-            TileOp::Add { dst, src } => {
-                format!("tile_add({}, {});", self.tile(*dst), self.tile(*src))
+            TileOp::Binary { op, dst, src } => format!(
+                "tile_{}({}, {});",
+                op.suffix(),
+                self.tile(*dst),
+                self.tile(*src)
+            ),
+            TileOp::RowReduce { op, dst, src } => {
+                let name = if *op == TileBinary::Add {
+                    "sum"
+                } else {
+                    op.suffix()
+                };
+                format!("tile_row_{name}({}, {});", self.tile(*dst), self.tile(*src))
+            }
+            TileOp::Exp { dst } => format!("tile_exp({});", self.tile(*dst)),
+            TileOp::Scale { dst, by } => {
+                format!("tile_scale({}, {});", self.tile(*dst), self.expr(by))
+            }
+            TileOp::Copy { dst, src } => {
+                format!("tile_copy({}, {});", self.tile(*dst), self.tile(*src))
             }
         }
     }

@@ -247,7 +247,7 @@ impl StorageWalk {
                     }
                 }
                 Phase::Tile(op) => {
-                    for e in tile_exprs(op) {
+                    for e in op.exprs() {
                         self.phase_expr(e);
                     }
                 }
@@ -340,20 +340,12 @@ pub fn block_vars(block: &Block, out: &mut Vec<VarId>) {
                 }
             }
             Stmt::Tile(op) => {
-                for e in tile_exprs(op) {
+                for e in op.exprs() {
                     expr_vars(e, out);
                 }
             }
             Stmt::Break | Stmt::Continue | Stmt::Barrier => {}
         }
-    }
-}
-
-/// The expressions of a tile statement: its window's offset, stride, rows and cols.
-pub fn tile_exprs(op: &TileOp) -> Vec<&Expr> {
-    match op {
-        TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => w.exprs().to_vec(),
-        TileOp::Zero { .. } | TileOp::Dot { .. } | TileOp::Add { .. } => Vec::new(),
     }
 }
 

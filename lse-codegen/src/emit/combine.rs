@@ -2,7 +2,7 @@
 //! agree bit for bit with each other and with the generated Rust.
 
 use super::Builder;
-use lse_dsl::ir::{CollectiveOp, Ty};
+use lse_dsl::ir::{CollectiveOp, TileBinary, Ty};
 
 /// `op(a, b)` for `ReduceSum`/`ReduceMax`/`ReduceMin` on `ty`; `None` if unsupported.
 pub(crate) fn combine(
@@ -60,4 +60,17 @@ pub(crate) fn combine_argmax(
     let v = b.op(format!("select i1 {take}, float {bv}, float {av}"));
     let i = b.op(format!("select i1 {take}, i32 {bi}, i32 {ai}"));
     (v, i)
+}
+
+/// `op(a, c)` on f32 for the elementwise and row tile statements: one IEEE operation, `Max`
+/// with `reduce_max`'s `maxnum`, so every target agrees with the generated Rust bit for bit.
+pub(crate) fn tile_binary(b: &mut Builder, op: TileBinary, a: &str, c: &str) -> String {
+    match op {
+        TileBinary::Add => b.op(format!("fadd float {a}, {c}")),
+        TileBinary::Sub => b.op(format!("fsub float {a}, {c}")),
+        TileBinary::Mul => b.op(format!("fmul float {a}, {c}")),
+        TileBinary::Div => b.op(format!("fdiv float {a}, {c}")),
+        TileBinary::Max => combine(b, CollectiveOp::ReduceMax, Ty::F32, a, c)
+            .expect("reduce_max is defined on f32"),
+    }
 }

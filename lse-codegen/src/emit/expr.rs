@@ -285,8 +285,7 @@ impl Emitter<'_> {
             _ => None,
         };
         if let (Some(name), Ty::F32) = (loom_fn, arg_ty) {
-            b.uses_math = true;
-            return b.op(format!("call float @{name}(float {x})"));
+            return crate::math::call(b, name, x);
         }
         match (f, arg_ty) {
             (MathFn::Sqrt, Ty::F32) => b.call("float", "llvm.sqrt.f32", &[("float", x)]),

@@ -7,7 +7,7 @@
 //! multiples of the instruction's), which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, lty, Emitter};
+use crate::emit::{convert, lty, tile_binary, Emitter};
 use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array.
@@ -79,18 +79,72 @@ pub(crate) fn lower(
                 None => portable_dot(e, wg, &tiles),
             }
         }
-        TileOp::Add { dst, src } => {
-            let (d, s) = (*dst, *src);
-            let len = e.k.tiles[d as usize].len();
-            lane_loop(e, wg, len, &mut |e, i| {
+        TileOp::Binary { op, dst, src } => {
+            let (op, d, s) = (*op, *dst, *src);
+            let cols = e.k.tiles[d as usize].cols;
+            let (s_rows, s_cols) = (e.k.tiles[s as usize].rows, e.k.tiles[s as usize].cols);
+            each_element(e, wg, d, &mut |e, i| {
+                // The source element of a broadcast: its row or column index is 0.
+                let si = match (s_rows, s_cols) {
+                    (1, 1) => "0".to_string(),
+                    (1, _) => e.b.op(format!("urem i32 {i}, {cols}")),
+                    (_, 1) => e.b.op(format!("udiv i32 {i}, {cols}")),
+                    _ => i.to_string(),
+                };
                 let x = read(e, d, i);
-                let y = read(e, s, i);
-                let sum = e.b.op(format!("fadd float {x}, {y}"));
-                write(e, d, i, &sum);
+                let y = read(e, s, &si);
+                let v = tile_binary(&mut e.b, op, &x, &y);
+                write(e, d, i, &v);
+            });
+        }
+        TileOp::RowReduce { op, dst, src } => {
+            let (op, d, s) = (*op, *dst, *src);
+            let (rows, cols) = (e.k.tiles[s as usize].rows, e.k.tiles[s as usize].cols);
+            lane_loop(e, wg, rows, &mut |e, r| {
+                let init = read(e, d, r);
+                let row = e.b.op(format!("mul nuw i32 {r}, {cols}"));
+                let v = e.carried_loop(cols, "float", &[init], |e, c, acc| {
+                    let i = e.b.op(format!("add nuw i32 {row}, {c}"));
+                    let y = read(e, s, &i);
+                    vec![tile_binary(&mut e.b, op, &acc[0], &y)]
+                });
+                write(e, d, r, &v[0]);
+            });
+        }
+        TileOp::Exp { dst } => {
+            let d = *dst;
+            each_element(e, wg, d, &mut |e, i| {
+                let x = read(e, d, i);
+                let v = crate::math::call(&mut e.b, crate::math::EXP_FN, &x);
+                write(e, d, i, &v);
+            });
+        }
+        TileOp::Scale { dst, by } => {
+            let d = *dst;
+            let by = e.expr(by);
+            each_element(e, wg, d, &mut |e, i| {
+                let x = read(e, d, i);
+                let v = e.b.op(format!("fmul float {x}, {by}"));
+                write(e, d, i, &v);
+            });
+        }
+        TileOp::Copy { dst, src } => {
+            let (d, s) = (*dst, *src);
+            let to = e.k.tiles[d as usize].elem;
+            each_element(e, wg, d, &mut |e, i| {
+                let x = read(e, s, i);
+                let v = convert(&mut e.b, &x, Ty::F32, to);
+                write(e, d, i, &v);
             });
         }
     }
     barrier(e);
+}
+
+/// `body(i)` for every element index `i` of tile `t`, spread over the work-items.
+fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emitter, &str)) {
+    let len = e.k.tiles[t as usize].len();
+    lane_loop(e, wg, len, body);
 }
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds

@@ -21,7 +21,7 @@
 //!   agree with it bit for bit.
 
 use super::HostPhases;
-use crate::emit::{convert, lty, Emitter, WindowVals};
+use crate::emit::{convert, lty, tile_binary, Emitter, WindowVals};
 use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, TileWindow, Ty};
 
 /// How a tile's elements are laid out in its stack array.
@@ -181,19 +181,73 @@ impl HostPhases {
                     self.loop_dot(e, acc, a, b)
                 }
             }
-            TileOp::Add { dst, src } => {
-                let (d, s) = (*dst as usize, *src as usize);
-                let (rows, cols) = (self.tiles[d].decl.rows, self.tiles[d].decl.cols);
+            TileOp::Binary { op, dst, src } => {
+                let (op, d, s) = (*op, *dst as usize, *src as usize);
+                let (s_rows, s_cols) = (self.tiles[s].decl.rows, self.tiles[s].decl.cols);
+                self.each_element(e, d, |h, e, r, c| {
+                    let x = h.read(e, d, r, c);
+                    let y = h.read(
+                        e,
+                        s,
+                        if s_rows == 1 { "0" } else { r },
+                        if s_cols == 1 { "0" } else { c },
+                    );
+                    let v = tile_binary(&mut e.b, op, &x, &y);
+                    h.write_raw(e, d, r, c, &v);
+                });
+            }
+            TileOp::RowReduce { op, dst, src } => {
+                let (op, d, s) = (*op, *dst as usize, *src as usize);
+                let (rows, cols) = (self.tiles[s].decl.rows, self.tiles[s].decl.cols);
                 self.parallel_loop(e, rows, false, |h, e, r| {
-                    h.parallel_loop(e, cols, true, |h, e, c| {
-                        let x = h.read(e, d, r, c);
+                    h.sequential_loop(e, cols, |h, e, c| {
+                        let x = h.read(e, d, r, "0");
                         let y = h.read(e, s, r, c);
-                        let sum = e.b.op(format!("fadd float {x}, {y}"));
-                        h.write_raw(e, d, r, c, &sum);
+                        let v = tile_binary(&mut e.b, op, &x, &y);
+                        h.write_raw(e, d, r, "0", &v);
                     })
                 });
             }
+            TileOp::Exp { dst } => {
+                let d = *dst as usize;
+                self.each_element(e, d, |h, e, r, c| {
+                    let x = h.read(e, d, r, c);
+                    let v = crate::math::call(&mut e.b, crate::math::EXP_FN, &x);
+                    h.write_raw(e, d, r, c, &v);
+                });
+            }
+            TileOp::Scale { dst, by } => {
+                let d = *dst as usize;
+                let by = self.uniform(e, by);
+                self.each_element(e, d, |h, e, r, c| {
+                    let x = h.read(e, d, r, c);
+                    let v = e.b.op(format!("fmul float {x}, {by}"));
+                    h.write_raw(e, d, r, c, &v);
+                });
+            }
+            TileOp::Copy { dst, src } => {
+                let (d, s) = (*dst as usize, *src as usize);
+                let to = self.tiles[d].decl.elem;
+                self.each_element(e, d, |h, e, r, c| {
+                    let x = h.read(e, s, r, c);
+                    let v = convert(&mut e.b, &x, Ty::F32, to);
+                    h.write_raw(e, d, r, c, &v);
+                });
+            }
         }
+    }
+
+    /// `body(r, c)` for every element of tile `t`, rows outer, columns vectorised.
+    fn each_element(
+        &mut self,
+        e: &mut Emitter,
+        t: usize,
+        body: impl Fn(&mut Self, &mut Emitter, &str, &str),
+    ) {
+        let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
+        self.parallel_loop(e, rows, false, |h, e, r| {
+            h.parallel_loop(e, cols, true, |h, e, c| body(h, e, r, c))
+        });
     }
 
     /// `w` with its expressions evaluated as work-item 0 (they are uniform).

@@ -177,3 +177,15 @@ fn malformed_llvm_text_is_an_error_not_an_abort() {
     assert!(matches!(r, Err((Stage::Verify, _))), "{:?}", r.err());
     assert!(crate::link::link_code_object(b"garbage", "bad").is_err());
 }
+
+/// The elementwise and row tile statements lower for every AMDGPU arch (LDS loops between
+/// barriers; LOOM's `exp` inline, no libcall).
+#[test]
+fn tile_ops_code_objects() {
+    let k = kernels::tile_ops();
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(!c.asm.contains("expf"), "{arch}: a libcall");
+        assert!(c.asm.contains("ds_"), "{arch}: no LDS access");
+    }
+}

@@ -494,3 +494,58 @@ fn index_lets_keep_accesses_consecutive_across_work_items() {
         "gathers for consecutive loads:\n{v4}"
     );
 }
+
+/// The elementwise and row tile statements on every host level agree bit for bit with the
+/// reference semantics of `lse_dsl::rt::tile` (what the generated Rust calls), through a
+/// softmax-like chain with broadcasts, and a NaN that `tile_max` ignores.
+#[test]
+fn tile_elementwise_and_row_statements_match_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile;
+    let k = kernels::tile_ops();
+    let mut x: Vec<f32> = (0..70u32)
+        .map(|i| ((i.wrapping_mul(2_654_435_761) >> 7) % 2001) as f32 / 250.0 - 4.0)
+        .collect();
+    x[40] = f32::NAN; // `other` (0, 5): `tile_max` keeps t's value there
+    let v: Vec<f32> = (0..12).map(|i| 0.3 * i as f32 - 1.1).collect();
+    let s = 0.75f32;
+    // The reference, statement by statement.
+    let (mut t, other) = (x[..35].to_vec(), x[35..].to_vec());
+    let (mut row, mut sum, col) = (v[..5].to_vec(), vec![0f32; 5], v[5..].to_vec());
+    tile::map(&mut t, |a| a * s);
+    tile::row_reduce(&mut row, &t, 7, f32::max);
+    tile::binary(&mut t, 7, &row, 5, 1, |a, b| a - b);
+    tile::map(&mut t, lse_dsl::math::exp);
+    tile::row_reduce(&mut sum, &t, 7, |a, b| a + b);
+    tile::binary(&mut t, 7, &sum, 5, 1, |a, b| a / b);
+    tile::binary(&mut t, 7, &col, 1, 7, |a, b| a * b);
+    tile::binary(&mut t, 7, &row, 5, 1, |a, b| a + b);
+    tile::binary(&mut t, 7, &other, 5, 7, f32::max);
+    assert!(!t[5].is_nan());
+    let half: Vec<u16> = t.iter().map(|&a| bf16::from_f32(a).to_bits()).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let (mut xs, mut vs) = (x.clone(), v.clone());
+        let (mut y, mut sums, mut p) = (vec![0f32; 35], vec![0f32; 5], vec![bf16::ZERO; 35]);
+        let bufs = [
+            raw(&mut xs),
+            raw(&mut vs),
+            raw(&mut y),
+            raw(&mut sums),
+            raw(&mut p),
+        ];
+        run(&lib, &bufs, &[s.to_bits() as u64], [1, 1, 1], 0, 1);
+        for i in 0..35 {
+            assert_eq!(
+                y[i].to_bits(),
+                t[i].to_bits(),
+                "{cpu} y[{i}]: {} vs {}",
+                y[i],
+                t[i]
+            );
+            assert_eq!(p[i].to_bits(), half[i], "{cpu} p[{i}]");
+        }
+        for r in 0..5 {
+            assert_eq!(sums[r].to_bits(), sum[r].to_bits(), "{cpu} sums[{r}]");
+        }
+    }
+}

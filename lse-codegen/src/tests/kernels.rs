@@ -385,3 +385,42 @@ pub fn dot_rows_masked() -> Kernel {
     ];
     k
 }
+
+/// Every elementwise and row tile statement, in the order an attention step uses them
+/// (`y`, `sums` and `p` are 5 x 7, 5 and 5 x 7; `x` holds two 5 x 7 blocks, `v` a column of 5
+/// then a row of 7).
+pub const TILE_OPS_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_ops", version = 1, workgroup = 16)]
+fn tile_ops(x: &[f32], v: &[f32], y: &mut [f32], sums: &mut [f32], p: &mut [bf16], s: f32) {
+    let t = tile::<f32, 5, 7>();
+    let other = tile::<f32, 5, 7>();
+    let row = tile::<f32, 5, 1>();
+    let sum = tile::<f32, 5, 1>();
+    let col = tile::<f32, 1, 7>();
+    let half = tile::<bf16, 5, 7>();
+    tile_load(t, x, 0, 7, 5, 7);
+    tile_load(other, x, 35, 7, 5, 7);
+    tile_load(row, v, 0, 1, 5, 1);
+    tile_load(col, v, 5, 7, 1, 7);
+    tile_scale(t, s);
+    tile_row_max(row, t);
+    tile_sub(t, row);
+    tile_exp(t);
+    tile_row_sum(sum, t);
+    tile_div(t, sum);
+    tile_mul(t, col);
+    tile_add(t, row);
+    tile_max(t, other);
+    tile_copy(half, t);
+    tile_store(t, y, 0, 7, 5, 7);
+    tile_store(sum, sums, 0, 1, 5, 1);
+    tile_store(half, p, 0, 7, 5, 7);
+}
+"#;
+
+/// [`TILE_OPS_SRC`] through the front end.
+pub fn tile_ops() -> Kernel {
+    let mut ks = lse_dsl::frontend::kernels_in_file(TILE_OPS_SRC).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ks.len(), 1);
+    ks.remove(0)
+}

@@ -139,3 +139,13 @@ fn bad_inputs_are_errors() {
     k.workgroup_size = 48;
     assert!(compile_nvptx(&k, "sm_90").is_err());
 }
+
+#[test]
+fn tile_ops_ptx_uses_shared_memory_and_barriers() {
+    let k = super::kernels::tile_ops();
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&k, sm);
+        assert!(ptx.contains(".shared"), "{sm}: no shared tiles");
+        assert!(ptx.contains("bar.sync"), "{sm}: no barrier");
+    }
+}

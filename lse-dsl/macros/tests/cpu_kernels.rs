@@ -388,3 +388,56 @@ fn tile_statements_follow_their_reference_semantics() {
         assert_eq!(v.to_f32(), if written { 0.0 } else { 9.0 }, "yt[{i}]");
     }
 }
+
+#[loom::kernel(name = "test.tile_softmax", version = 1, workgroup = 8)]
+fn tile_softmax(x: &[f32], gain: &[f32], y: &mut [f32], p: &mut [bf16], scale: f32) {
+    let t = tile::<f32, 3, 6>();
+    let m = tile::<f32, 3, 1>();
+    let l = tile::<f32, 3, 1>();
+    let g = tile::<f32, 1, 6>();
+    let half = tile::<bf16, 3, 6>();
+    tile_load(t, x, 0, 6, 3, 6);
+    tile_load(m, x, 18, 1, 3, 1);
+    tile_load(g, gain, 0, 6, 1, 6);
+    tile_scale(t, scale);
+    tile_row_max(m, t);
+    tile_sub(t, m);
+    tile_exp(t);
+    tile_row_sum(l, t);
+    tile_div(t, l);
+    tile_copy(half, t);
+    tile_mul(t, g);
+    tile_store(t, y, 0, 6, 3, 6);
+    tile_store(half, p, 0, 6, 3, 6);
+}
+
+/// The elementwise and row tile statements' reference semantics, against an independent
+/// softmax in f64: `tile_row_max` starts from the tile it accumulates into (here -inf), the
+/// broadcasts take one value per row (`m`, `l`) or per column (`g`), `tile_copy` rounds to
+/// bf16.
+#[test]
+fn tile_softmax_statements_follow_their_reference_semantics() {
+    use lse_dsl::__private::half::bf16;
+    let scale = 0.5f32;
+    let mut x: Vec<f32> = (0..18).map(|i| ((i * 7) % 11) as f32 - 3.0).collect();
+    x.extend([f32::NEG_INFINITY; 3]);
+    let mut gain: Vec<f32> = (0..6).map(|c| 1.0 + c as f32).collect();
+    let (mut y, mut p) = (vec![0f32; 18], vec![bf16::ZERO; 18]);
+    let bufs = [raw(&mut x), raw(&mut gain), raw(&mut y), raw(&mut p)];
+    (tile_softmax::KERNEL.cpu)(&bufs, &[scale.to_bits() as u64], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        let row: Vec<f64> = (0..6).map(|c| x[6 * r + c] as f64 * scale as f64).collect();
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        for c in 0..6 {
+            let want = (row[c] - max).exp() / total;
+            let i = 6 * r + c;
+            assert!(
+                (p[i].to_f64() - want).abs() <= want * 2f64.powi(-8),
+                "p[{i}]"
+            );
+            let got = y[i] as f64 / gain[c] as f64;
+            assert!((got - want).abs() <= 1e-6, "y[{i}] = {} want {want}", y[i]);
+        }
+    }
+}

@@ -1,6 +1,5 @@
 //! Tiles: `let t = tile::<T, ROWS, COLS>();` declarations and the tile statements
-//! (`tile_zero`, `tile_load`, `tile_load_t`, `tile_store`, `tile_store_t`, `tile_dot`,
-//! `tile_add`). Shapes and element types are checked here, at the span of the offending
+//! ([`TILE_STMTS`]: loads, stores, `tile_dot`, the elementwise and row operations). Shapes and element types are checked here, at the span of the offending
 //! argument; uniformity (tile statements only under uniform control flow, window expressions
 //! uniform) is checked with the barriers in `uniformity`.
 
@@ -10,10 +9,12 @@ use super::cx::{Binding, Cx, Site};
 use super::fold::eval;
 use super::syntax::{err, strip, text};
 use super::types::named_ty;
-use crate::ir::{Access, Block, Param, ParamId, Stmt, TileDecl, TileId, TileOp, TileWindow, Ty};
+use crate::ir::{
+    Access, Block, Param, ParamId, Stmt, TileBinary, TileDecl, TileId, TileOp, TileWindow, Ty,
+};
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 7] = [
+pub(super) const TILE_STMTS: [&str; 16] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
@@ -21,7 +22,28 @@ pub(super) const TILE_STMTS: [&str; 7] = [
     "tile_store_t",
     "tile_dot",
     "tile_add",
+    "tile_sub",
+    "tile_mul",
+    "tile_div",
+    "tile_max",
+    "tile_row_sum",
+    "tile_row_max",
+    "tile_exp",
+    "tile_scale",
+    "tile_copy",
 ];
+
+/// The elementwise statement `name`'s operation.
+fn binary_op(name: &str) -> Option<TileBinary> {
+    Some(match name {
+        "tile_add" => TileBinary::Add,
+        "tile_sub" => TileBinary::Sub,
+        "tile_mul" => TileBinary::Mul,
+        "tile_div" => TileBinary::Div,
+        "tile_max" => TileBinary::Max,
+        _ => return None,
+    })
+}
 
 /// Most rows or columns a tile may have.
 const MAX_TILE_DIM: u32 = 256;
@@ -116,10 +138,10 @@ impl Cx {
     ) -> syn::Result<()> {
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let want = match name {
-            "tile_zero" => 1,
+            "tile_zero" | "tile_exp" => 1,
             "tile_dot" => 3,
-            "tile_add" => 2,
-            _ => 6,
+            "tile_load" | "tile_load_t" | "tile_store" | "tile_store_t" => 6,
+            _ => 2,
         };
         if args.len() != want {
             return err(
@@ -142,26 +164,68 @@ impl Cx {
                 TileOp::Store { src, to }
             }
             "tile_dot" => self.dot(&args)?,
-            _ => {
+            "tile_exp" => TileOp::Exp {
+                dst: self.f32_tile(args[0], name)?,
+            },
+            "tile_scale" => {
+                let dst = self.f32_tile(args[0], name)?;
+                let by = self.expr_of(args[1], Ty::F32, "the factor of `tile_scale`")?;
+                TileOp::Scale { dst, by }
+            }
+            "tile_copy" => {
                 let dst = self.tile_arg(args[0])?;
                 let src = self.tile_arg(args[1])?;
-                if dst == src {
-                    return err(args[1].span(), "`tile_add` needs two different tiles");
-                }
+                self.two_tiles(name, dst, src, args[1])?;
                 let (d, s) = (&self.tiles[dst as usize], &self.tiles[src as usize]);
-                if d.elem != Ty::F32 || s.elem != Ty::F32 {
-                    return err(call.span(), "`tile_add` adds f32 tiles");
-                }
                 if (d.rows, d.cols) != (s.rows, s.cols) {
                     return err(
                         args[1].span(),
                         format!(
-                            "shape mismatch: `tile_add` of a {}x{} tile into a {}x{} tile",
+                            "shape mismatch: `tile_copy` of a {}x{} tile into a {}x{} tile",
                             s.rows, s.cols, d.rows, d.cols
                         ),
                     );
                 }
-                TileOp::Add { dst, src }
+                TileOp::Copy { dst, src }
+            }
+            "tile_row_sum" | "tile_row_max" => {
+                let dst = self.f32_tile(args[0], name)?;
+                let src = self.f32_tile(args[1], name)?;
+                self.two_tiles(name, dst, src, args[1])?;
+                let (d, s) = (&self.tiles[dst as usize], &self.tiles[src as usize]);
+                if (d.rows, d.cols) != (s.rows, 1) {
+                    return err(
+                        args[0].span(),
+                        format!(
+                            "shape mismatch: `{name}` of a {}x{} tile goes into a {}x1 tile, `{}` is {}x{}",
+                            s.rows, s.cols, s.rows, d.name, d.rows, d.cols
+                        ),
+                    );
+                }
+                let op = if name == "tile_row_sum" {
+                    TileBinary::Add
+                } else {
+                    TileBinary::Max
+                };
+                TileOp::RowReduce { op, dst, src }
+            }
+            _ => {
+                let op = binary_op(name).expect("every other tile statement is elementwise");
+                let dst = self.f32_tile(args[0], name)?;
+                let src = self.f32_tile(args[1], name)?;
+                self.two_tiles(name, dst, src, args[1])?;
+                let (d, s) = (&self.tiles[dst as usize], &self.tiles[src as usize]);
+                let fits = |n: u32, of: u32| n == of || n == 1;
+                if !fits(s.rows, d.rows) || !fits(s.cols, d.cols) {
+                    return err(
+                        args[1].span(),
+                        format!(
+                            "shape mismatch: `{name}` of a {}x{} tile into a {}x{} tile (the second tile must have the first's shape, one column or one row)",
+                            s.rows, s.cols, d.rows, d.cols
+                        ),
+                    );
+                }
+                TileOp::Binary { op, dst, src }
             }
         };
         self.flush_pending(out);
@@ -230,6 +294,31 @@ impl Cx {
             );
         }
         Ok(TileOp::Dot { acc, a, b })
+    }
+
+    /// A tile argument of a statement that works on f32 tiles.
+    fn f32_tile(&self, e: &syn::Expr, name: &str) -> syn::Result<TileId> {
+        let t = self.tile_arg(e)?;
+        let d = &self.tiles[t as usize];
+        if d.elem != Ty::F32 {
+            return err(
+                e.span(),
+                format!(
+                    "dtype mismatch: `{name}` works on f32 tiles, `{}` is {}",
+                    d.name,
+                    d.elem.rust_name()
+                ),
+            );
+        }
+        Ok(t)
+    }
+
+    /// Refuses one tile in both places of a two-tile statement.
+    fn two_tiles(&self, name: &str, dst: TileId, src: TileId, at: &syn::Expr) -> syn::Result<()> {
+        if dst == src {
+            return err(at.span(), format!("`{name}` needs two different tiles"));
+        }
+        Ok(())
     }
 
     fn tile_arg(&self, e: &syn::Expr) -> syn::Result<TileId> {

@@ -163,18 +163,18 @@ impl Uni<'_> {
             Stmt::Barrier => self.require_uniform(path, ctl)?,
             Stmt::Tile(op) => {
                 self.require_uniform(path, ctl)?;
-                let window = match op {
-                    TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => Some(w),
-                    _ => None,
-                };
-                let divergent =
-                    window.is_some_and(|w| w.exprs().iter().any(|e| self.divergent(e, d)));
+                let divergent = op.exprs().iter().any(|e| self.divergent(e, d));
                 if self.checking && divergent {
                     let site = site_at(self.sites, path);
+                    let what = if matches!(op, TileOp::Scale { .. }) {
+                        "the factor of `tile_scale` must be uniform (the same on every work-item of the workgroup); it depends"
+                    } else {
+                        "a tile window's offset, stride, rows and cols must be uniform (the same on every work-item of the workgroup); one of them depends"
+                    };
                     return Err(syn::Error::new(
                         site.span,
                         format!(
-                            "`{}`: a tile window's offset, stride, rows and cols must be uniform (the same on every work-item of the workgroup); one of them depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control",
+                            "`{}`: {what} on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control",
                             site.text
                         ),
                     ));
