@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 
 /// The type of a value inside a kernel.
 ///
-/// `Bf16` and `F16` are storage types: values of these types come from loads of 16-bit
-/// buffers and can only be stored or converted (`bf16_to_f32`, `f32_to_bf16`, ...).
+/// `Bf16` and `F16` are value types with `+ - * /`, negation and comparisons: each operation
+/// runs on the values widened to f32 and rounds an arithmetic result once back to the 16-bit
+/// type (as the `half` crate's operators do); everything else converts first (`bf16_to_f32`,
+/// `f32_to_bf16`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Ty {
     F32,

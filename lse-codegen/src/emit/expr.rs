@@ -48,6 +48,8 @@ impl Emitter<'_> {
                 match (op, a.ty) {
                     (UnOp::Neg, Ty::F32) => self.b.op(format!("fneg float {v}")),
                     (UnOp::Neg, Ty::I32 | Ty::U32) => self.b.op(format!("sub i32 0, {v}")),
+                    // The sign bit, as `half`'s `Neg`.
+                    (UnOp::Neg, Ty::Bf16 | Ty::F16) => self.b.op(format!("xor i16 {v}, -32768")),
                     (UnOp::Not, Ty::Bool) => self.b.op(format!("xor i1 {v}, true")),
                     (UnOp::Not, Ty::I32 | Ty::U32) => self.b.op(format!("xor i32 {v}, -1")),
                     (op, t) => {
@@ -159,6 +161,9 @@ impl Emitter<'_> {
         let t = a.ty;
         let av = self.expr(a);
         let bv = self.expr(b);
+        if matches!(t, Ty::Bf16 | Ty::F16) {
+            return self.half_binary(op, t, &av, &bv);
+        }
         let ty = lty(t);
         let signed = t == Ty::I32;
         let inst: String = match (op, t) {
@@ -185,17 +190,11 @@ impl Emitter<'_> {
                 return self.b.op(format!("{i} i32 {av}, {amt}"));
             }
             (op, Ty::F32) if op.is_comparison() => {
-                let p = match op {
-                    BinOp::Lt => "olt",
-                    BinOp::Le => "ole",
-                    BinOp::Gt => "ogt",
-                    BinOp::Ge => "oge",
-                    BinOp::Eq => "oeq",
-                    _ => "une",
-                };
-                return self.b.op(format!("fcmp {p} float {av}, {bv}"));
+                return self
+                    .b
+                    .op(format!("fcmp {} float {av}, {bv}", fcmp_pred(op)));
             }
-            (op, Ty::I32 | Ty::U32 | Ty::Bool | Ty::Bf16 | Ty::F16) if op.is_comparison() => {
+            (op, Ty::I32 | Ty::U32 | Ty::Bool) if op.is_comparison() => {
                 let s = if signed { "s" } else { "u" };
                 let p = match op {
                     BinOp::Lt => format!("{s}lt"),
@@ -213,6 +212,29 @@ impl Emitter<'_> {
             }
         };
         self.b.op(format!("{inst} {ty} {av}, {bv}"))
+    }
+
+    /// `op` on two bf16 or f16 values `t`: both widened to f32 (exactly), the f32 operation,
+    /// and an arithmetic result rounded once to `t` (round to nearest even), as the `half`
+    /// crate's operators compute it; comparisons compare the widened values.
+    fn half_binary(&mut self, op: BinOp, t: Ty, av: &str, bv: &str) -> String {
+        let x = convert(&mut self.b, av, t, Ty::F32);
+        let y = convert(&mut self.b, bv, t, Ty::F32);
+        let inst = match op {
+            BinOp::Add => "fadd",
+            BinOp::Sub => "fsub",
+            BinOp::Mul => "fmul",
+            BinOp::Div => "fdiv",
+            op if op.is_comparison() => {
+                return self.b.op(format!("fcmp {} float {x}, {y}", fcmp_pred(op)));
+            }
+            op => {
+                self.fail(format!("binary {op:?} on {}", t.rust_name()));
+                return "poison".into();
+            }
+        };
+        let r = self.b.op(format!("{inst} float {x}, {y}"));
+        convert(&mut self.b, &r, Ty::F32, t)
     }
 
     /// `a && b` / `a || b`, evaluating `b` only when needed.
@@ -338,6 +360,19 @@ impl Emitter<'_> {
                 "poison".into()
             }
         }
+    }
+}
+
+/// The `fcmp` predicate of a float comparison: ordered, except `!=` (true on NaN), as Rust's
+/// operators on `f32`, `bf16` and `f16`.
+fn fcmp_pred(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Lt => "olt",
+        BinOp::Le => "ole",
+        BinOp::Gt => "ogt",
+        BinOp::Ge => "oge",
+        BinOp::Eq => "oeq",
+        _ => "une",
     }
 }
 

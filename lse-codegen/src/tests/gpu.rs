@@ -189,3 +189,12 @@ fn tile_ops_code_objects() {
         assert!(c.asm.contains("ds_"), "{arch}: no LDS access");
     }
 }
+
+/// bf16 and f16 arithmetic lowers for every AMDGPU arch.
+#[test]
+fn half_values_code_objects() {
+    let k = kernels::from_source(kernels::HALF_VALUES_SRC);
+    for (arch, mach, wave) in ARCHES {
+        check_common(&k, arch, mach, wave);
+    }
+}

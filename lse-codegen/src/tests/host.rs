@@ -549,3 +549,91 @@ fn tile_elementwise_and_row_statements_match_the_reference_on_every_cpu() {
         }
     }
 }
+
+/// Values that exercise 16-bit rounding: zeros, infinities, NaN, subnormals, the largest
+/// finite values, ties, and a spread of ordinary numbers (as f32, rounded by the caller).
+fn half_operands(n: usize) -> Vec<f32> {
+    let special = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        -3e-39,
+        6e-8,
+        65504.0,
+        3.3e38,
+        1.0,
+        1.0078125,
+        -2.5,
+    ];
+    (0..n)
+        .map(|i| match special.get(i % 23) {
+            Some(&v) => v,
+            None => ((i as u32).wrapping_mul(2_654_435_761) >> 9) as f32 / 7919.0 - 500.0,
+        })
+        .collect()
+}
+
+/// bf16 and f16 arithmetic, negation and comparisons on every host level give the `half`
+/// crate's results bit for bit (its operators are what the generated Rust runs).
+#[test]
+fn half_values_match_the_half_crate_on_every_cpu() {
+    let k = kernels::from_source(kernels::HALF_VALUES_SRC);
+    let n = 300usize;
+    let ops = half_operands(n + 7);
+    let a: Vec<bf16> = ops[..n].iter().map(|&v| bf16::from_f32(v)).collect();
+    let b: Vec<bf16> = ops[7..].iter().map(|&v| bf16::from_f32(v)).collect();
+    let c: Vec<f16> = ops[3..n + 3]
+        .iter()
+        .map(|&v| f16::from_f32(v / 64.0))
+        .collect();
+    let d: Vec<f16> = ops[5..n + 5].iter().map(|&v| f16::from_f32(v)).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let (mut a2, mut b2, mut c2, mut d2) = (a.clone(), b.clone(), c.clone(), d.clone());
+        let mut out_b = vec![bf16::ZERO; 2 * n];
+        let mut out_h = vec![f16::ZERO; 2 * n];
+        let mut flags = vec![u32::MAX; n];
+        let bufs = [
+            raw(&mut a2),
+            raw(&mut b2),
+            raw(&mut c2),
+            raw(&mut d2),
+            raw(&mut out_b),
+            raw(&mut out_h),
+            raw(&mut flags),
+        ];
+        run(
+            &lib,
+            &bufs,
+            &[n as u64],
+            [n.div_ceil(32) as u32, 1, 1],
+            0,
+            10,
+        );
+        for i in 0..n {
+            let (x, y, p, q) = (a[i], b[i], c[i], d[i]);
+            let want_b = [(x + y) * x - y / x, -x];
+            let want_h = [p * q - (p + q) / q, -q];
+            for j in 0..2 {
+                assert_eq!(
+                    out_b[2 * i + j].to_bits(),
+                    want_b[j].to_bits(),
+                    "{cpu} bf16 {i}.{j}: x {x} y {y}"
+                );
+                assert_eq!(
+                    out_h[2 * i + j].to_bits(),
+                    want_h[j].to_bits(),
+                    "{cpu} f16 {i}.{j}: p {p} q {q}"
+                );
+            }
+            let want_f = u32::from(x < y)
+                | u32::from(x == y) << 1
+                | u32::from(p >= q) << 2
+                | u32::from(p != q) << 3;
+            assert_eq!(flags[i], want_f, "{cpu} flags {i}: {x} {y} {p} {q}");
+        }
+    }
+}

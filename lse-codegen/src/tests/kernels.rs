@@ -420,7 +420,44 @@ fn tile_ops(x: &[f32], v: &[f32], y: &mut [f32], sums: &mut [f32], p: &mut [bf16
 
 /// [`TILE_OPS_SRC`] through the front end.
 pub fn tile_ops() -> Kernel {
-    let mut ks = lse_dsl::frontend::kernels_in_file(TILE_OPS_SRC).unwrap_or_else(|e| panic!("{e}"));
+    from_source(TILE_OPS_SRC)
+}
+
+/// bf16 and f16 as value types: arithmetic, negation and comparisons on 16-bit values.
+pub const HALF_VALUES_SRC: &str = r#"
+#[loom::kernel(name = "test.half_values", version = 1, workgroup = 32)]
+fn half_values(a: &[bf16], b: &[bf16], c: &[f16], d: &[f16], out_b: &mut [bf16], out_h: &mut [f16], flags: &mut [u32], n: u32) {
+    let i = group_id() * group_size() + local_id();
+    if i < n {
+        let x = a[i];
+        let y = b[i];
+        out_b[2 * i] = (x + y) * x - y / x;
+        out_b[2 * i + 1] = -x;
+        let p = c[i];
+        let q = d[i];
+        out_h[2 * i] = p * q - (p + q) / q;
+        out_h[2 * i + 1] = -q;
+        let mut f = 0u32;
+        if x < y {
+            f = f | 1;
+        }
+        if x == y {
+            f = f | 2;
+        }
+        if p >= q {
+            f = f | 4;
+        }
+        if p != q {
+            f = f | 8;
+        }
+        flags[i] = f;
+    }
+}
+"#;
+
+/// A kernel from LOOM source text, through the front end.
+pub fn from_source(src: &str) -> Kernel {
+    let mut ks = lse_dsl::frontend::kernels_in_file(src).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ks.len(), 1);
     ks.remove(0)
 }

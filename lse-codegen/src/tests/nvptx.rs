@@ -149,3 +149,11 @@ fn tile_ops_ptx_uses_shared_memory_and_barriers() {
         assert!(ptx.contains("bar.sync"), "{sm}: no barrier");
     }
 }
+
+#[test]
+fn half_values_ptx() {
+    let k = super::kernels::from_source(super::kernels::HALF_VALUES_SRC);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        check_ptx(&k, sm);
+    }
+}

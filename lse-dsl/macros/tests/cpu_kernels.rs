@@ -441,3 +441,36 @@ fn tile_softmax_statements_follow_their_reference_semantics() {
         }
     }
 }
+
+#[loom::kernel(name = "test.half_arith", version = 1, workgroup = 8)]
+fn half_arith(a: &[bf16], b: &[bf16], out: &mut [bf16], less: &mut [u32]) {
+    let i = local_id();
+    let x = a[i];
+    let y = b[i];
+    out[i] = -(x * y + x / y);
+    less[i] = if x - y < y { 1 } else { 0 };
+}
+
+/// bf16 values: arithmetic in f32 rounded once per operation (the `half` crate's operators),
+/// comparisons on the values.
+#[test]
+fn half_arithmetic_rounds_each_operation() {
+    use lse_dsl::__private::half::bf16;
+    let mut a: Vec<bf16> = (0..8)
+        .map(|i| bf16::from_f32(1.0 + i as f32 / 3.0))
+        .collect();
+    let mut b: Vec<bf16> = (0..8)
+        .map(|i| bf16::from_f32(3.0 - i as f32 / 7.0))
+        .collect();
+    let (mut out, mut less) = (vec![bf16::ZERO; 8], vec![9u32; 8]);
+    let (a0, b0) = (a.clone(), b.clone());
+    let bufs = [raw(&mut a), raw(&mut b), raw(&mut out), raw(&mut less)];
+    (half_arith::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for i in 0..8 {
+        let (x, y) = (a0[i].to_f32(), b0[i].to_f32());
+        let r = |v: f32| bf16::from_f32(v).to_f32();
+        let want = -r(r(x * y) + r(x / y));
+        assert_eq!(out[i].to_f32(), want, "out[{i}]");
+        assert_eq!(less[i], u32::from(r(x - y) < y), "less[{i}]");
+    }
+}

@@ -17,7 +17,7 @@ use super::syntax::{
     arith_op, block_expr, compound_op, err, expect, needs_context, storage_value_msg, strip, text,
     unsupported_kind,
 };
-use super::types::{named_ty, ty_list, type_text, NUMERIC};
+use super::types::{named_ty, ty_list, type_text, HALF_OPS, NUMERIC, WITH_HALVES};
 use crate::ir::{Access, BinOp, Expr, ExprKind, Param, Ty, UnOp};
 
 impl Cx {
@@ -145,11 +145,13 @@ impl Cx {
                 }
                 let x = self.expr(&u.expr, want)?;
                 match x.ty {
-                    Ty::F32 | Ty::I32 => {}
+                    Ty::F32 | Ty::I32 | Ty::Bf16 | Ty::F16 => {}
                     Ty::U32 => {
-                        return err(span, "cannot negate a u32 value; LOOM negates f32 and i32")
+                        return err(
+                            span,
+                            "cannot negate a u32 value; LOOM negates f32, bf16, f16 and i32",
+                        )
                     }
-                    t @ (Ty::Bf16 | Ty::F16) => return err(span, storage_value_msg(t, "`-`")),
                     Ty::Bool => return err(span, "cannot negate a bool; use `!`"),
                 }
                 let ty = x.ty;
@@ -230,14 +232,21 @@ impl Cx {
             );
         }
         let ty = l.ty;
-        if matches!(ty, Ty::Bf16 | Ty::F16) {
-            return err(span, storage_value_msg(ty, &format!("`{sym}`")));
+        if matches!(ty, Ty::Bf16 | Ty::F16) && !HALF_OPS.contains(&op) {
+            return err(
+                span,
+                format!(
+                    "`{sym}` is not defined for {t}; {t} values take + - * / and comparisons",
+                    t = ty.rust_name()
+                ),
+            );
         }
         let allowed: &[Ty] = match op {
             BinOp::And | BinOp::Or => &[Ty::Bool],
-            BinOp::Eq | BinOp::Ne => &[Ty::F32, Ty::I32, Ty::U32, Ty::Bool],
-            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => &NUMERIC,
-            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem => &NUMERIC,
+            BinOp::Eq | BinOp::Ne => &[Ty::F32, Ty::I32, Ty::U32, Ty::Bool, Ty::Bf16, Ty::F16],
+            BinOp::Rem => &NUMERIC,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => &WITH_HALVES,
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => &WITH_HALVES,
             _ => &[Ty::I32, Ty::U32],
         };
         if !allowed.contains(&ty) {
@@ -479,18 +488,22 @@ mod tests {
     }
 
     #[test]
-    fn storage_types_can_only_be_stored_or_converted() {
+    fn sixteen_bit_values_take_arithmetic_and_comparisons_only() {
         let k = k(
             "let i = local_id(); let v = h[i]; hout[i] = h[i]; let f = bf16_to_f32(v);
-                   hout[i] = f32_to_bf16(f * 2.0);",
+                   hout[i] = f32_to_bf16(f * 2.0); let s = -(v * h[0] - v / v);
+                   let lt = s < v; hout[i] = s;",
         );
         assert_eq!(local_ty(&k, "v"), Ty::Bf16);
         assert_eq!(local_ty(&k, "f"), Ty::F32);
-        let msg = e("let a = h[0] + h[1];");
-        assert!(
-            msg.contains("`+` is not defined for bf16") && msg.contains("bf16_to_f32"),
-            "{msg}"
-        );
+        assert_eq!(local_ty(&k, "s"), Ty::Bf16);
+        assert_eq!(local_ty(&k, "lt"), Ty::Bool);
+        let msg = e("let a = h[0] % h[1];");
+        assert!(msg.contains("`%` is not defined for bf16"), "{msg}");
+        let msg = e("let a = h[0] + 1.0;");
+        assert!(msg.contains("type mismatch"), "{msg}");
+        let msg = e("let a = exp(h[0]);");
+        assert!(msg.contains("bf16_to_f32"), "{msg}");
         assert!(e("let a = h[0] as f32;").contains("use `bf16_to_f32(x)`"));
         assert!(e("hout[0] = 1.0;").contains("float literal where bf16 is expected"));
         assert!(e("let a = f16_to_f32(h[0]);")

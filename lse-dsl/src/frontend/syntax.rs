@@ -94,7 +94,7 @@ pub(super) fn storage_value_msg(ty: Ty, what: &str) -> String {
         "f16_to_f32"
     };
     format!(
-        "{what} is not defined for {t}: {t} values can only be stored or converted; use `{conv}(x)` first",
+        "{what} is not defined for {t}: {t} values take + - * / and comparisons; convert with `{conv}(x)` first",
         t = ty.rust_name()
     )
 }

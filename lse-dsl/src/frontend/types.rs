@@ -60,6 +60,16 @@ pub(super) fn type_text(ty: &syn::Type) -> String {
 /// Numeric value types (arithmetic, comparisons, max/min, reductions).
 pub(super) const NUMERIC: [Ty; 3] = [Ty::F32, Ty::I32, Ty::U32];
 
+/// The types `+ - * /` and the ordering comparisons take: [`NUMERIC`] and the 16-bit floats,
+/// whose operations run in f32 and round the result once to the 16-bit type.
+pub(super) const WITH_HALVES: [Ty; 5] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bf16, Ty::F16];
+
+/// The operators defined on bf16 and f16 values.
+pub(super) const HALF_OPS: [crate::ir::BinOp; 10] = {
+    use crate::ir::BinOp::*;
+    [Add, Sub, Mul, Div, Lt, Le, Gt, Ge, Eq, Ne]
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
