@@ -7,8 +7,9 @@
 
 use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts};
 use crate::gpu::matrix::MatrixUnit;
+use crate::gpu::subgroup::Lanes;
 use crate::gpu::{self, GpuKernel};
-use lse_dsl::ir::{CollectiveOp, Kernel, Stmt, Ty};
+use lse_dsl::ir::{tree_steps, CollectiveOp, Kernel, Stmt, Ty};
 
 const RED_V: &str = "@loom_red_v";
 const RED_I: &str = "@loom_red_i";
@@ -40,7 +41,8 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         e.num_groups[d] = e.b.op(format!("udiv i32 {grid}, {wg}"));
     }
     let unit = MatrixUnit::for_amdgpu(arch);
-    gpu::body(&mut e, k, wg, barrier, unit, &mut globals)?;
+    let lanes = Lanes::for_amdgpu(arch);
+    gpu::body(&mut e, k, wg, barrier, unit, lanes, &mut globals)?;
 
     let comment = format!("; LOOM kernel {} ({}) for {arch}", k.id(), k.fn_name);
     let define = format!(
@@ -70,7 +72,7 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
 /// Barriers and collectives on a GPU (AMDGPU and NVPTX share the shared-memory tree; only
 /// the barrier differs).
 pub(crate) struct GpuSync {
-    wg: u32,
+    pub wg: u32,
     /// Whether the value / index scratch arrays were used (the module must define them).
     pub uses_red_v: bool,
     pub uses_red_i: bool,
@@ -78,6 +80,8 @@ pub(crate) struct GpuSync {
     barrier: fn(&mut Emitter),
     /// The matrix unit `tile_dot` uses where it fits.
     unit: Option<MatrixUnit>,
+    /// How the subgroup built-ins read other lanes.
+    pub lanes: Lanes,
 }
 
 fn barrier(e: &mut Emitter) {
@@ -111,14 +115,32 @@ fn store(e: &mut Emitter, arr: &str, ty: Ty, idx: &str, v: &str) {
 impl GpuSync {
     /// Collectives over workgroups of `wg` items, synchronised by `barrier`; tile dots on
     /// `unit` where they fit.
-    pub fn new(wg: u32, barrier: fn(&mut Emitter), unit: Option<MatrixUnit>) -> Self {
+    pub fn new(wg: u32, barrier: fn(&mut Emitter), unit: Option<MatrixUnit>, lanes: Lanes) -> Self {
         GpuSync {
             wg,
             uses_red_v: false,
             uses_red_i: false,
             barrier,
             unit,
+            lanes,
         }
+    }
+
+    /// One workgroup barrier.
+    pub fn barrier(&self, e: &mut Emitter) {
+        (self.barrier)(e)
+    }
+
+    /// Stores `v` (of `ty`) to the value scratch array at `idx`.
+    pub fn store_value(&mut self, e: &mut Emitter, ty: Ty, idx: &str, v: &str) {
+        self.uses_red_v = true;
+        store(e, RED_V, ty, idx, v);
+    }
+
+    /// Loads the value scratch array at `idx` as `ty`.
+    pub fn load_value(&mut self, e: &mut Emitter, ty: Ty, idx: &str) -> String {
+        self.uses_red_v = true;
+        load(e, RED_V, ty, idx)
     }
 
     /// The scratch array globals (`addrspace(3)`, WG words each) the lowering used.
@@ -138,22 +160,31 @@ impl GpuSync {
         g
     }
 
-    /// The tree: for s = WG/2 .. 1, work-items `lid < s` combine slots `lid` and `lid + s`,
+    /// The tree of `ir::tree_steps` within each group of `width` work-items: at step `s`,
+    /// work-items whose index in their group is below `s` combine slots `lid` and `lid + s`,
     /// with a barrier after every step.
-    fn tree(&mut self, e: &mut Emitter, mut step: impl FnMut(&mut Emitter, &str, &str)) {
-        let mut s = self.wg / 2;
-        while s >= 1 {
+    pub fn tree(
+        &mut self,
+        e: &mut Emitter,
+        width: u32,
+        mut step: impl FnMut(&mut Self, &mut Emitter, &str, &str),
+    ) {
+        for s in tree_steps(width) {
             let lid = e.lid.clone();
-            let c = e.b.op(format!("icmp ult i32 {lid}, {s}"));
+            let in_group = if width == self.wg {
+                lid.clone()
+            } else {
+                e.b.op(format!("and i32 {lid}, {}", width - 1))
+            };
+            let c = e.b.op(format!("icmp ult i32 {in_group}, {s}"));
             let (go, next) = (e.b.label("tree.step"), e.b.label("tree.next"));
             e.b.cbr(&c, &go, &next);
             e.b.start(&go);
             let other = e.b.op(format!("add i32 {lid}, {s}"));
-            step(e, &lid, &other);
+            step(self, e, &lid, &other);
             e.b.br(&next);
             e.b.start(&next);
             (self.barrier)(e);
-            s /= 2;
         }
     }
 }
@@ -170,7 +201,12 @@ impl TargetStmts for GpuSync {
         let Some(ty) = e.check_collective(*op, dst, args) else {
             return;
         };
+        if op.is_subgroup() {
+            let width = op.width(e.k);
+            return crate::gpu::subgroup::lower(self, e, *op, width, ty, dst, args);
+        }
         let lid = e.lid.clone();
+        let wg = self.wg;
         self.uses_red_v = true;
         match op {
             CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
@@ -178,7 +214,7 @@ impl TargetStmts for GpuSync {
                 store(e, RED_V, ty, &lid, &v);
                 (self.barrier)(e);
                 let mut bad = false;
-                self.tree(e, |e, i, j| {
+                self.tree(e, wg, |_, e, i, j| {
                     let a = load(e, RED_V, ty, i);
                     let b = load(e, RED_V, ty, j);
                     match combine(&mut e.b, *op, ty, &a, &b) {
@@ -200,7 +236,7 @@ impl TargetStmts for GpuSync {
                 store(e, RED_V, Ty::F32, &lid, &v);
                 store(e, RED_I, Ty::U32, &lid, &idx);
                 (self.barrier)(e);
-                self.tree(e, |e, i, j| {
+                self.tree(e, wg, |_, e, i, j| {
                     let (av, ai) = (load(e, RED_V, Ty::F32, i), load(e, RED_I, Ty::U32, i));
                     let (bv, bi) = (load(e, RED_V, Ty::F32, j), load(e, RED_I, Ty::U32, j));
                     let (v, x) = combine_argmax(&mut e.b, &av, &ai, &bv, &bi);
@@ -222,6 +258,10 @@ impl TargetStmts for GpuSync {
                 (self.barrier)(e);
                 e.write_var(dst[0], &r);
             }
+            CollectiveOp::SubgroupSum
+            | CollectiveOp::SubgroupMax
+            | CollectiveOp::SubgroupMin
+            | CollectiveOp::SubgroupShuffle => unreachable!("lowered above"),
         }
     }
 }

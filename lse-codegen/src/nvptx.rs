@@ -10,6 +10,7 @@
 
 use crate::emit::{Emitter, ModuleText};
 use crate::gpu::matrix::MatrixUnit;
+use crate::gpu::subgroup::Lanes;
 use crate::gpu::{self, GpuKernel};
 use lse_dsl::ir::Kernel;
 
@@ -56,6 +57,7 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
         wg,
         barrier,
         Some(MatrixUnit::MmaSync),
+        Lanes::Nvidia,
         &mut globals,
     )?;
 

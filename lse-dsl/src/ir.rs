@@ -159,6 +159,10 @@ pub struct Kernel {
     pub version: u32,
     /// Work-items per workgroup (1-D, a power of two, at most 1024).
     pub workgroup_size: u32,
+    /// Work-items per subgroup (`subgroup = N`: a power of two from 2 to the workgroup size)
+    /// for the `subgroup_*` built-ins; subgroup `j` is work-items `j·N .. (j+1)·N`.
+    #[serde(default)]
+    pub subgroup: Option<u32>,
     /// AMDGPU architectures to build code objects for, e.g. `gfx1201`.
     pub targets: Vec<String>,
     pub params: Vec<Param>,
@@ -358,6 +362,15 @@ pub enum CollectiveOp {
     Argmax,
     /// `broadcast(x, lane: u32)`: the value of `x` on work-item `lane`.
     Broadcast,
+    /// `subgroup_sum(x)`: `reduce_sum` within each subgroup (the kernel's `subgroup = N`).
+    SubgroupSum,
+    /// `subgroup_max(x)`: `reduce_max` within each subgroup.
+    SubgroupMax,
+    /// `subgroup_min(x)`: `reduce_min` within each subgroup.
+    SubgroupMin,
+    /// `subgroup_shuffle(x, lane: u32)`: the value of `x` on lane `lane % N` of the
+    /// work-item's own subgroup; `lane` may differ between work-items.
+    SubgroupShuffle,
 }
 
 impl CollectiveOp {
@@ -369,8 +382,53 @@ impl CollectiveOp {
             CollectiveOp::ReduceMin => "reduce_min",
             CollectiveOp::Argmax => "argmax",
             CollectiveOp::Broadcast => "broadcast",
+            CollectiveOp::SubgroupSum => "subgroup_sum",
+            CollectiveOp::SubgroupMax => "subgroup_max",
+            CollectiveOp::SubgroupMin => "subgroup_min",
+            CollectiveOp::SubgroupShuffle => "subgroup_shuffle",
         }
     }
+
+    /// Whether the op works within each subgroup rather than across the workgroup.
+    pub fn is_subgroup(self) -> bool {
+        matches!(
+            self,
+            CollectiveOp::SubgroupSum
+                | CollectiveOp::SubgroupMax
+                | CollectiveOp::SubgroupMin
+                | CollectiveOp::SubgroupShuffle
+        )
+    }
+
+    /// The combining operation of a reduction (`ReduceSum` for `subgroup_sum`, ...), or the op
+    /// itself.
+    pub fn reduction(self) -> Self {
+        match self {
+            CollectiveOp::SubgroupSum => CollectiveOp::ReduceSum,
+            CollectiveOp::SubgroupMax => CollectiveOp::ReduceMax,
+            CollectiveOp::SubgroupMin => CollectiveOp::ReduceMin,
+            op => op,
+        }
+    }
+
+    /// Work-items one instance of the op spans in kernel `k`: the subgroup size for subgroup
+    /// ops, the workgroup size otherwise.
+    pub fn width(self, k: &Kernel) -> u32 {
+        match (self.is_subgroup(), k.subgroup) {
+            (true, Some(n)) => n,
+            _ => k.workgroup_size,
+        }
+    }
+}
+
+/// The reduction tree every target follows, for `reduce_*`, `argmax` and `subgroup_*` over
+/// `width` work-items (a power of two): for each step `s` yielded (`width / 2`, ..., 2, 1),
+/// the value of lane `i < s` becomes `op(v[i], v[i + s])`, in that operand order; the result
+/// is lane 0's. One definition, so the generated Rust and every lowering agree bit for bit.
+pub fn tree_steps(width: u32) -> impl Iterator<Item = u32> {
+    std::iter::successors((width >= 2).then_some(width / 2), |&s| {
+        (s > 1).then_some(s / 2)
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -604,31 +604,44 @@ impl Gen<'_> {
             Some(&v) => self.assign(v, value, At::Lid),
             None => quote!(),
         };
+        // The tree of `ir::tree_steps`, within each group of `width` work-items.
+        let width = op.width(self.k) as usize;
+        let steps: Vec<usize> = crate::ir::tree_steps(width as u32)
+            .map(|s| s as usize)
+            .collect();
+        let n_steps = steps.len();
+        let steps = quote!({ let steps: [usize; #n_steps] = [#(#steps),*]; steps });
         match op {
-            CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
+            CollectiveOp::ReduceSum
+            | CollectiveOp::ReduceMax
+            | CollectiveOp::ReduceMin
+            | CollectiveOp::SubgroupSum
+            | CollectiveOp::SubgroupMax
+            | CollectiveOp::SubgroupMin => {
                 let ty = arg_ty(0);
                 let t = ty_tokens(ty);
                 let z = zero(ty);
                 let a0 = arg(0);
-                let combine = match (op, ty.is_int()) {
-                    (CollectiveOp::ReduceSum, true) => quote!(red[i].wrapping_add(red[i + s])),
-                    (CollectiveOp::ReduceSum, false) => quote!(red[i] + red[i + s]),
-                    (CollectiveOp::ReduceMax, _) => quote!(red[i].max(red[i + s])),
-                    _ => quote!(red[i].min(red[i + s])),
+                let combine = match (op.reduction(), ty.is_int()) {
+                    (CollectiveOp::ReduceSum, true) => quote!(a.wrapping_add(b)),
+                    (CollectiveOp::ReduceSum, false) => quote!(a + b),
+                    (CollectiveOp::ReduceMax, _) => quote!(a.max(b)),
+                    _ => quote!(a.min(b)),
                 };
-                let out = set(0, quote!(red[0]));
+                let out = set(0, quote!(red[lid / #width * #width]));
                 quote! {
                     {
                         let mut red: [#t; WG] = [#z; WG];
                         for lid in 0..WG {
                             red[lid] = #a0;
                         }
-                        let mut s = WG / 2;
-                        while s > 0 {
-                            for i in 0..s {
-                                red[i] = #combine;
+                        for base in (0..WG).step_by(#width) {
+                            for s in #steps {
+                                for i in base..base + s {
+                                    let (a, b) = (red[i], red[i + s]);
+                                    red[i] = #combine;
+                                }
                             }
-                            s /= 2;
                         }
                         for lid in 0..WG {
                             #out
@@ -648,8 +661,7 @@ impl Gen<'_> {
                             vals[lid] = #a0;
                             idxs[lid] = #a1;
                         }
-                        let mut s = WG / 2;
-                        while s > 0 {
+                        for s in #steps {
                             for i in 0..s {
                                 let (av, ai, bv, bi) = (vals[i], idxs[i], vals[i + s], idxs[i + s]);
                                 // Larger value wins, ties go to the lower index, NaN never
@@ -664,7 +676,6 @@ impl Gen<'_> {
                                     idxs[i] = bi;
                                 }
                             }
-                            s /= 2;
                         }
                         for lid in 0..WG {
                             #out0
@@ -673,12 +684,19 @@ impl Gen<'_> {
                     }
                 }
             }
-            CollectiveOp::Broadcast => {
+            CollectiveOp::Broadcast | CollectiveOp::SubgroupShuffle => {
                 let ty = arg_ty(0);
                 let t = ty_tokens(ty);
                 let z = zero(ty);
                 let (a0, a1) = (arg(0), arg(1));
-                let out = set(0, quote!(src[lanes[lid] as usize]));
+                // `broadcast` names a work-item of the workgroup, `subgroup_shuffle` a lane of
+                // the caller's subgroup (modulo its size).
+                let from = if op.is_subgroup() {
+                    quote!(lid / #width * #width + lanes[lid] as usize % #width)
+                } else {
+                    quote!(lanes[lid] as usize)
+                };
+                let out = set(0, quote!(src[#from]));
                 quote! {
                     {
                         let mut src: [#t; WG] = [#z; WG];
@@ -997,6 +1015,7 @@ mod tests {
             name: "test.k".into(),
             version: 3,
             workgroup_size: 8,
+            subgroup: None,
             targets: vec![],
             params,
             shared: vec![],
@@ -1157,7 +1176,8 @@ mod tests {
         );
         assert!(src.contains("for v1_it in 0u32..4u32"), "{src}");
         assert!(
-            src.contains("red[i] = red[i].wrapping_add(red[i + s]);"),
+            src.contains("let (a, b) = (red[i], red[i + s]);")
+                && src.contains("red[i] = a.wrapping_add(b);"),
             "{src}"
         );
         assert!(

@@ -53,6 +53,9 @@ impl Printer<'_> {
             k.name, k.version, k.fn_name
         );
         let _ = writeln!(o, "workgroup {}", k.workgroup_size);
+        if let Some(n) = k.subgroup {
+            let _ = writeln!(o, "subgroup {n}");
+        }
         let _ = writeln!(o, "targets {}", k.targets.join(", "));
         let _ = writeln!(o, "params {{");
         for (i, p) in k.params.iter().enumerate() {
@@ -372,6 +375,7 @@ mod tests {
             name: "example.scale".into(),
             version: 2,
             workgroup_size: 64,
+            subgroup: None,
             targets: vec!["gfx942".into()],
             params: vec![
                 Param::Buffer {

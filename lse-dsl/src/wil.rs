@@ -384,6 +384,7 @@ mod tests {
             name: "test.k".into(),
             version: 1,
             workgroup_size: 4,
+            subgroup: None,
             targets: vec![],
             params: vec![],
             shared: vec![],

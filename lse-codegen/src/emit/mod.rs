@@ -102,7 +102,10 @@ impl<'k> Emitter<'k> {
     /// returning `None` when they are wrong; else the element type. Every target lowers
     /// collectives itself and calls this first.
     pub fn check_collective(&mut self, op: CollectiveOp, dst: &[u32], args: &[Expr]) -> Option<Ty> {
-        let want = if matches!(op, CollectiveOp::Argmax | CollectiveOp::Broadcast) {
+        let want = if matches!(
+            op,
+            CollectiveOp::Argmax | CollectiveOp::Broadcast | CollectiveOp::SubgroupShuffle
+        ) {
             2
         } else {
             1

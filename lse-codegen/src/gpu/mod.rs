@@ -5,6 +5,7 @@
 //! [`matrix`].
 
 pub(crate) mod matrix;
+pub(crate) mod subgroup;
 pub(crate) mod tiles;
 
 use crate::amdgpu::GpuSync;
@@ -80,7 +81,7 @@ pub(crate) fn prologue<'k>(
 }
 
 /// Lowers the kernel body with the shared-memory collectives of [`GpuSync`] and `barrier`,
-/// tile dots on `unit` where they fit, ends the function, and adds the collectives' scratch
+/// tile dots on `unit` where they fit, subgroup built-ins with `lanes`, ends the function, and adds the collectives' scratch
 /// arrays to `globals`.
 pub(crate) fn body(
     e: &mut Emitter,
@@ -88,9 +89,10 @@ pub(crate) fn body(
     wg: u32,
     barrier: fn(&mut Emitter),
     unit: Option<MatrixUnit>,
+    lanes: subgroup::Lanes,
     globals: &mut String,
 ) -> Result<(), String> {
-    let mut sync = GpuSync::new(wg, barrier, unit);
+    let mut sync = GpuSync::new(wg, barrier, unit, lanes);
     tiles::zero_all(e, wg, barrier);
     e.block(&mut sync, &k.body);
     e.b.ins("ret void");

@@ -463,14 +463,17 @@ impl HostPhases {
         });
     }
 
+    /// A collective over the work-items' values: the tree of `ir::tree_steps` within each
+    /// group of `op.width` work-items (the workgroup, or a subgroup), or a lane read.
     fn collective(&mut self, e: &mut Emitter, op: CollectiveOp, dst: &[u32], args: &[Expr]) {
         let Some(ty) = e.check_collective(op, dst, args) else {
             return;
         };
         let wg = self.wg;
+        let width = op.width(e.k);
         let t = lty(ty);
         let vals = e.alloca(&format!("[{wg} x {t}]"), 16);
-        let idxs = if op == CollectiveOp::Argmax {
+        let idxs = if matches!(op, CollectiveOp::Argmax | CollectiveOp::SubgroupShuffle) {
             e.alloca(&format!("[{wg} x i32]"), 16)
         } else {
             String::new()
@@ -488,7 +491,11 @@ impl HostPhases {
             let md = e.mem_md.clone();
             e.b.ins(format!("store {t} {v}, ptr {p}, align 4{md}"));
         };
-        // Every work-item's arguments.
+        // The first work-item of the caller's group of `width`.
+        let group_base = |e: &mut Emitter, lid: &str| -> String {
+            e.b.op(format!("and i32 {lid}, {}", !(width - 1) as i32))
+        };
+        // Every work-item's arguments (and, for a shuffle, the work-item it reads).
         self.region(e, true, |_, e| {
             let lid = e.lid.clone();
             let v = e.expr(&args[0]);
@@ -496,15 +503,38 @@ impl HostPhases {
             if op == CollectiveOp::Argmax {
                 let x = e.expr(&args[1]);
                 store(e, &idxs, "i32", &lid, &x);
+            } else if op == CollectiveOp::SubgroupShuffle {
+                let lane = e.expr(&args[1]);
+                let lane = e.b.op(format!("and i32 {lane}, {}", width - 1));
+                let base = group_base(e, &lid);
+                let from = e.b.op(format!("or i32 {base}, {lane}"));
+                store(e, &idxs, "i32", &lid, &from);
             }
         });
+        if op == CollectiveOp::SubgroupShuffle {
+            return self.region(e, true, |_, e| {
+                let lid = e.lid.clone();
+                let from = load(e, &idxs, "i32", &lid);
+                let v = load(e, &vals, t, &from);
+                e.write_var(dst[0], &v);
+            });
+        }
         let (rv, ri) = if op == CollectiveOp::Broadcast {
             let lane = self.uniform(e, &args[1]);
             (load(e, &vals, t, &lane), String::new())
         } else {
-            let mut s = wg / 2;
-            while s >= 1 {
-                self.parallel_loop(e, s, true, |_, e, i| {
+            let groups = wg / width;
+            for s in lse_dsl::ir::tree_steps(width) {
+                // Iteration `i` combines lane `i % s` of group `i / s`.
+                self.parallel_loop(e, groups * s, true, |_, e, i| {
+                    let i = &if groups == 1 {
+                        i.to_string()
+                    } else {
+                        let g = e.b.op(format!("udiv i32 {i}, {s}"));
+                        let base = e.b.op(format!("mul i32 {g}, {width}"));
+                        let r = e.b.op(format!("urem i32 {i}, {s}"));
+                        e.b.op(format!("add i32 {base}, {r}"))
+                    };
                     let j = e.b.op(format!("add i32 {i}, {s}"));
                     if op == CollectiveOp::Argmax {
                         let (av, ai) = (load(e, &vals, t, i), load(e, &idxs, "i32", i));
@@ -515,13 +545,21 @@ impl HostPhases {
                     } else {
                         let a = load(e, &vals, t, i);
                         let b = load(e, &vals, t, &j);
-                        match combine(&mut e.b, op, ty, &a, &b) {
+                        match combine(&mut e.b, op.reduction(), ty, &a, &b) {
                             Some(r) => store(e, &vals, t, i, &r),
                             None => e.fail(format!("{op:?} on {}", ty.rust_name())),
                         }
                     }
                 });
-                s /= 2;
+            }
+            if width < wg {
+                // Each work-item takes its subgroup's result.
+                return self.region(e, true, |_, e| {
+                    let lid = e.lid.clone();
+                    let base = group_base(e, &lid);
+                    let v = load(e, &vals, t, &base);
+                    e.write_var(dst[0], &v);
+                });
             }
             let ri = if op == CollectiveOp::Argmax {
                 load(e, &idxs, "i32", "0")

@@ -198,3 +198,21 @@ fn half_values_code_objects() {
         check_common(&k, arch, mach, wave);
     }
 }
+
+/// Subgroups that fit a wave use the lane shuffle (`ds_bpermute`); a subgroup wider than an
+/// RDNA wave goes through LDS with barriers.
+#[test]
+fn subgroup_code_objects() {
+    let k = kernels::from_source(kernels::SUBGROUPS_SRC);
+    let wide = kernels::from_source(kernels::WIDE_SUBGROUPS_SRC);
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(c.asm.contains("ds_bpermute"), "{arch}: no lane shuffle");
+        let c = check_common(&wide, arch, mach, wave);
+        if wave == 64 {
+            assert!(c.asm.contains("ds_bpermute"), "{arch}: no lane shuffle");
+        } else {
+            assert!(c.asm.contains("s_barrier"), "{arch}: no barrier");
+        }
+    }
+}

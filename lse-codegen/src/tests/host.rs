@@ -395,6 +395,7 @@ fn column_dots() -> Kernel {
         name: "test.k_column_dots".into(),
         version: 1,
         workgroup_size: 64,
+        subgroup: None,
         targets: vec![],
         params: vec![
             buffer("m", Ty::F32, Access::Read),
@@ -634,6 +635,61 @@ fn half_values_match_the_half_crate_on_every_cpu() {
                 | u32::from(p >= q) << 2
                 | u32::from(p != q) << 3;
             assert_eq!(flags[i], want_f, "{cpu} flags {i}: {x} {y} {p} {q}");
+        }
+    }
+}
+
+/// `op` folded over `v` by the tree of `ir::tree_steps` (the collectives' definition).
+fn tree<T: Copy>(v: &[T], op: impl Fn(T, T) -> T) -> T {
+    let mut v = v.to_vec();
+    for s in lse_dsl::ir::tree_steps(v.len() as u32) {
+        for i in 0..s as usize {
+            v[i] = op(v[i], v[i + s as usize]);
+        }
+    }
+    v[0]
+}
+
+/// The subgroup built-ins on every host level: reductions in the tree order within each
+/// subgroup of 8 (bit for bit), a shuffle within the subgroup with the lane taken modulo 8,
+/// subgroup ids and lanes; NaN ignored by `subgroup_max`.
+#[test]
+fn subgroup_builtins_follow_their_definition_on_every_cpu() {
+    let k = kernels::from_source(kernels::SUBGROUPS_SRC);
+    let n = 64usize;
+    let mut x: Vec<f32> = (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 / 1e6 - 7.0)
+        .collect();
+    x[13] = f32::NAN;
+    let u: Vec<u32> = (0..n as u32).map(|i| (i * 7919) % 13).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let (mut xs, mut us) = (x.clone(), u.clone());
+        let (mut sums, mut maxes, mut shuf) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+        let (mut mins, mut ids) = (vec![0u32; n], vec![0u32; n]);
+        let bufs = [
+            raw(&mut xs),
+            raw(&mut us),
+            raw(&mut sums),
+            raw(&mut maxes),
+            raw(&mut mins),
+            raw(&mut shuf),
+            raw(&mut ids),
+        ];
+        run(&lib, &bufs, &[], [2, 1, 1], 0, 2);
+        for i in 0..n {
+            let g = &x[i / 8 * 8..i / 8 * 8 + 8];
+            let lane = i % 8;
+            let want_sum = tree(g, |a, b| a + b);
+            let want_max = tree(g, f32::max);
+            assert_eq!(sums[i].to_bits(), want_sum.to_bits(), "{cpu} sum {i}");
+            assert_eq!(maxes[i].to_bits(), want_max.to_bits(), "{cpu} max {i}");
+            assert!(!maxes[i].is_nan(), "{cpu} max {i} is NaN");
+            let want_min = tree(&u[i / 8 * 8..i / 8 * 8 + 8], u32::min);
+            assert_eq!(mins[i], want_min, "{cpu} min {i}");
+            let from = (7 - lane + u[i] as usize * 8) % 8;
+            assert_eq!(shuf[i].to_bits(), g[from].to_bits(), "{cpu} shuffle {i}");
+            assert_eq!(ids[i], ((i % 32) / 8 * 100 + lane) as u32, "{cpu} ids {i}");
         }
     }
 }

@@ -63,6 +63,7 @@ fn kernel(
         name: format!("test.{fn_name}"),
         version: 1,
         workgroup_size: wg,
+        subgroup: None,
         targets: vec!["gfx1201".into(), "gfx1100".into(), "gfx942".into()],
         params,
         shared,
@@ -461,3 +462,33 @@ pub fn from_source(src: &str) -> Kernel {
     assert_eq!(ks.len(), 1);
     ks.remove(0)
 }
+
+/// Every subgroup built-in, subgroups of 8 in workgroups of 32: a reversing shuffle whose
+/// lane wraps modulo the subgroup size.
+pub const SUBGROUPS_SRC: &str = r#"
+#[loom::kernel(name = "test.subgroups", version = 1, workgroup = 32, subgroup = 8)]
+fn subgroups(x: &[f32], u: &[u32], sums: &mut [f32], maxes: &mut [f32], mins: &mut [u32], shuf: &mut [f32], ids: &mut [u32]) {
+    let i = group_id() * group_size() + local_id();
+    let v = x[i];
+    let s = subgroup_sum(v);
+    let m = subgroup_max(v);
+    let n = subgroup_min(u[i]);
+    let r = subgroup_shuffle(v, subgroup_size() - 1 - subgroup_lane() + u[i] * 8);
+    sums[i] = s;
+    maxes[i] = m;
+    mins[i] = n;
+    shuf[i] = r;
+    ids[i] = subgroup_id() * 100 + subgroup_lane();
+}
+"#;
+
+/// Subgroups of 64 in workgroups of 128: wider than an RDNA wave or an NVIDIA warp (the LDS
+/// path there), one CDNA wave (the shuffle path).
+pub const WIDE_SUBGROUPS_SRC: &str = r#"
+#[loom::kernel(name = "test.wide_subgroups", version = 1, workgroup = 128, subgroup = 64)]
+fn wide_subgroups(x: &[f32], out: &mut [f32]) {
+    let i = group_id() * group_size() + local_id();
+    let s = subgroup_sum(x[i]);
+    out[i] = subgroup_shuffle(s + x[i], 3);
+}
+"#;

@@ -157,3 +157,15 @@ fn half_values_ptx() {
         check_ptx(&k, sm);
     }
 }
+
+#[test]
+fn subgroups_use_warp_shuffles_or_shared_memory() {
+    let k = super::kernels::from_source(super::kernels::SUBGROUPS_SRC);
+    let wide = super::kernels::from_source(super::kernels::WIDE_SUBGROUPS_SRC);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&k, sm);
+        assert!(ptx.contains("shfl.sync.idx"), "{sm}: no warp shuffle");
+        let ptx = check_ptx(&wide, sm);
+        assert!(ptx.contains("bar.sync"), "{sm}: no barrier");
+    }
+}

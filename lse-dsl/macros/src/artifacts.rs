@@ -175,6 +175,7 @@ mod tests {
             name: "t.demo".into(),
             version: 1,
             workgroup_size: 64,
+            subgroup: None,
             targets: vec!["gfx1100".into()],
             params: vec![],
             shared: vec![],

@@ -474,3 +474,33 @@ fn half_arithmetic_rounds_each_operation() {
         assert_eq!(less[i], u32::from(r(x - y) < y), "less[{i}]");
     }
 }
+
+#[loom::kernel(name = "test.subgroup_sums", version = 1, workgroup = 16, subgroup = 4)]
+fn subgroup_sums(x: &[u32], sums: &mut [u32], next: &mut [u32], where_: &mut [u32]) {
+    let i = local_id();
+    sums[i] = subgroup_sum(x[i]);
+    next[i] = subgroup_shuffle(x[i], subgroup_lane() + 1);
+    where_[i] = subgroup_id() * subgroup_size() + subgroup_lane();
+}
+
+/// The generated Rust's subgroups: groups of 4 consecutive work-items, the sum within each,
+/// a rotating shuffle that wraps inside the subgroup, and ids and lanes that rebuild the
+/// work-item index.
+#[test]
+fn subgroup_builtins_work_within_groups_of_the_declared_size() {
+    let mut x: Vec<u32> = (0..16).map(|i| 1 << i).collect();
+    let (mut sums, mut next, mut where_) = (vec![0u32; 16], vec![0u32; 16], vec![0u32; 16]);
+    let bufs = [
+        raw(&mut x),
+        raw(&mut sums),
+        raw(&mut next),
+        raw(&mut where_),
+    ];
+    (subgroup_sums::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for i in 0..16 {
+        let base = i / 4 * 4;
+        assert_eq!(sums[i], 0b1111 << base, "sum {i}");
+        assert_eq!(next[i], 1 << (base + (i + 1) % 4), "next {i}");
+        assert_eq!(where_[i], i as u32, "where {i}");
+    }
+}

@@ -1,5 +1,5 @@
-//! The `#[loom::kernel(name = "...", version = N, workgroup = N, targets = [...], elem = [...])]`
-//! attribute.
+//! The `#[loom::kernel(name = "...", version = N, workgroup = N, subgroup = N, targets = [...],
+//! elem = [...])]` attribute.
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::Parser;
@@ -16,6 +16,8 @@ pub(super) struct KernelAttr {
     pub name: String,
     pub version: u32,
     pub workgroup: u32,
+    /// `subgroup = N`, for the `subgroup_*` built-ins.
+    pub subgroup: Option<u32>,
     pub targets: Vec<String>,
     /// `elem = [...]`: the element types a generic kernel is instantiated for.
     pub elem: Option<ElemList>,
@@ -38,7 +40,7 @@ impl PartialEq for ElemList {
 /// The element types `elem` may list.
 pub(super) const ELEM_TYS: [Ty; 3] = [Ty::Bf16, Ty::F16, Ty::F32];
 
-const KEYS: &str = "`name`, `version`, `workgroup`, `targets` or `elem`";
+const KEYS: &str = "`name`, `version`, `workgroup`, `subgroup`, `targets` or `elem`";
 
 /// Parses and validates the attribute's tokens. `at` is where errors about missing keys point
 /// (the attribute itself when the tokens are empty).
@@ -60,6 +62,7 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
     let mut name = None;
     let mut version = None;
     let mut workgroup = None;
+    let mut subgroup: Option<(u32, Span)> = None;
     let mut targets = None;
     let mut elem = None;
     for m in &metas {
@@ -72,6 +75,9 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
             "name" => name.replace(parse_name(&m.value)?).is_some(),
             "version" => version.replace(parse_u32(&m.value, "version")?).is_some(),
             "workgroup" => workgroup.replace(parse_workgroup(&m.value)?).is_some(),
+            "subgroup" => subgroup
+                .replace((parse_u32(&m.value, "subgroup")?, m.value.span()))
+                .is_some(),
             "targets" => targets.replace(parse_targets(&m.value)?).is_some(),
             "elem" => elem.replace(parse_elem(&m.value)?).is_some(),
             _ => {
@@ -95,10 +101,22 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
             format!("#[loom::kernel] needs `{k}` (for example `{k} = {example}`)"),
         )
     };
+    let name = name.ok_or_else(|| missing("name", "\"logits.lse_pick\""))?;
+    let version = version.ok_or_else(|| missing("version", "1"))?;
+    let workgroup = workgroup.ok_or_else(|| missing("workgroup", "256"))?;
+    if let Some((n, span)) = subgroup {
+        if n < 2 || !n.is_power_of_two() || n > workgroup {
+            return Err(syn::Error::new(
+                span,
+                format!("`subgroup` must be a power of two from 2 to the workgroup size ({workgroup}), found {n}"),
+            ));
+        }
+    }
     Ok(KernelAttr {
-        name: name.ok_or_else(|| missing("name", "\"logits.lse_pick\""))?,
-        version: version.ok_or_else(|| missing("version", "1"))?,
-        workgroup: workgroup.ok_or_else(|| missing("workgroup", "256"))?,
+        name,
+        version,
+        workgroup,
+        subgroup: subgroup.map(|(n, _)| n),
         targets: targets.unwrap_or_else(|| DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()),
         elem,
     })
@@ -276,6 +294,7 @@ mod tests {
                 name: "a.b_c".into(),
                 version: 3,
                 workgroup: 64,
+                subgroup: None,
                 targets: vec!["gfx942".into()],
                 elem: None,
             }
@@ -286,6 +305,23 @@ mod tests {
     fn targets_default_to_the_three_archs() {
         let a = parse(quote!(name = "x", version = 1, workgroup = 1)).unwrap();
         assert_eq!(a.targets, vec!["gfx1201", "gfx1100", "gfx942"]);
+    }
+
+    #[test]
+    fn subgroup_is_a_power_of_two_within_the_workgroup() {
+        let a = parse(quote!(
+            name = "x",
+            version = 1,
+            workgroup = 64,
+            subgroup = 16
+        ))
+        .unwrap();
+        assert_eq!(a.subgroup, Some(16));
+        for bad in [quote!(1), quote!(3), quote!(128), quote!(0)] {
+            let e = parse(quote!(name = "x", version = 1, workgroup = 64, subgroup = #bad))
+                .unwrap_err();
+            assert!(e.contains("`subgroup` must be a power of two"), "{e}");
+        }
     }
 
     #[test]

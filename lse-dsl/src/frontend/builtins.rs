@@ -10,11 +10,11 @@ use syn::Token;
 use super::cx::{Cx, Site};
 use super::syntax::{err, expect, storage_value_msg, strip, text};
 use super::types::{ty_list, NUMERIC};
-use crate::ir::{Builtin, CollectiveOp, Expr, ExprKind, MathFn, Stmt, Ty};
+use crate::ir::{BinOp, Builtin, CollectiveOp, Expr, ExprKind, MathFn, Stmt, Ty};
 
 type Args = Punctuated<syn::Expr, Token![,]>;
 
-const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, tile, tile_zero, tile_load, tile_load_t, tile_store, tile_store_t, tile_dot, tile_add, tile_sub, tile_mul, tile_div, tile_max, tile_row_sum, tile_row_max, tile_exp, tile_scale, tile_copy, reduce_sum, reduce_max, reduce_min, argmax, broadcast, exp, log, sigmoid, silu, tanh, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
+const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, tile, tile_zero, tile_load, tile_load_t, tile_store, tile_store_t, tile_dot, tile_add, tile_sub, tile_mul, tile_div, tile_max, tile_row_sum, tile_row_max, tile_exp, tile_scale, tile_copy, reduce_sum, reduce_max, reduce_min, argmax, broadcast, subgroup_size, subgroup_id, subgroup_lane, subgroup_sum, subgroup_max, subgroup_min, subgroup_shuffle, exp, log, sigmoid, silu, tanh, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16";
 
 /// The collective a function name denotes.
 pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
@@ -24,6 +24,10 @@ pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
         "reduce_min" => CollectiveOp::ReduceMin,
         "argmax" => CollectiveOp::Argmax,
         "broadcast" => CollectiveOp::Broadcast,
+        "subgroup_sum" => CollectiveOp::SubgroupSum,
+        "subgroup_max" => CollectiveOp::SubgroupMax,
+        "subgroup_min" => CollectiveOp::SubgroupMin,
+        "subgroup_shuffle" => CollectiveOp::SubgroupShuffle,
         _ => return None,
     })
 }
@@ -80,19 +84,27 @@ impl Cx {
     ) -> syn::Result<(Vec<Expr>, Vec<Ty>)> {
         let name = op.name();
         let span = c.span();
+        if op.is_subgroup() {
+            self.subgroup_size(name, span)?;
+        }
         match op {
-            CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
+            CollectiveOp::ReduceSum
+            | CollectiveOp::ReduceMax
+            | CollectiveOp::ReduceMin
+            | CollectiveOp::SubgroupSum
+            | CollectiveOp::SubgroupMax
+            | CollectiveOp::SubgroupMin => {
                 arity(name, &c.args, 1, span)?;
                 let x = self.expr(&c.args[0], want)?;
                 numeric(&x, c.args[0].span(), name)?;
                 let ty = x.ty;
                 Ok((vec![x], vec![ty]))
             }
-            CollectiveOp::Broadcast => {
+            CollectiveOp::Broadcast | CollectiveOp::SubgroupShuffle => {
                 arity(name, &c.args, 2, span)?;
                 let x = self.expr(&c.args[0], want)?;
                 numeric(&x, c.args[0].span(), name)?;
-                let lane = self.expr_of(&c.args[1], Ty::U32, "the lane of `broadcast`")?;
+                let lane = self.expr_of(&c.args[1], Ty::U32, &format!("the lane of `{name}`"))?;
                 let ty = x.ty;
                 Ok((vec![x, lane], vec![ty]))
             }
@@ -103,6 +115,16 @@ impl Cx {
                 Ok((vec![v, i], vec![Ty::F32, Ty::U32]))
             }
         }
+    }
+
+    /// The kernel's subgroup size, which `name` needs.
+    fn subgroup_size(&self, name: &str, span: Span) -> syn::Result<u32> {
+        self.subgroup.ok_or_else(|| {
+            syn::Error::new(
+                span,
+                format!("`{name}` needs the kernel's subgroup size: add `subgroup = N` to `#[loom::kernel(...)]` (a power of two up to the workgroup size)"),
+            )
+        })
     }
 
     /// A collective inside an expression: hoisted before the statement into a fresh local.
@@ -178,6 +200,17 @@ impl Cx {
             "num_groups_y" => builtin(Builtin::NumGroups(1)),
             "num_groups_z" => builtin(Builtin::NumGroups(2)),
             "group_size" => builtin(Builtin::GroupSize),
+            "subgroup_size" | "subgroup_id" | "subgroup_lane" => {
+                arity(&name, &c.args, 0, span)?;
+                let n = Expr::const_u32(self.subgroup_size(&name, span)?);
+                let lid = Expr::new(ExprKind::Builtin(Builtin::LocalId), Ty::U32);
+                let op = match name.as_str() {
+                    "subgroup_size" => return Ok(n),
+                    "subgroup_id" => BinOp::Div,
+                    _ => BinOp::Rem,
+                };
+                self.make_binary(op, lid, n, span)
+            }
             "barrier" => err(span, "`barrier()` is a statement, not a value"),
             "exp" => self.math1(MathFn::Exp, &name, &c.args, span),
             "log" => self.math1(MathFn::Log, &name, &c.args, span),

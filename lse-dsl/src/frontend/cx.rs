@@ -53,6 +53,8 @@ pub(super) fn site_at(sites: &Sites, path: &[u32]) -> Site {
 /// State of one kernel's lowering.
 pub(super) struct Cx {
     pub workgroup: u32,
+    /// The kernel's `subgroup = N`, if given.
+    pub subgroup: Option<u32>,
     pub params: Vec<Param>,
     pub shared: Vec<SharedArray>,
     pub tiles: Vec<TileDecl>,
@@ -80,6 +82,7 @@ impl Cx {
         }
         Cx {
             workgroup,
+            subgroup: None,
             params,
             shared: Vec::new(),
             tiles: Vec::new(),

@@ -74,6 +74,7 @@ fn parse_kernels_at(
 fn lower(a: &attr::KernelAttr, item: &syn::ItemFn, name: &str) -> syn::Result<ir::Kernel> {
     let params = params::parse_params(&item.sig)?;
     let mut cx = cx::Cx::new(a.workgroup, params);
+    cx.subgroup = a.subgroup;
     let body = cx.lower_body(&item.block)?;
     breaks::check(&body, &cx.sites)?;
     let kernel = ir::Kernel {
@@ -81,6 +82,7 @@ fn lower(a: &attr::KernelAttr, item: &syn::ItemFn, name: &str) -> syn::Result<ir
         name: name.to_string(),
         version: a.version,
         workgroup_size: a.workgroup,
+        subgroup: a.subgroup,
         targets: a.targets.clone(),
         params: cx.params,
         shared: cx.shared,

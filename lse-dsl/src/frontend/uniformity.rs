@@ -183,8 +183,9 @@ impl Uni<'_> {
             Stmt::Collective { op, dst, args } => {
                 self.require_uniform(path, ctl)?;
                 let lane_div = *op == CollectiveOp::Broadcast && self.divergent(&args[1], d);
+                // A subgroup op's result differs between subgroups.
                 for v in dst {
-                    Self::set(d, *v, ctl.is_some() || lane_div);
+                    Self::set(d, *v, ctl.is_some() || lane_div || op.is_subgroup());
                 }
             }
         }
