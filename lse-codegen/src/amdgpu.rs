@@ -5,7 +5,7 @@
 //! `s_barrier`, workgroup-scope acquire fence. Collectives go through an LDS scratch array of
 //! WG words and the fixed reduction tree of `lse_dsl::ir`.
 
-use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts};
+use crate::emit::{combine, combine_argmax, lty, Emitter, Lowered, ModuleText, TargetStmts};
 use crate::gpu::matrix::MatrixUnit;
 use crate::gpu::subgroup::Lanes;
 use crate::gpu::{self, GpuKernel};
@@ -190,17 +190,18 @@ impl GpuSync {
 }
 
 impl TargetStmts for GpuSync {
-    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
+    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) -> Lowered<()> {
         let (op, dst, args) = match s {
             Stmt::Collective { op, dst, args } => (op, dst, args),
             Stmt::Tile(t) => {
                 return crate::gpu::tiles::lower(e, self.wg, self.barrier, self.unit, t)
             }
-            _ => return (self.barrier)(e),
+            _ => {
+                (self.barrier)(e);
+                return Ok(());
+            }
         };
-        let Some(ty) = e.check_collective(*op, dst, args) else {
-            return;
-        };
+        let ty = e.check_collective(*op, dst, args)?;
         if op.is_subgroup() {
             let width = op.width(e.k);
             return crate::gpu::subgroup::lower(self, e, *op, width, ty, dst, args);
@@ -210,29 +211,24 @@ impl TargetStmts for GpuSync {
         self.uses_red_v = true;
         match op {
             CollectiveOp::ReduceSum | CollectiveOp::ReduceMax | CollectiveOp::ReduceMin => {
-                let v = e.expr(&args[0]);
+                let v = e.expr(&args[0])?;
                 store(e, RED_V, ty, &lid, &v);
                 (self.barrier)(e);
-                let mut bad = false;
                 self.tree(e, wg, |_, e, i, j| {
                     let a = load(e, RED_V, ty, i);
                     let b = load(e, RED_V, ty, j);
-                    match combine(&mut e.b, *op, ty, &a, &b) {
-                        Some(r) => store(e, RED_V, ty, i, &r),
-                        None => bad = true,
-                    }
+                    let r = combine(&mut e.b, *op, ty, &a, &b)
+                        .expect("check_collective admits only f32, i32 and u32");
+                    store(e, RED_V, ty, i, &r);
                 });
-                if bad {
-                    e.fail(format!("{op:?} on {}", ty.rust_name()));
-                }
                 let r = load(e, RED_V, ty, "0");
                 (self.barrier)(e);
-                e.write_var(dst[0], &r);
+                e.write_var(dst[0], &r)?;
             }
             CollectiveOp::Argmax => {
                 self.uses_red_i = true;
-                let v = e.expr(&args[0]);
-                let idx = e.expr(&args[1]);
+                let v = e.expr(&args[0])?;
+                let idx = e.expr(&args[1])?;
                 store(e, RED_V, Ty::F32, &lid, &v);
                 store(e, RED_I, Ty::U32, &lid, &idx);
                 (self.barrier)(e);
@@ -246,22 +242,23 @@ impl TargetStmts for GpuSync {
                 let v = load(e, RED_V, Ty::F32, "0");
                 let x = load(e, RED_I, Ty::U32, "0");
                 (self.barrier)(e);
-                e.write_var(dst[0], &v);
-                e.write_var(dst[1], &x);
+                e.write_var(dst[0], &v)?;
+                e.write_var(dst[1], &x)?;
             }
             CollectiveOp::Broadcast => {
-                let v = e.expr(&args[0]);
-                let lane = e.expr(&args[1]);
+                let v = e.expr(&args[0])?;
+                let lane = e.expr(&args[1])?;
                 store(e, RED_V, ty, &lid, &v);
                 (self.barrier)(e);
                 let r = load(e, RED_V, ty, &lane);
                 (self.barrier)(e);
-                e.write_var(dst[0], &r);
+                e.write_var(dst[0], &r)?;
             }
             CollectiveOp::SubgroupSum
             | CollectiveOp::SubgroupMax
             | CollectiveOp::SubgroupMin
             | CollectiveOp::SubgroupShuffle => unreachable!("lowered above"),
         }
+        Ok(())
     }
 }

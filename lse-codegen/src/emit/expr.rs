@@ -1,24 +1,21 @@
 //! Expression lowering: every LOOM expression becomes straight-line LLVM IR, except the
 //! lazy operators (`&&`, `||`, `Select`), which branch and join with a `phi`.
 
-use super::{align_of, constant, lty, Emitter};
+use super::{align_of, constant, lty, Emitter, Lowered};
 use lse_dsl::ir::{BinOp, Builtin, Expr, ExprKind, MathFn, Ty, UnOp};
 
 impl Emitter<'_> {
     /// Lowers `e`, returning the LLVM operand holding its value.
-    pub fn expr(&mut self, e: &Expr) -> String {
-        match &e.kind {
+    pub fn expr(&mut self, e: &Expr) -> Lowered<String> {
+        Ok(match &e.kind {
             ExprKind::Const(bits) => constant(&mut self.b, *bits, e.ty),
-            ExprKind::Var(v) => self.read_var(*v),
+            ExprKind::Var(v) => self.read_var(*v)?,
             ExprKind::Param(p) => match self.scalars.get(*p as usize).cloned().flatten() {
                 Some(v) => v,
-                None => {
-                    self.fail(format!("parameter {p} is used as a scalar but is not one"));
-                    "poison".into()
-                }
+                None => return Err(format!("parameter {p} is used as a scalar but is not one")),
             },
             ExprKind::Load { buf, index } => {
-                let p = self.buf_elem_ptr(*buf, index, e.ty);
+                let p = self.buf_elem_ptr(*buf, index, e.ty)?;
                 let md = self.mem_md.clone();
                 self.b.op(format!(
                     "load {}, {} {p}, align {}{md}",
@@ -28,7 +25,7 @@ impl Emitter<'_> {
                 ))
             }
             ExprKind::SharedLoad { array, index } => {
-                let p = self.shared_elem_ptr(*array, index, e.ty);
+                let p = self.shared_elem_ptr(*array, index, e.ty)?;
                 let md = self.mem_md.clone();
                 self.b.op(format!(
                     "load {}, {} {p}, align {}{md}",
@@ -44,7 +41,7 @@ impl Emitter<'_> {
                 Builtin::GroupSize => self.k.workgroup_size.to_string(),
             },
             ExprKind::Unary(op, a) => {
-                let v = self.expr(a);
+                let v = self.expr(a)?;
                 match (op, a.ty) {
                     (UnOp::Neg, Ty::F32) => self.b.op(format!("fneg float {v}")),
                     (UnOp::Neg, Ty::I32 | Ty::U32) => self.b.op(format!("sub i32 0, {v}")),
@@ -52,17 +49,14 @@ impl Emitter<'_> {
                     (UnOp::Neg, Ty::Bf16 | Ty::F16) => self.b.op(format!("xor i16 {v}, -32768")),
                     (UnOp::Not, Ty::Bool) => self.b.op(format!("xor i1 {v}, true")),
                     (UnOp::Not, Ty::I32 | Ty::U32) => self.b.op(format!("xor i32 {v}, -1")),
-                    (op, t) => {
-                        self.fail(format!("unary {op:?} on {}", t.rust_name()));
-                        "poison".into()
-                    }
+                    (op, t) => return Err(format!("unary {op:?} on {}", t.rust_name())),
                 }
             }
-            ExprKind::Binary(op, a, b) => self.binary(*op, a, b),
-            ExprKind::Cast(a) => self.cast(a, e.ty),
-            ExprKind::Math(f, args) => self.math(*f, args, e.ty),
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b)?,
+            ExprKind::Cast(a) => self.cast(a, e.ty)?,
+            ExprKind::Math(f, args) => self.math(*f, args, e.ty)?,
             ExprKind::Select(c, a, b) => {
-                let cv = self.expr(c);
+                let cv = self.expr(c)?;
                 let (lt, lf, end) = (
                     self.b.label("sel.t"),
                     self.b.label("sel.f"),
@@ -70,11 +64,11 @@ impl Emitter<'_> {
                 );
                 self.b.cbr(&cv, &lt, &lf);
                 self.b.start(&lt);
-                let av = self.expr(a);
+                let av = self.expr(a)?;
                 let from_a = self.b.cur.clone();
                 self.b.br(&end);
                 self.b.start(&lf);
-                let bv = self.expr(b);
+                let bv = self.expr(b)?;
                 let from_b = self.b.cur.clone();
                 self.b.br(&end);
                 self.b.start(&end);
@@ -83,13 +77,13 @@ impl Emitter<'_> {
                     lty(e.ty)
                 ))
             }
-        }
+        })
     }
 
     /// `zext` of a u32 index to i64.
-    fn index64(&mut self, index: &Expr) -> String {
-        let i = self.index(index);
-        self.b.op(format!("zext i32 {i} to i64"))
+    fn index64(&mut self, index: &Expr) -> Lowered<String> {
+        let i = self.index(index)?;
+        Ok(self.b.op(format!("zext i32 {i} to i64")))
     }
 
     /// Lowers an index expression. The `+`/`*` spine of a `u32` index (the sum of products
@@ -97,70 +91,62 @@ impl Emitter<'_> {
     /// semantics: an index whose arithmetic would wrap is out of bounds, hence undefined),
     /// so it gets `nuw`: LLVM can then distribute the zero-extension to i64 over the terms
     /// and see consecutive or uniform addresses across work-items.
-    fn index(&mut self, e: &Expr) -> String {
+    fn index(&mut self, e: &Expr) -> Lowered<String> {
         match &e.kind {
             ExprKind::Binary(op @ (BinOp::Add | BinOp::Mul), a, b)
                 if e.ty == Ty::U32 && a.ty == Ty::U32 && b.ty == Ty::U32 =>
             {
-                let av = self.index(a);
-                let bv = self.index(b);
+                let av = self.index(a)?;
+                let bv = self.index(b)?;
                 let inst = if *op == BinOp::Add { "add" } else { "mul" };
-                self.b.op(format!("{inst} nuw i32 {av}, {bv}"))
+                Ok(self.b.op(format!("{inst} nuw i32 {av}, {bv}")))
             }
             _ => self.expr(e),
         }
     }
 
     /// Address of `buf[index]`.
-    pub fn buf_elem_ptr(&mut self, buf: u32, index: &Expr, ty: Ty) -> String {
-        let base = match self.bufs.get(buf as usize).cloned().flatten() {
-            Some(b) => b,
-            None => {
-                self.fail(format!("parameter {buf} is indexed but is not a buffer"));
-                "poison".into()
-            }
+    pub fn buf_elem_ptr(&mut self, buf: u32, index: &Expr, ty: Ty) -> Lowered<String> {
+        let Some(base) = self.bufs.get(buf as usize).cloned().flatten() else {
+            return Err(format!("parameter {buf} is indexed but is not a buffer"));
         };
-        let i = self.index64(index);
-        self.b.op(format!(
+        let i = self.index64(index)?;
+        Ok(self.b.op(format!(
             "getelementptr inbounds {}, {} {base}, i64 {i}",
             lty(ty),
             self.buf_ptr
-        ))
+        )))
     }
 
     /// Address of `arr[index]` on a shared array.
-    pub fn shared_elem_ptr(&mut self, array: u32, index: &Expr, ty: Ty) -> String {
-        let base = match self.shared.get(array as usize).cloned() {
-            Some(b) => b,
-            None => {
-                self.fail(format!("shared array {array} is not declared"));
-                "poison".into()
-            }
+    pub fn shared_elem_ptr(&mut self, array: u32, index: &Expr, ty: Ty) -> Lowered<String> {
+        let Some(base) = self.shared.get(array as usize).cloned() else {
+            return Err(format!("shared array {array} is not declared"));
         };
-        let i = self.index(index);
+        let i = self.index(index)?;
         if self.shared_ptr == "ptr" {
             // 64-bit host pointers: a zero-extended index keeps the `nuw` terms visible.
             let i = self.b.op(format!("zext i32 {i} to i64"));
-            return self.b.op(format!(
+            return Ok(self.b.op(format!(
                 "getelementptr inbounds {}, {} {base}, i64 {i}",
                 lty(ty),
                 self.shared_ptr
-            ));
+            )));
         }
-        self.b.op(format!(
+        Ok(self.b.op(format!(
             "getelementptr inbounds {}, {} {base}, i32 {i}",
             lty(ty),
             self.shared_ptr
-        ))
+        )))
     }
 
-    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> String {
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> Lowered<String> {
         if matches!(op, BinOp::And | BinOp::Or) {
             return self.lazy_logic(op == BinOp::And, a, b);
         }
         let t = a.ty;
-        let av = self.expr(a);
-        let bv = self.expr(b);
+        let av = self.expr(a)?;
+        let bv = self.expr(b)?;
         if matches!(t, Ty::Bf16 | Ty::F16) {
             return self.half_binary(op, t, &av, &bv);
         }
@@ -187,12 +173,12 @@ impl Emitter<'_> {
                     _ if signed => "ashr",
                     _ => "lshr",
                 };
-                return self.b.op(format!("{i} i32 {av}, {amt}"));
+                return Ok(self.b.op(format!("{i} i32 {av}, {amt}")));
             }
             (op, Ty::F32) if op.is_comparison() => {
-                return self
+                return Ok(self
                     .b
-                    .op(format!("fcmp {} float {av}, {bv}", fcmp_pred(op)));
+                    .op(format!("fcmp {} float {av}, {bv}", fcmp_pred(op))));
             }
             (op, Ty::I32 | Ty::U32 | Ty::Bool) if op.is_comparison() => {
                 let s = if signed { "s" } else { "u" };
@@ -204,20 +190,17 @@ impl Emitter<'_> {
                     BinOp::Eq => "eq".into(),
                     _ => "ne".into(),
                 };
-                return self.b.op(format!("icmp {p} {ty} {av}, {bv}"));
+                return Ok(self.b.op(format!("icmp {p} {ty} {av}, {bv}")));
             }
-            (op, t) => {
-                self.fail(format!("binary {op:?} on {}", t.rust_name()));
-                return "poison".into();
-            }
+            (op, t) => return Err(format!("binary {op:?} on {}", t.rust_name())),
         };
-        self.b.op(format!("{inst} {ty} {av}, {bv}"))
+        Ok(self.b.op(format!("{inst} {ty} {av}, {bv}")))
     }
 
     /// `op` on two bf16 or f16 values `t`: both widened to f32 (exactly), the f32 operation,
     /// and an arithmetic result rounded once to `t` (round to nearest even), as the `half`
     /// crate's operators compute it; comparisons compare the widened values.
-    fn half_binary(&mut self, op: BinOp, t: Ty, av: &str, bv: &str) -> String {
+    fn half_binary(&mut self, op: BinOp, t: Ty, av: &str, bv: &str) -> Lowered<String> {
         let x = convert(&mut self.b, av, t, Ty::F32);
         let y = convert(&mut self.b, bv, t, Ty::F32);
         let inst = match op {
@@ -226,20 +209,17 @@ impl Emitter<'_> {
             BinOp::Mul => "fmul",
             BinOp::Div => "fdiv",
             op if op.is_comparison() => {
-                return self.b.op(format!("fcmp {} float {x}, {y}", fcmp_pred(op)));
+                return Ok(self.b.op(format!("fcmp {} float {x}, {y}", fcmp_pred(op))));
             }
-            op => {
-                self.fail(format!("binary {op:?} on {}", t.rust_name()));
-                return "poison".into();
-            }
+            op => return Err(format!("binary {op:?} on {}", t.rust_name())),
         };
         let r = self.b.op(format!("{inst} float {x}, {y}"));
-        convert(&mut self.b, &r, Ty::F32, t)
+        Ok(convert(&mut self.b, &r, Ty::F32, t))
     }
 
     /// `a && b` / `a || b`, evaluating `b` only when needed.
-    fn lazy_logic(&mut self, is_and: bool, a: &Expr, b: &Expr) -> String {
-        let av = self.expr(a);
+    fn lazy_logic(&mut self, is_and: bool, a: &Expr, b: &Expr) -> Lowered<String> {
+        let av = self.expr(a)?;
         let from_a = self.b.cur.clone();
         let (rhs, end) = (self.b.label("logic.rhs"), self.b.label("logic.end"));
         if is_and {
@@ -248,19 +228,19 @@ impl Emitter<'_> {
             self.b.cbr(&av, &end, &rhs);
         }
         self.b.start(&rhs);
-        let bv = self.expr(b);
+        let bv = self.expr(b)?;
         let from_b = self.b.cur.clone();
         self.b.br(&end);
         self.b.start(&end);
         let short = if is_and { "false" } else { "true" };
-        self.b.op(format!(
+        Ok(self.b.op(format!(
             "phi i1 [ {short}, %{from_a} ], [ {bv}, %{from_b} ]"
-        ))
+        )))
     }
 
-    fn cast(&mut self, a: &Expr, to: Ty) -> String {
-        let v = self.expr(a);
-        match (a.ty, to) {
+    fn cast(&mut self, a: &Expr, to: Ty) -> Lowered<String> {
+        let v = self.expr(a)?;
+        Ok(match (a.ty, to) {
             (x, y) if x == y => v,
             (Ty::I32 | Ty::U32, Ty::I32 | Ty::U32) => v,
             (Ty::F32, Ty::I32) => self
@@ -274,18 +254,20 @@ impl Emitter<'_> {
             (Ty::Bool, Ty::I32 | Ty::U32) => self.b.op(format!("zext i1 {v} to i32")),
             (Ty::Bool, Ty::F32) => self.b.op(format!("uitofp i1 {v} to float")),
             (from, to) => {
-                self.fail(format!(
+                return Err(format!(
                     "cast from {} to {}",
                     from.rust_name(),
                     to.rust_name()
-                ));
-                "poison".into()
+                ))
             }
-        }
+        })
     }
 
-    fn math(&mut self, f: MathFn, args: &[Expr], ty: Ty) -> String {
-        let vals: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+    fn math(&mut self, f: MathFn, args: &[Expr], ty: Ty) -> Lowered<String> {
+        let vals = args
+            .iter()
+            .map(|a| self.expr(a))
+            .collect::<Lowered<Vec<String>>>()?;
         let arg_ty = args.first().map(|a| a.ty).unwrap_or(ty);
         let want = match f {
             MathFn::Fma => 3,
@@ -293,8 +275,7 @@ impl Emitter<'_> {
             _ => 1,
         };
         if vals.len() != want {
-            self.fail(format!("{f:?} takes {want} arguments, got {}", vals.len()));
-            return "poison".into();
+            return Err(format!("{f:?} takes {want} arguments, got {}", vals.len()));
         }
         let x = vals[0].as_str();
         let b = &mut self.b;
@@ -307,9 +288,9 @@ impl Emitter<'_> {
             _ => None,
         };
         if let (Some(name), Ty::F32) = (loom_fn, arg_ty) {
-            return crate::math::call(b, name, x);
+            return Ok(crate::math::call(b, name, x));
         }
-        match (f, arg_ty) {
+        Ok(match (f, arg_ty) {
             (MathFn::Sqrt, Ty::F32) => b.call("float", "llvm.sqrt.f32", &[("float", x)]),
             (MathFn::Rsqrt, Ty::F32) => {
                 let s = b.call("float", "llvm.sqrt.f32", &[("float", x)]);
@@ -355,11 +336,8 @@ impl Emitter<'_> {
                 let h = b.op(format!("fptrunc float {x} to half"));
                 b.op(format!("bitcast half {h} to i16"))
             }
-            (f, t) => {
-                self.fail(format!("{f:?} on {}", t.rust_name()));
-                "poison".into()
-            }
-        }
+            (f, t) => return Err(format!("{f:?} on {}", t.rust_name())),
+        })
     }
 }
 

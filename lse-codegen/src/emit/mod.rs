@@ -30,8 +30,8 @@ pub(crate) enum VarLoc {
 
 /// Hooks for the statements whose lowering depends on the target.
 pub(crate) trait TargetStmts {
-    /// Lowers `Barrier` or `Collective`; called by the shared statement lowering.
-    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt);
+    /// Lowers `Barrier`, `Collective` or `Tile`; called by the shared statement lowering.
+    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) -> Lowered<()>;
 }
 
 /// Lowers LOOM statements and expressions into LLVM IR text for one function.
@@ -60,9 +60,11 @@ pub(crate) struct Emitter<'k> {
     pub loops: Vec<(String, String)>,
     /// Metadata attached to memory accesses (the region's access group), or empty.
     pub mem_md: String,
-    /// First error met while lowering; lowering continues with placeholder values.
-    pub error: Option<String>,
 }
+
+/// The result of lowering a piece of a kernel: the first error stops the lowering, and the
+/// whole kernel fails with it (the module never reaches LLVM).
+pub(crate) type Lowered<T> = Result<T, String>;
 
 impl<'k> Emitter<'k> {
     pub fn new(
@@ -86,22 +88,13 @@ impl<'k> Emitter<'k> {
             num_groups: ["1".into(), "1".into(), "1".into()],
             loops: Vec::new(),
             mem_md: String::new(),
-            error: None,
-        }
-    }
-
-    /// Records an error (the first one wins).
-    pub fn fail(&mut self, msg: impl Into<String>) {
-        if self.error.is_none() {
-            self.error = Some(msg.into());
         }
     }
 
     /// Checks a collective's arity (`argmax` and `broadcast` take two arguments, `argmax`
-    /// gives two results) and element type (f32, i32 or u32), recording an error and
-    /// returning `None` when they are wrong; else the element type. Every target lowers
-    /// collectives itself and calls this first.
-    pub fn check_collective(&mut self, op: CollectiveOp, dst: &[u32], args: &[Expr]) -> Option<Ty> {
+    /// gives two results) and element type (f32, i32 or u32), and returns the element type.
+    /// Every target lowers collectives itself and calls this first.
+    pub fn check_collective(&self, op: CollectiveOp, dst: &[u32], args: &[Expr]) -> Lowered<Ty> {
         let want = if matches!(
             op,
             CollectiveOp::Argmax | CollectiveOp::Broadcast | CollectiveOp::SubgroupShuffle
@@ -112,17 +105,15 @@ impl<'k> Emitter<'k> {
         };
         let want_dst = if op == CollectiveOp::Argmax { 2 } else { 1 };
         if args.len() != want || dst.len() != want_dst {
-            self.fail(format!(
+            return Err(format!(
                 "{op:?} takes {want} arguments and {want_dst} results"
             ));
-            return None;
         }
         let ty = args[0].ty;
         if !matches!(ty, Ty::F32 | Ty::I32 | Ty::U32) {
-            self.fail(format!("{op:?} on {}", ty.rust_name()));
-            return None;
+            return Err(format!("{op:?} on {}", ty.rust_name()));
         }
-        Some(ty)
+        Ok(ty)
     }
 
     /// An alloca of `ty` (placed in the entry block); returns its pointer value.
@@ -145,14 +136,13 @@ impl<'k> Emitter<'k> {
     }
 
     /// Pointer to variable `v`'s slot for the current work-item.
-    fn var_ptr(&mut self, v: u32) -> Option<(String, Ty)> {
+    fn var_ptr(&mut self, v: u32) -> Lowered<(String, Ty)> {
         let Some(local) = self.k.locals.get(v as usize) else {
-            self.fail(format!("variable id {v} is not declared"));
-            return None;
+            return Err(format!("variable id {v} is not declared"));
         };
         let ty = local.ty;
         match self.vars.get(v as usize).cloned() {
-            Some(VarLoc::Scalar(p)) => Some((p, ty)),
+            Some(VarLoc::Scalar(p)) => Ok((p, ty)),
             Some(VarLoc::PerItem(a)) => {
                 let lid = self.lid.clone();
                 let p = self.b.op(format!(
@@ -160,49 +150,43 @@ impl<'k> Emitter<'k> {
                     lty(ty),
                     self.alloca_ptr
                 ));
-                Some((p, ty))
+                Ok((p, ty))
             }
-            None => {
-                self.fail(format!("variable `{}` has no storage", local.name));
-                None
-            }
+            None => Err(format!("variable `{}` has no storage", local.name)),
         }
     }
 
     /// Reads variable `v` for the current work-item.
-    pub fn read_var(&mut self, v: u32) -> String {
-        match self.var_ptr(v) {
-            Some((p, ty)) => {
-                let md = self.mem_md.clone();
-                self.b.op(format!(
-                    "load {}, {} {p}, align {}{md}",
-                    lty(ty),
-                    self.alloca_ptr,
-                    align_of(ty)
-                ))
-            }
-            None => "poison".into(),
-        }
+    pub fn read_var(&mut self, v: u32) -> Lowered<String> {
+        let (p, ty) = self.var_ptr(v)?;
+        let md = self.mem_md.clone();
+        Ok(self.b.op(format!(
+            "load {}, {} {p}, align {}{md}",
+            lty(ty),
+            self.alloca_ptr,
+            align_of(ty)
+        )))
     }
 
     /// Writes `value` to variable `v` for the current work-item.
-    pub fn write_var(&mut self, v: u32, value: &str) {
-        if let Some((p, ty)) = self.var_ptr(v) {
-            let md = self.mem_md.clone();
-            self.b.ins(format!(
-                "store {} {value}, {} {p}, align {}{md}",
-                lty(ty),
-                self.alloca_ptr,
-                align_of(ty)
-            ));
-        }
+    pub fn write_var(&mut self, v: u32, value: &str) -> Lowered<()> {
+        let (p, ty) = self.var_ptr(v)?;
+        let md = self.mem_md.clone();
+        self.b.ins(format!(
+            "store {} {value}, {} {p}, align {}{md}",
+            lty(ty),
+            self.alloca_ptr,
+            align_of(ty)
+        ));
+        Ok(())
     }
 
     /// Lowers a block with the given target hooks.
-    pub fn block(&mut self, t: &mut dyn TargetStmts, block: &[Stmt]) {
+    pub fn block(&mut self, t: &mut dyn TargetStmts, block: &[Stmt]) -> Lowered<()> {
         for s in block {
-            self.stmt(t, s);
+            self.stmt(t, s)?;
         }
+        Ok(())
     }
 }
 

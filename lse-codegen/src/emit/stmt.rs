@@ -1,19 +1,19 @@
 //! Statement lowering shared by both targets; barriers and collectives go to the target.
 
-use super::{align_of, lty, Emitter, TargetStmts};
+use super::{align_of, lty, Emitter, Lowered, TargetStmts};
 use lse_dsl::ir::{Expr, ExprKind, Stmt, Ty};
 
 impl Emitter<'_> {
     /// Lowers one statement.
-    pub fn stmt(&mut self, t: &mut dyn TargetStmts, s: &Stmt) {
+    pub fn stmt(&mut self, t: &mut dyn TargetStmts, s: &Stmt) -> Lowered<()> {
         match s {
             Stmt::Let { var, value } | Stmt::Assign { var, value } => {
-                let v = self.expr(value);
-                self.write_var(*var, &v);
+                let v = self.expr(value)?;
+                self.write_var(*var, &v)?;
             }
             Stmt::Store { buf, index, value } => {
-                let v = self.expr(value);
-                let p = self.buf_elem_ptr(*buf, index, value.ty);
+                let v = self.expr(value)?;
+                let p = self.buf_elem_ptr(*buf, index, value.ty)?;
                 let md = self.mem_md.clone();
                 self.b.ins(format!(
                     "store {} {v}, {} {p}, align {}{md}",
@@ -27,8 +27,8 @@ impl Emitter<'_> {
                 index,
                 value,
             } => {
-                let v = self.expr(value);
-                let p = self.shared_elem_ptr(*array, index, value.ty);
+                let v = self.expr(value)?;
+                let p = self.shared_elem_ptr(*array, index, value.ty)?;
                 let md = self.mem_md.clone();
                 self.b.ins(format!(
                     "store {} {v}, {} {p}, align {}{md}",
@@ -42,10 +42,10 @@ impl Emitter<'_> {
                 then_body,
                 else_body,
             } => {
-                let c = self.expr(cond);
+                let c = self.expr(cond)?;
                 self.if_else(&c, &mut |e, taken| {
                     e.block(t, if taken { then_body } else { else_body })
-                });
+                })?;
             }
             Stmt::For {
                 var,
@@ -54,7 +54,7 @@ impl Emitter<'_> {
                 step,
                 body,
             } => {
-                self.for_loop(*var, start, end, step, &mut |e| e.block(t, body));
+                self.for_loop(*var, start, end, step, &mut |e| e.block(t, body))?;
             }
             Stmt::While { cond, body } => {
                 let (head, lbody, exit) = (
@@ -64,11 +64,11 @@ impl Emitter<'_> {
                 );
                 self.b.br(&head);
                 self.b.start(&head);
-                let c = self.expr(cond);
+                let c = self.expr(cond)?;
                 self.b.cbr(&c, &lbody, &exit);
                 self.b.start(&lbody);
                 self.loops.push((head.clone(), exit.clone()));
-                self.block(t, body);
+                self.block(t, body)?;
                 self.loops.pop();
                 self.b.br(&head);
                 self.b.start(&exit);
@@ -85,16 +85,32 @@ impl Emitter<'_> {
                         let dead = self.b.label("dead");
                         self.b.start(&dead);
                     }
-                    None => self.fail("`break` or `continue` outside a loop"),
+                    None => return Err("`break` or `continue` outside a loop".into()),
                 }
             }
-            Stmt::Barrier | Stmt::Collective { .. } | Stmt::Tile(_) => t.sync_stmt(self, s),
+            Stmt::Barrier | Stmt::Collective { .. } | Stmt::Tile(_) => t.sync_stmt(self, s)?,
         }
+        Ok(())
     }
 
     /// `if c { .. } else { .. }` on an evaluated `i1` `c`: `branch(e, true)` lowers the then
-    /// side, `branch(e, false)` the else side.
-    pub fn if_else(&mut self, c: &str, branch: &mut dyn FnMut(&mut Self, bool)) {
+    /// side, `branch(e, false)` the else side; the first error stops the lowering.
+    pub fn if_else(
+        &mut self,
+        c: &str,
+        branch: &mut dyn FnMut(&mut Self, bool) -> Lowered<()>,
+    ) -> Lowered<()> {
+        let mut result = Ok(());
+        self.branch_on(c, &mut |e, taken| {
+            if result.is_ok() {
+                result = branch(e, taken);
+            }
+        });
+        result
+    }
+
+    /// [`Self::if_else`] for branches that cannot fail (code the lowering itself builds).
+    pub fn branch_on(&mut self, c: &str, branch: &mut dyn FnMut(&mut Self, bool)) {
         let (lt, le, end) = (
             self.b.label("if.then"),
             self.b.label("if.else"),
@@ -118,13 +134,13 @@ impl Emitter<'_> {
         start: &Expr,
         end: &Expr,
         step: &Expr,
-        body: &mut dyn FnMut(&mut Self),
-    ) {
+        body: &mut dyn FnMut(&mut Self) -> Lowered<()>,
+    ) -> Lowered<()> {
         let ty = start.ty;
-        let sv = self.expr(start);
-        let ev = self.expr(end);
-        let stv = self.expr(step);
-        self.write_var(var, &sv);
+        let sv = self.expr(start)?;
+        let ev = self.expr(end)?;
+        let stv = self.expr(step)?;
+        self.write_var(var, &sv)?;
         let (head, lbody, latch, exit) = (
             self.b.label("for.head"),
             self.b.label("for.body"),
@@ -133,21 +149,21 @@ impl Emitter<'_> {
         );
         self.b.br(&head);
         self.b.start(&head);
-        let i = self.read_var(var);
+        let i = self.read_var(var)?;
         let cmp = if ty == Ty::I32 { "slt" } else { "ult" };
         let c = self.b.op(format!("icmp {cmp} i32 {i}, {ev}"));
         self.b.cbr(&c, &lbody, &exit);
         self.b.start(&lbody);
         self.loops.push((latch.clone(), exit.clone()));
-        body(self);
+        body(self)?;
         self.loops.pop();
         self.b.br(&latch);
         self.b.start(&latch);
-        let i = self.read_var(var);
+        let i = self.read_var(var)?;
         if matches!(step.kind, ExprKind::Const(1)) {
             // i < end here, so i + 1 cannot overflow.
             let n = self.b.op(format!("add i32 {i}, 1"));
-            self.write_var(var, &n);
+            self.write_var(var, &n)?;
             self.b.br(&head);
         } else {
             let left = self.b.op(format!("sub i32 {ev}, {i}"));
@@ -156,9 +172,10 @@ impl Emitter<'_> {
             self.b.cbr(&more, &inc, &exit);
             self.b.start(&inc);
             let n = self.b.op(format!("add i32 {i}, {stv}"));
-            self.write_var(var, &n);
+            self.write_var(var, &n)?;
             self.b.br(&head);
         }
         self.b.start(&exit);
+        Ok(())
     }
 }

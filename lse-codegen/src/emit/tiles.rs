@@ -2,8 +2,8 @@
 //! writing the buffer element behind a tile element, and a loop that carries values in
 //! registers (the register-blocked and per-element dots).
 
-use super::{convert, lty, Emitter};
-use lse_dsl::ir::{Param, TileWindow, Ty};
+use super::{convert, lty, Emitter, Lowered};
+use lse_dsl::ir::{Expr, Param, TileWindow, Ty};
 
 /// A tile window with its expressions evaluated.
 pub(crate) struct WindowVals {
@@ -17,21 +17,28 @@ pub(crate) struct WindowVals {
 }
 
 impl Emitter<'_> {
-    /// `w` with `offset, stride, rows, cols` already evaluated (the host evaluates them as
-    /// work-item 0, the GPU on every work-item); `None` (after recording the error) when the
-    /// window's parameter is not a buffer.
-    pub fn tile_window(&mut self, w: &TileWindow, vals: [String; 4]) -> Option<WindowVals> {
+    /// `w` with `offset, stride, rows, cols` evaluated by `eval` (the host evaluates them as
+    /// work-item 0, the GPU on every work-item); an error when the window's parameter is not
+    /// a buffer.
+    pub fn tile_window(
+        &mut self,
+        w: &TileWindow,
+        eval: &mut dyn FnMut(&mut Self, &Expr) -> Lowered<String>,
+    ) -> Lowered<WindowVals> {
         let (Some(Param::Buffer { elem, .. }), Some(Some(buf))) = (
             self.k.params.get(w.buf as usize),
             self.bufs.get(w.buf as usize),
         ) else {
-            self.fail(format!("tile window on parameter {}, not a buffer", w.buf));
-            return None;
+            return Err(format!("tile window on parameter {}, not a buffer", w.buf));
         };
-        let [offset, stride, rows, cols] = vals;
-        Some(WindowVals {
-            buf: buf.clone(),
-            elem: *elem,
+        let buf = buf.clone();
+        let elem = *elem;
+        let [offset, stride, rows, cols] = w.exprs();
+        let (offset, stride) = (eval(self, offset)?, eval(self, stride)?);
+        let (rows, cols) = (eval(self, rows)?, eval(self, cols)?);
+        Ok(WindowVals {
+            buf,
+            elem,
             offset,
             stride,
             rows,

@@ -81,8 +81,8 @@ pub(crate) fn prologue<'k>(
 }
 
 /// Lowers the kernel body with the shared-memory collectives of [`GpuSync`] and `barrier`,
-/// tile dots on `unit` where they fit, subgroup built-ins with `lanes`, ends the function, and adds the collectives' scratch
-/// arrays to `globals`.
+/// tile dots on `unit` where they fit and subgroup built-ins with `lanes`, ends the
+/// function, and adds the collectives' scratch arrays to `globals`.
 pub(crate) fn body(
     e: &mut Emitter,
     k: &Kernel,
@@ -94,11 +94,8 @@ pub(crate) fn body(
 ) -> Result<(), String> {
     let mut sync = GpuSync::new(wg, barrier, unit, lanes);
     tiles::zero_all(e, wg, barrier);
-    e.block(&mut sync, &k.body);
+    e.block(&mut sync, &k.body)?;
     e.b.ins("ret void");
-    if let Some(err) = e.error.take() {
-        return Err(err);
-    }
     globals.push_str(&sync.scratch_globals());
     Ok(())
 }

@@ -6,7 +6,7 @@
 //! one `s` lanes above it, and lane 0's result is read by the whole subgroup.
 
 use crate::amdgpu::GpuSync;
-use crate::emit::{combine, Emitter};
+use crate::emit::{combine, Emitter, Lowered};
 use lse_dsl::ir::{tree_steps, CollectiveOp, Expr, Ty};
 
 /// How the target reads another lane's value within a wave.
@@ -92,9 +92,9 @@ pub(crate) fn lower(
     ty: Ty,
     dst: &[u32],
     args: &[Expr],
-) {
+) -> Lowered<()> {
     let lanes = sync.lanes;
-    let v = e.expr(&args[0]);
+    let v = e.expr(&args[0])?;
     let lid = e.lid.clone();
     let base = e.b.op(format!("and i32 {lid}, {}", !(width - 1) as i32));
     let r = if width <= lanes.wave() {
@@ -103,7 +103,7 @@ pub(crate) fn lower(
             e.b.op(format!("and i32 {wave_lane}, {}", !(width - 1) as i32));
         let wg = sync.wg;
         if op == CollectiveOp::SubgroupShuffle {
-            let lane = e.expr(&args[1]);
+            let lane = e.expr(&args[1])?;
             let lane = e.b.op(format!("and i32 {lane}, {}", width - 1));
             let src = e.b.op(format!("or i32 {wave_base}, {lane}"));
             let bits = to_bits(e, ty, &v);
@@ -127,7 +127,7 @@ pub(crate) fn lower(
         sync.store_value(e, ty, &lid, &v);
         sync.barrier(e);
         let r = if op == CollectiveOp::SubgroupShuffle {
-            let lane = e.expr(&args[1]);
+            let lane = e.expr(&args[1])?;
             let lane = e.b.op(format!("and i32 {lane}, {}", width - 1));
             let src = e.b.op(format!("or i32 {base}, {lane}"));
             sync.load_value(e, ty, &src)
@@ -144,5 +144,5 @@ pub(crate) fn lower(
         sync.barrier(e);
         r
     };
-    e.write_var(dst[0], &r);
+    e.write_var(dst[0], &r)
 }

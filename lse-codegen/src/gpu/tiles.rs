@@ -7,7 +7,7 @@
 //! multiples of the instruction's), which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, lty, tile_binary, Emitter};
+use crate::emit::{convert, lty, tile_binary, Emitter, Lowered};
 use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array.
@@ -62,12 +62,12 @@ pub(crate) fn lower(
     barrier: fn(&mut Emitter),
     unit: Option<MatrixUnit>,
     op: &TileOp,
-) {
+) -> Lowered<()> {
     barrier(e);
     match op {
         TileOp::Zero { dst } => zero(e, wg, *dst),
-        TileOp::Load { dst, from } => copy(e, wg, *dst, from, false),
-        TileOp::Store { src, to } => copy(e, wg, *src, to, true),
+        TileOp::Load { dst, from } => copy(e, wg, *dst, from, false)?,
+        TileOp::Store { src, to } => copy(e, wg, *src, to, true)?,
         TileOp::Dot { acc, a, b } => {
             let tiles = matrix::DotTiles {
                 acc: *acc,
@@ -121,7 +121,7 @@ pub(crate) fn lower(
         }
         TileOp::Scale { dst, by } => {
             let d = *dst;
-            let by = e.expr(by);
+            let by = e.expr(by)?;
             each_element(e, wg, d, &mut |e, i| {
                 let x = read(e, d, i);
                 let v = e.b.op(format!("fmul float {x}, {by}"));
@@ -139,6 +139,7 @@ pub(crate) fn lower(
         }
     }
     barrier(e);
+    Ok(())
 }
 
 /// `body(i)` for every element index `i` of tile `t`, spread over the work-items.
@@ -200,17 +201,14 @@ fn dot_unit(
 }
 
 /// Tile `t` <- window (`store` false) or window <- tile `t`.
-fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) {
-    let vals = w.exprs().map(|x| e.expr(x));
-    let Some(w) = e.tile_window(w, vals) else {
-        return;
-    };
+fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowered<()> {
+    let w = e.tile_window(w, &mut |e, x| e.expr(x))?;
     let tile = e.k.tiles[t as usize].clone();
     lane_loop(e, wg, tile.len(), &mut |e, i| {
         let r = e.b.op(format!("udiv i32 {i}, {}", tile.cols));
         let c = e.b.op(format!("urem i32 {i}, {}", tile.cols));
         let inside = e.window_contains(&w, &r, &c);
-        e.if_else(&inside, &mut |e, taken| {
+        e.branch_on(&inside, &mut |e, taken| {
             if !taken {
                 if !store {
                     let z = if tile.elem == Ty::F32 { "0.0" } else { "0" };
@@ -227,6 +225,7 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) {
             }
         });
     });
+    Ok(())
 }
 
 fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {

@@ -13,7 +13,9 @@ mod remat;
 mod split;
 mod tiles;
 
-use crate::emit::{combine, combine_argmax, lty, Emitter, ModuleText, TargetStmts, VarLoc};
+use crate::emit::{
+    combine, combine_argmax, lty, Emitter, Lowered, ModuleText, TargetStmts, VarLoc,
+};
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 
@@ -112,7 +114,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     };
     host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
     tiles::zero_all(&mut e, &host.tiles);
-    host.phases(&mut e, &w.phases);
+    host.phases(&mut e, &w.phases)?;
     e.b.br(&glatch);
     e.b.start(&glatch);
     e.b.ins(format!("{gnext} = add i32 {g}, 1"));
@@ -120,9 +122,6 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     e.b.cbr(&more, &gbody, &gexit);
     e.b.start(&gexit);
     e.b.ins("ret void");
-    if let Some(err) = e.error.take() {
-        return Err(err);
-    }
 
     let sym = lse_dsl::rt::host_symbol(&k.fn_name, cpu);
     let comment = format!(
@@ -176,23 +175,24 @@ struct HostPhases {
 }
 
 impl TargetStmts for HostPhases {
-    fn sync_stmt(&mut self, e: &mut Emitter, s: &Stmt) {
-        e.fail(format!(
+    fn sync_stmt(&mut self, _: &mut Emitter, s: &Stmt) -> Lowered<()> {
+        Err(format!(
             "{} inside a work-item-loop region (the work-item-loop transform must split it out)",
             match s {
                 Stmt::Barrier => "barrier",
                 Stmt::Tile(_) => "tile statement",
                 _ => "collective",
             }
-        ));
+        ))
     }
 }
 
 impl HostPhases {
-    fn phases(&mut self, e: &mut Emitter, phases: &[Phase]) {
+    fn phases(&mut self, e: &mut Emitter, phases: &[Phase]) -> Lowered<()> {
         for p in phases {
-            self.phase(e, p);
+            self.phase(e, p)?;
         }
+        Ok(())
     }
 
     /// A loop `iv = 0..n` (n >= 1) whose memory accesses are independent across iterations;
@@ -273,25 +273,27 @@ impl HostPhases {
         &mut self,
         e: &mut Emitter,
         loop_free: bool,
-        body: impl FnOnce(&mut Self, &mut Emitter),
-    ) {
+        body: impl FnOnce(&mut Self, &mut Emitter) -> Lowered<()>,
+    ) -> Lowered<()> {
         let wg = self.wg;
+        let mut result = Ok(());
         self.parallel_loop(e, wg, loop_free, |s, e, lid| {
             let saved = std::mem::replace(&mut e.lid, lid.to_string());
-            body(s, e);
+            result = body(s, e);
             e.lid = saved;
         });
+        result
     }
 
     /// Evaluates a uniform expression as work-item 0.
-    fn uniform(&mut self, e: &mut Emitter, x: &Expr) -> String {
+    fn uniform(&mut self, e: &mut Emitter, x: &Expr) -> Lowered<String> {
         let saved = std::mem::replace(&mut e.lid, "0".into());
         let v = e.expr(x);
         e.lid = saved;
         v
     }
 
-    fn phase(&mut self, e: &mut Emitter, p: &Phase) {
+    fn phase(&mut self, e: &mut Emitter, p: &Phase) -> Lowered<()> {
         match p {
             Phase::Region(block) => {
                 // Index-like lets are written at their uses first: a uniform loop bound
@@ -309,10 +311,10 @@ impl HostPhases {
                 then_phases,
                 else_phases,
             } => {
-                let c = self.uniform(e, cond);
+                let c = self.uniform(e, cond)?;
                 e.if_else(&c, &mut |e, taken| {
                     self.phases(e, if taken { then_phases } else { else_phases })
-                });
+                })
             }
             Phase::For {
                 var,
@@ -324,8 +326,9 @@ impl HostPhases {
                 // Bounds and the loop variable are read as work-item 0; regions inside set
                 // their own work-item id.
                 let saved = std::mem::replace(&mut e.lid, "0".into());
-                e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body));
+                let r = e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body));
                 e.lid = saved;
+                r
             }
             Phase::While { cond, body } => {
                 let (head, lbody, exit) = (
@@ -335,12 +338,13 @@ impl HostPhases {
                 );
                 e.b.br(&head);
                 e.b.start(&head);
-                let c = self.uniform(e, cond);
+                let c = self.uniform(e, cond)?;
                 e.b.cbr(&c, &lbody, &exit);
                 e.b.start(&lbody);
-                self.phases(e, body);
+                self.phases(e, body)?;
                 e.b.br(&head);
                 e.b.start(&exit);
+                Ok(())
             }
             Phase::Collective { op, dst, args } => self.collective(e, *op, dst, args),
             Phase::Tile(op) => self.tile(e, op),
@@ -350,7 +354,7 @@ impl HostPhases {
     /// Lowers a region whose uniform `for` loops run once per workgroup with work-item
     /// loops inside (see [`split`]). Variables the region assigns move to per-work-item
     /// slots, and divergent `if`s around such loops become per-work-item masks.
-    fn split_region(&mut self, e: &mut Emitter, block: &[Stmt]) {
+    fn split_region(&mut self, e: &mut Emitter, block: &[Stmt]) -> Lowered<()> {
         let mut vars = Vec::new();
         split::assigned_vars(block, &mut vars);
         vars.sort_unstable();
@@ -363,7 +367,7 @@ impl HostPhases {
                     VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", lty(ty)), 16));
             }
         }
-        self.split_block(e, block, None, &mut Vec::new());
+        self.split_block(e, block, None, &mut Vec::new())
     }
 
     /// Lowers `block` of a split region for the work-items whose `mask` flag is set (all if
@@ -374,7 +378,7 @@ impl HostPhases {
         block: &[Stmt],
         mask: Option<&str>,
         hoisted: &mut Vec<VarId>,
-    ) {
+    ) -> Lowered<()> {
         let mut pending: Vec<&Stmt> = Vec::new();
         for s in block {
             match s {
@@ -385,14 +389,15 @@ impl HostPhases {
                     step,
                     body,
                 } if split::hoistable(s, &self.storage, hoisted) => {
-                    self.masked_region(e, &pending, mask);
+                    self.masked_region(e, &pending, mask)?;
                     pending.clear();
                     hoisted.push(*var);
                     let saved = std::mem::replace(&mut e.lid, "0".into());
-                    e.for_loop(*var, start, end, step, &mut |e| {
+                    let r = e.for_loop(*var, start, end, step, &mut |e| {
                         self.split_block(e, body, mask, hoisted)
                     });
                     e.lid = saved;
+                    r?;
                     hoisted.pop();
                 }
                 Stmt::If {
@@ -402,7 +407,7 @@ impl HostPhases {
                 } if split::wants_split(then_body, &self.storage, hoisted)
                     || split::wants_split(else_body, &self.storage, hoisted) =>
                 {
-                    self.masked_region(e, &pending, mask);
+                    self.masked_region(e, &pending, mask)?;
                     pending.clear();
                     let wg = self.wg;
                     let on_then = e.alloca(&format!("[{wg} x i1]"), 16);
@@ -418,7 +423,7 @@ impl HostPhases {
                         let (eval, join) = (e.b.label("mask.eval"), e.b.label("mask.join"));
                         e.b.cbr(&active, &eval, &join);
                         e.b.start(&eval);
-                        let c = e.expr(cond);
+                        let c = e.expr(cond)?;
                         let from_eval = e.b.cur.clone();
                         e.b.br(&join);
                         e.b.start(&join);
@@ -428,20 +433,26 @@ impl HostPhases {
                         let f = e.b.op(format!("and i1 {active}, {not_c}"));
                         flag(e, &on_then, &lid, Some(&t));
                         flag(e, &on_else, &lid, Some(&f));
-                    });
-                    self.split_block(e, then_body, Some(&on_then), hoisted);
-                    self.split_block(e, else_body, Some(&on_else), hoisted);
+                        Ok(())
+                    })?;
+                    self.split_block(e, then_body, Some(&on_then), hoisted)?;
+                    self.split_block(e, else_body, Some(&on_else), hoisted)?;
                 }
                 _ => pending.push(s),
             }
         }
-        self.masked_region(e, &pending, mask);
+        self.masked_region(e, &pending, mask)
     }
 
     /// A work-item loop running `stmts` for the work-items whose `mask` flag is set.
-    fn masked_region(&mut self, e: &mut Emitter, stmts: &[&Stmt], mask: Option<&str>) {
+    fn masked_region(
+        &mut self,
+        e: &mut Emitter,
+        stmts: &[&Stmt],
+        mask: Option<&str>,
+    ) -> Lowered<()> {
         if stmts.is_empty() {
-            return;
+            return Ok(());
         }
         let loop_free = !stmts.iter().any(|s| has_loop(std::slice::from_ref(*s)));
         self.region(e, loop_free, |h, e| {
@@ -454,21 +465,26 @@ impl HostPhases {
                 skip
             });
             for s in stmts {
-                e.stmt(h, s);
+                e.stmt(h, s)?;
             }
             if let Some(skip) = skip {
                 e.b.br(&skip);
                 e.b.start(&skip);
             }
-        });
+            Ok(())
+        })
     }
 
     /// A collective over the work-items' values: the tree of `ir::tree_steps` within each
     /// group of `op.width` work-items (the workgroup, or a subgroup), or a lane read.
-    fn collective(&mut self, e: &mut Emitter, op: CollectiveOp, dst: &[u32], args: &[Expr]) {
-        let Some(ty) = e.check_collective(op, dst, args) else {
-            return;
-        };
+    fn collective(
+        &mut self,
+        e: &mut Emitter,
+        op: CollectiveOp,
+        dst: &[u32],
+        args: &[Expr],
+    ) -> Lowered<()> {
+        let ty = e.check_collective(op, dst, args)?;
         let wg = self.wg;
         let width = op.width(e.k);
         let t = lty(ty);
@@ -498,29 +514,30 @@ impl HostPhases {
         // Every work-item's arguments (and, for a shuffle, the work-item it reads).
         self.region(e, true, |_, e| {
             let lid = e.lid.clone();
-            let v = e.expr(&args[0]);
+            let v = e.expr(&args[0])?;
             store(e, &vals, t, &lid, &v);
             if op == CollectiveOp::Argmax {
-                let x = e.expr(&args[1]);
+                let x = e.expr(&args[1])?;
                 store(e, &idxs, "i32", &lid, &x);
             } else if op == CollectiveOp::SubgroupShuffle {
-                let lane = e.expr(&args[1]);
+                let lane = e.expr(&args[1])?;
                 let lane = e.b.op(format!("and i32 {lane}, {}", width - 1));
                 let base = group_base(e, &lid);
                 let from = e.b.op(format!("or i32 {base}, {lane}"));
                 store(e, &idxs, "i32", &lid, &from);
             }
-        });
+            Ok(())
+        })?;
         if op == CollectiveOp::SubgroupShuffle {
             return self.region(e, true, |_, e| {
                 let lid = e.lid.clone();
                 let from = load(e, &idxs, "i32", &lid);
                 let v = load(e, &vals, t, &from);
-                e.write_var(dst[0], &v);
+                e.write_var(dst[0], &v)
             });
         }
         let (rv, ri) = if op == CollectiveOp::Broadcast {
-            let lane = self.uniform(e, &args[1]);
+            let lane = self.uniform(e, &args[1])?;
             (load(e, &vals, t, &lane), String::new())
         } else {
             let groups = wg / width;
@@ -545,10 +562,9 @@ impl HostPhases {
                     } else {
                         let a = load(e, &vals, t, i);
                         let b = load(e, &vals, t, &j);
-                        match combine(&mut e.b, op.reduction(), ty, &a, &b) {
-                            Some(r) => store(e, &vals, t, i, &r),
-                            None => e.fail(format!("{op:?} on {}", ty.rust_name())),
-                        }
+                        let r = combine(&mut e.b, op.reduction(), ty, &a, &b)
+                            .expect("check_collective admits only f32, i32 and u32");
+                        store(e, &vals, t, i, &r);
                     }
                 });
             }
@@ -558,7 +574,7 @@ impl HostPhases {
                     let lid = e.lid.clone();
                     let base = group_base(e, &lid);
                     let v = load(e, &vals, t, &base);
-                    e.write_var(dst[0], &v);
+                    e.write_var(dst[0], &v)
                 });
             }
             let ri = if op == CollectiveOp::Argmax {
@@ -569,11 +585,12 @@ impl HostPhases {
             (load(e, &vals, t, "0"), ri)
         };
         self.region(e, true, |_, e| {
-            e.write_var(dst[0], &rv);
+            e.write_var(dst[0], &rv)?;
             if op == CollectiveOp::Argmax {
-                e.write_var(dst[1], &ri);
+                e.write_var(dst[1], &ri)?;
             }
-        });
+            Ok(())
+        })
     }
 }
 

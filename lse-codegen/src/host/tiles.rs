@@ -21,8 +21,8 @@
 //!   agree with it bit for bit.
 
 use super::HostPhases;
-use crate::emit::{convert, lty, tile_binary, Emitter, WindowVals};
-use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, TileWindow, Ty};
+use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
+use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, Ty};
 
 /// How a tile's elements are laid out in its stack array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,18 +152,16 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
 
 impl HostPhases {
     /// Lowers one tile statement (once per workgroup).
-    pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) {
+    pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) -> Lowered<()> {
         match op {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
             TileOp::Load { dst, from } => {
-                if let Some(w) = self.window(e, from) {
-                    self.copy(e, *dst as usize, &w, false);
-                }
+                let w = e.tile_window(from, &mut |e, x| self.uniform(e, x))?;
+                self.copy(e, *dst as usize, &w, false);
             }
             TileOp::Store { src, to } => {
-                if let Some(w) = self.window(e, to) {
-                    self.copy(e, *src as usize, &w, true);
-                }
+                let w = e.tile_window(to, &mut |e, x| self.uniform(e, x))?;
+                self.copy(e, *src as usize, &w, true);
             }
             TileOp::Dot { acc, a, b } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
@@ -218,7 +216,7 @@ impl HostPhases {
             }
             TileOp::Scale { dst, by } => {
                 let d = *dst as usize;
-                let by = self.uniform(e, by);
+                let by = self.uniform(e, by)?;
                 self.each_element(e, d, |h, e, r, c| {
                     let x = h.read(e, d, r, c);
                     let v = e.b.op(format!("fmul float {x}, {by}"));
@@ -235,6 +233,7 @@ impl HostPhases {
                 });
             }
         }
+        Ok(())
     }
 
     /// `body(r, c)` for every element of tile `t`, rows outer, columns vectorised.
@@ -250,12 +249,6 @@ impl HostPhases {
         });
     }
 
-    /// `w` with its expressions evaluated as work-item 0 (they are uniform).
-    fn window(&mut self, e: &mut Emitter, w: &TileWindow) -> Option<WindowVals> {
-        let vals = w.exprs().map(|x| self.uniform(e, x));
-        e.tile_window(w, vals)
-    }
-
     /// Tile `t` <- window (`store` false) or window <- tile `t`. A window covering the whole
     /// tile takes an unconditional copy of the loops.
     fn copy(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, store: bool) {
@@ -263,7 +256,7 @@ impl HostPhases {
         let full_r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
         let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
         let full = e.b.op(format!("and i1 {full_r}, {full_c}"));
-        e.if_else(&full, &mut |e, whole| {
+        e.branch_on(&full, &mut |e, whole| {
             // The loop over the buffer's contiguous direction is innermost.
             let (outer, inner) = if w.transposed {
                 (cols, rows)
@@ -305,7 +298,7 @@ impl HostPhases {
             return;
         }
         let inside = e.window_contains(w, r, c);
-        e.if_else(&inside, &mut |e, taken| {
+        e.branch_on(&inside, &mut |e, taken| {
             if taken {
                 body(self, e);
             } else if !store {

@@ -62,3 +62,23 @@ fn duplicate_names_and_bad_kernels_fail_the_build() {
     let e = build_all(&[bad], dir.path()).unwrap_err();
     assert!(e.to_string().contains("gfx1234"), "{e}");
 }
+
+/// A malformed kernel stops the lowering at its first error, on every target, and no module
+/// reaches LLVM: the error names the first problem only.
+#[test]
+fn an_emission_error_stops_the_lowering_at_once() {
+    let k = super::kernels::two_emit_errors();
+    let errors = [
+        crate::compile_host(&lse_dsl::wil::transform(&k), "x86-64-v3").map(|_| ()),
+        crate::compile_amdgpu(&k, "gfx1100").map(|_| ()),
+        crate::compile_nvptx(&k, "sm_90").map(|_| ()),
+    ];
+    for err in errors {
+        let msg = err.unwrap_err().to_string();
+        assert!(
+            msg.contains("parameter 1 is indexed but is not a buffer"),
+            "{msg}"
+        );
+        assert!(!msg.contains("Not"), "{msg}");
+    }
+}

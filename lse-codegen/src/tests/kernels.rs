@@ -492,3 +492,25 @@ fn wide_subgroups(x: &[f32], out: &mut [f32]) {
     out[i] = subgroup_shuffle(s + x[i], 3);
 }
 "#;
+
+/// [`store_id`] with two malformed statements in front: a store to a scalar parameter used
+/// as a buffer, then a `!` on an f32. Only the first may be reported.
+pub fn two_emit_errors() -> Kernel {
+    let mut k = store_id();
+    let not_a_buffer = Stmt::Store {
+        buf: 1,
+        index: Expr::const_u32(0),
+        value: Expr::const_u32(0),
+    };
+    let bad_not = Stmt::Store {
+        buf: 0,
+        index: Expr::const_u32(0),
+        value: Expr::new(
+            ExprKind::Unary(UnOp::Not, Box::new(Expr::const_f32(1.0))),
+            Ty::F32,
+        ),
+    };
+    k.body.insert(0, bad_not);
+    k.body.insert(0, not_a_buffer);
+    k
+}
