@@ -200,13 +200,25 @@ fn dot_unit(
     matrix::fits(unit, wg, &shape, tc.elem, tb.elem).then_some((unit, shape))
 }
 
-/// Tile `t` <- window (`store` false) or window <- tile `t`.
+/// Tile `t` <- window (`store` false) or window <- tile `t`. Consecutive work-items take
+/// consecutive elements of the buffer (down a column of the tile for a transposed window),
+/// so global accesses coalesce.
 fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowered<()> {
     let w = e.tile_window(w, &mut |e, x| e.expr(x))?;
     let tile = e.k.tiles[t as usize].clone();
-    lane_loop(e, wg, tile.len(), &mut |e, i| {
-        let r = e.b.op(format!("udiv i32 {i}, {}", tile.cols));
-        let c = e.b.op(format!("urem i32 {i}, {}", tile.cols));
+    lane_loop(e, wg, tile.len(), &mut |e, n| {
+        let (r, c, i) = if w.transposed {
+            let r = e.b.op(format!("urem i32 {n}, {}", tile.rows));
+            let c = e.b.op(format!("udiv i32 {n}, {}", tile.rows));
+            let rc = e.b.op(format!("mul nuw i32 {r}, {}", tile.cols));
+            let i = e.b.op(format!("add nuw i32 {rc}, {c}"));
+            (r, c, i)
+        } else {
+            let r = e.b.op(format!("udiv i32 {n}, {}", tile.cols));
+            let c = e.b.op(format!("urem i32 {n}, {}", tile.cols));
+            (r, c, n.to_string())
+        };
+        let i = i.as_str();
         let inside = e.window_contains(&w, &r, &c);
         e.branch_on(&inside, &mut |e, taken| {
             if !taken {
