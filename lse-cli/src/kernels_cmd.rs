@@ -18,8 +18,10 @@ pub enum KernelsCommand {
         /// Which stage to print.
         #[arg(long, value_enum, default_value = "ir")]
         emit: Emit,
-        /// AMDGPU arch for `llvm`/`asm` (e.g. gfx1201), or NVIDIA arch for `ptx`/`llvm`
-        /// (sm_80, sm_90); without it, the host code this CPU runs.
+        /// AMDGPU arch for `llvm`/`asm` (e.g. gfx1201), NVIDIA arch for `ptx`/`llvm`
+        /// (sm_80, sm_90), or a host level for `llvm`/`asm` (x86-64, x86-64-v3, x86-64-v4,
+        /// x86-64-v4-bf16, x86-64-v4-amx; each is built whatever this CPU has); without it,
+        /// the host code this CPU runs.
         #[arg(long)]
         arch: Option<String>,
     },
@@ -150,6 +152,9 @@ fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String>
                 ptx_archs(k).join(", ")
             ))
         }
+        (Emit::Llvm | Emit::Asm, Some(level)) if level.starts_with("x86-64") => {
+            host_stage(k, emit, level)?
+        }
         (Emit::Llvm | Emit::Asm, Some(arch)) => {
             let obj = k.gpu.iter().find(|g| g.arch == arch).ok_or_else(|| {
                 let archs: Vec<&str> = k.gpu.iter().map(|g| g.arch).collect();
@@ -166,20 +171,25 @@ fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String>
             }
             .to_string()
         }
-        (Emit::Llvm | Emit::Asm, None) => {
-            let cpu = lse_runtime::device::host_cpu();
-            let v = k
-                .host
-                .iter()
-                .find(|v| v.cpu == cpu)
-                .ok_or_else(|| format!("{} has no host code for {cpu}", k.id))?;
-            if matches!(emit, Emit::Llvm) {
-                v.llvm_ir
-            } else {
-                v.asm
-            }
-            .to_string()
-        }
+        (Emit::Llvm | Emit::Asm, None) => host_stage(k, emit, lse_runtime::device::host_cpu())?,
     };
     Ok(text)
+}
+
+/// The optimised LLVM IR or assembly of host level `level`.
+fn host_stage(k: &KernelDef, emit: Emit, level: &str) -> Result<String, String> {
+    let v = k.host.iter().find(|v| v.cpu == level).ok_or_else(|| {
+        let levels: Vec<&str> = k.host.iter().map(|v| v.cpu).collect();
+        format!(
+            "{} has no host code for {level}; built for: {}",
+            k.id,
+            levels.join(", ")
+        )
+    })?;
+    Ok(if matches!(emit, Emit::Llvm) {
+        v.llvm_ir
+    } else {
+        v.asm
+    }
+    .to_string())
 }

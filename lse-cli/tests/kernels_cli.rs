@@ -107,3 +107,27 @@ fn ptx_is_listed_and_shown_per_sm_arch() {
         "{err}"
     );
 }
+
+/// The matrix instructions of the GEMM, one command away for every target whatever this
+/// machine has: AMX and `vdpbf16ps` host levels, MFMA and WMMA code objects, `mma.sync` PTX.
+#[test]
+fn the_gemm_shows_each_targets_matrix_instruction() {
+    for (emit, arch, want) in [
+        ("asm", "x86-64-v4-amx", "tdpbf16ps"),
+        ("asm", "x86-64-v4-bf16", "vdpbf16ps"),
+        ("asm", "gfx942", "v_mfma_f32_16x16x16_bf16"),
+        ("asm", "gfx1100", "v_wmma_f32_16x16x16_bf16"),
+        ("asm", "gfx1201", "v_wmma_f32_16x16x16_bf16"),
+        ("ptx", "sm_90", "mma.sync.aligned.m16n8k16"),
+    ] {
+        let (ok, out, err) = show("gemm.xwt_bf16.v1", emit, Some(arch));
+        assert!(ok, "{arch}: {err}");
+        assert!(out.contains(want), "{arch}: no {want}");
+    }
+    let (ok, _, err) = show("gemm.xwt_bf16.v1", "asm", Some("x86-64-v9"));
+    assert!(!ok);
+    assert!(
+        err.contains("no host code for x86-64-v9") && err.contains("x86-64-v4-amx"),
+        "{err}"
+    );
+}
