@@ -205,7 +205,9 @@ fn half_values_code_objects() {
 fn subgroup_code_objects() {
     let k = kernels::from_source(kernels::SUBGROUPS_SRC);
     let wide = kernels::from_source(kernels::WIDE_SUBGROUPS_SRC);
+    let whole = kernels::from_source(kernels::WHOLE_SUBGROUP_SRC);
     for (arch, mach, wave) in ARCHES {
+        check_common(&whole, arch, mach, wave);
         let c = check_common(&k, arch, mach, wave);
         assert!(c.asm.contains("ds_bpermute"), "{arch}: no lane shuffle");
         let c = check_common(&wide, arch, mach, wave);

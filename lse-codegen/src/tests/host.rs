@@ -693,3 +693,23 @@ fn subgroup_builtins_follow_their_definition_on_every_cpu() {
         }
     }
 }
+
+/// A subgroup spanning the whole workgroup reduces exactly as the workgroup collective does.
+#[test]
+fn a_workgroup_wide_subgroup_matches_the_workgroup_collective_on_every_cpu() {
+    let k = kernels::from_source(kernels::WHOLE_SUBGROUP_SRC);
+    let x: Vec<f32> = (0..16).map(|i| 1.0 / (i as f32 + 0.37) - 0.9).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let mut xs = x.clone();
+        let (mut sub, mut whole, mut rev) = (vec![0f32; 16], vec![0f32; 16], vec![0f32; 16]);
+        let bufs = [raw(&mut xs), raw(&mut sub), raw(&mut whole), raw(&mut rev)];
+        run(&lib, &bufs, &[], [1, 1, 1], 0, 1);
+        let want = tree(&x, |a, b| a + b);
+        for i in 0..16 {
+            assert_eq!(sub[i].to_bits(), want.to_bits(), "{cpu} sub {i}");
+            assert_eq!(whole[i].to_bits(), want.to_bits(), "{cpu} whole {i}");
+            assert_eq!(rev[i].to_bits(), x[15 - i].to_bits(), "{cpu} rev {i}");
+        }
+    }
+}

@@ -514,3 +514,14 @@ pub fn two_emit_errors() -> Kernel {
     k.body.insert(0, not_a_buffer);
     k
 }
+
+/// A subgroup as wide as the workgroup: `subgroup_sum` is `reduce_sum`, bit for bit.
+pub const WHOLE_SUBGROUP_SRC: &str = r#"
+#[loom::kernel(name = "test.whole_subgroup", version = 1, workgroup = 16, subgroup = 16)]
+fn whole_subgroup(x: &[f32], sub: &mut [f32], whole: &mut [f32], rev: &mut [f32]) {
+    let i = local_id();
+    sub[i] = subgroup_sum(x[i]);
+    whole[i] = reduce_sum(x[i]);
+    rev[i] = subgroup_shuffle(x[i], 15 - subgroup_lane());
+}
+"#;

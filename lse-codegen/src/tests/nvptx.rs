@@ -167,5 +167,8 @@ fn subgroups_use_warp_shuffles_or_shared_memory() {
         assert!(ptx.contains("shfl.sync.idx"), "{sm}: no warp shuffle");
         let ptx = check_ptx(&wide, sm);
         assert!(ptx.contains("bar.sync"), "{sm}: no barrier");
+        let whole = super::kernels::from_source(super::kernels::WHOLE_SUBGROUP_SRC);
+        // 16 threads: the shuffle's member mask names only them.
+        assert!(check_ptx(&whole, sm).contains("shfl.sync.idx.b32"), "{sm}");
     }
 }
