@@ -96,7 +96,6 @@ pub(crate) fn lower(
     let lanes = sync.lanes;
     let v = e.expr(&args[0])?;
     let lid = e.lid.clone();
-    let base = e.b.op(format!("and i32 {lid}, {}", !(width - 1) as i32));
     let r = if width <= lanes.wave() {
         let wave_lane = e.b.op(format!("and i32 {lid}, {}", lanes.wave() - 1));
         let wave_base =
@@ -124,6 +123,8 @@ pub(crate) fn lower(
             from_bits(e, ty, &r)
         }
     } else {
+        // The subgroup's first work-item.
+        let base = e.b.op(format!("and i32 {lid}, {}", !(width - 1) as i32));
         sync.store_value(e, ty, &lid, &v);
         sync.barrier(e);
         let r = if op == CollectiveOp::SubgroupShuffle {
