@@ -1,9 +1,10 @@
 //! Benchmark of the scoring kernels on the `host` device (LLVM-compiled LOOM code), run with
 //! `cargo bench -p lse-runtime --bench kernels`.
 //!
-//! - LM head, matrix form, 128 x 1024 x 248,320 with bf16 weights: GFLOP/s, beside the same
-//!   product through `matrixmultiply`'s sgemm (weights converted to f32 once, outside the
-//!   timing, and the vocabulary split over all cores with rayon).
+//! - LM head, matrix form (the LOOM GEMM with f32 activations), 128 x 1024 x 248,320 with bf16
+//!   weights: GFLOP/s, beside the same product through `matrixmultiply`'s sgemm (weights
+//!   converted to f32 once, outside the timing, and the vocabulary split over all cores with
+//!   rayon).
 //! - `lse_pick` and `topk_pairs` (k = 32) at vocabulary 248,320: rows/s, beside one plain
 //!   read of the same rows (the memory speed both kernels are bounded by).
 
@@ -79,7 +80,7 @@ fn main() {
         ops::lm_head(&dev, &hidden, DIM, HeadWeight::Bf16(&w), VOCAB, &mut out).unwrap()
     });
     println!(
-        "lm_head.matrix_bf16 (LOOM, host)  {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
+        "lm_head (LOOM GEMM, f32 activations) {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
         t,
         flops / t / 1e9
     );
