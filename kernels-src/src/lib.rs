@@ -27,9 +27,6 @@ macro_rules! kernels {
 kernels!(
     lse_pick::lse_pick,
     topk_pairs::topk_pairs,
-    lm_head::lm_head_matrix_bf16,
-    lm_head::lm_head_matrix_f16,
-    lm_head::lm_head_matrix_f32,
     lm_head::lm_head_matvec_bf16,
     lm_head::lm_head_matvec_f16,
     lm_head::lm_head_matvec_f32,

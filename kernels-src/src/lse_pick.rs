@@ -5,8 +5,12 @@
 //! list of requested ids (the next token, plus a KL-divergence base's top-k ids). The host
 //! then forms `log p(id) = logit(id) - m - ln(sum)` in double precision.
 //!
-//! One workgroup per row. Each work-item strides over the row; two workgroup reductions
-//! (max, then sum) combine the partial results. A row whose every logit is -inf has
+//! One workgroup per row, one read of the row from memory. Each work-item strides over the
+//! row in blocks of `BLOCK` chunks of `group_size()` logits (16 KiB at 256 work-items, so a
+//! block stays in L1 between its two visits): it takes the block's maximum, rescales its
+//! running sum to the new running maximum (one `exp` per block), then adds the block's
+//! `exp(logit - max)`. Two workgroup reductions combine the work-items: the row maximum, then
+//! the sum of each work-item's sum rescaled to it. A row whose every logit is -inf has
 //! `m = -inf` and sum 0.
 
 use loom::kernel;
@@ -22,33 +26,50 @@ fn lse_pick(
     vocab: u32,
     n_ids: u32,
 ) {
+    // Chunks per block.
+    const BLOCK: u32 = 16;
     let row = group_id();
     let lid = local_id();
     let base = row * vocab;
 
     // Work-item `lid` visits `lid, lid + WG, ...` in increasing order; the loops run over
-    // uniform chunk counts, so the host code runs the work-items of a chunk side by side
-    // (contiguous, vectorised loads) instead of one strided walk per work-item. The chunk
-    // count, the row's start and the element index are written out in each loop (a `let` used by two regions
-    // would live per work-item: the bound would no longer count as uniform, and the loads
-    // would become gathers).
+    // uniform block and chunk counts, so the host code runs the work-items of a chunk side by
+    // side (contiguous, vectorised loads) instead of one strided walk per work-item. Bounds,
+    // the row's start and the element index are written out in each loop (a `let` used by
+    // two regions would live per work-item: a bound would no longer count as uniform, and the
+    // loads would become gathers).
     let mut m = f32::NEG_INFINITY;
-    for c in 0..(vocab + group_size() - 1) / group_size() {
-        if c * group_size() + local_id() < vocab {
-            m = m.max(logits[group_id() * vocab + c * group_size() + local_id()]);
+    let mut s = 0.0;
+    for b in 0..((vocab + group_size() - 1) / group_size() + BLOCK - 1) / BLOCK {
+        let mut block_max = f32::NEG_INFINITY;
+        for c in b * BLOCK..((b + 1) * BLOCK).min((vocab + group_size() - 1) / group_size()) {
+            if c * group_size() + local_id() < vocab {
+                block_max =
+                    block_max.max(logits[group_id() * vocab + c * group_size() + local_id()]);
+            }
         }
+        let new_max = m.max(block_max);
+        // While every logit seen is -inf, exponents are taken relative to 0 (all terms 0).
+        let shift = if new_max > f32::NEG_INFINITY {
+            new_max
+        } else {
+            0.0
+        };
+        s *= (m - shift).exp();
+        for c in b * BLOCK..((b + 1) * BLOCK).min((vocab + group_size() - 1) / group_size()) {
+            if c * group_size() + local_id() < vocab {
+                s += (logits[group_id() * vocab + c * group_size() + local_id()] - shift).exp();
+            }
+        }
+        m = new_max;
     }
     let row_max = reduce_max(m);
 
-    let mut s = 0.0;
-    if row_max > f32::NEG_INFINITY {
-        for c in 0..(vocab + group_size() - 1) / group_size() {
-            if c * group_size() + local_id() < vocab {
-                s += (logits[group_id() * vocab + c * group_size() + local_id()] - row_max).exp();
-            }
-        }
+    let mut part = 0.0;
+    if m > f32::NEG_INFINITY {
+        part = s * (m - row_max).exp();
     }
-    let total = reduce_sum(s);
+    let total = reduce_sum(part);
 
     if lid == 0 {
         stats[row * 2] = row_max;

@@ -1,10 +1,12 @@
 //! Benchmark of the scoring kernels on the `host` device (LLVM-compiled LOOM code), run with
 //! `cargo bench -p lse-runtime --bench kernels`.
 //!
-//! - LM head, matrix form, 128 x 1024 x 248,320 with bf16 weights: GFLOP/s, beside the same
-//!   product through `matrixmultiply`'s sgemm (weights converted to f32 once, outside the
-//!   timing, and the vocabulary split over all cores with rayon).
-//! - `lse_pick` and `topk_pairs` (k = 32) at vocabulary 248,320: rows/s.
+//! - LM head, matrix form (the LOOM GEMM with f32 activations), 128 x 1024 x 248,320 with bf16
+//!   weights: GFLOP/s, beside the same product through `matrixmultiply`'s sgemm (weights
+//!   converted to f32 once, outside the timing, and the vocabulary split over all cores with
+//!   rayon).
+//! - `lse_pick` and `topk_pairs` (k = 32) at vocabulary 248,320: rows/s, beside one plain
+//!   read of the same rows (the memory speed both kernels are bounded by).
 
 mod common;
 
@@ -78,7 +80,7 @@ fn main() {
         ops::lm_head(&dev, &hidden, DIM, HeadWeight::Bf16(&w), VOCAB, &mut out).unwrap()
     });
     println!(
-        "lm_head.matrix_bf16 (LOOM, host)  {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
+        "lm_head (LOOM GEMM, f32 activations) {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
         t,
         flops / t / 1e9
     );
@@ -99,6 +101,20 @@ fn main() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     println!("max |LOOM - sgemm| = {max_diff:e}");
+
+    // The memory peer: one plain read of every row (a wrapping sum of the bits, which
+    // vectorises), the floor for a kernel that must read each logit once.
+    let t = best_of(3, || {
+        let s = out
+            .par_chunks(VOCAB)
+            .map(|r| r.iter().fold(0u32, |a, &b| a.wrapping_add(b.to_bits())))
+            .reduce(|| 0, u32::wrapping_add);
+        std::hint::black_box(s);
+    });
+    println!(
+        "one read of each row (memory peer) vocab {VOCAB}: {:.0} rows/s",
+        ROWS as f64 / t
+    );
 
     let ids: Vec<u32> = (0..ROWS * 33).map(|i| (i * 7919 % VOCAB) as u32).collect();
     let t = best_of(3, || {

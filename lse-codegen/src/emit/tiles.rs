@@ -8,7 +8,8 @@ use lse_dsl::ir::{Expr, Param, TileWindow, Ty};
 /// A tile window with its expressions evaluated.
 pub(crate) struct WindowVals {
     buf: String,
-    elem: Ty,
+    /// The buffer's element type.
+    pub elem: Ty,
     offset: String,
     stride: String,
     pub rows: String,
@@ -80,7 +81,7 @@ impl Emitter<'_> {
 
     /// `&buf[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, or `(c, r)`
     /// for a transposed window; no wrap-around (an index that would wrap is out of bounds).
-    fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
+    pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
         let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
         let scaled = self.b.op(format!("mul nuw i32 {major}, {}", w.stride));
         let base = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));

@@ -3,7 +3,9 @@
 //!
 //! - Loads, stores, `tile_zero` and `tile_add` are element loops with parallel-access
 //!   metadata, vectorised by LLVM; a window that covers the whole tile takes a branch-free
-//!   copy of the loop.
+//!   copy of the loop. A whole transposed window loaded into an f32 tile or a pair-layout
+//!   bf16 tile (the GEMM's weight block) is instead moved in 16 x 16 blocks of 32-bit units
+//!   through a shuffle transpose: element by element, each unit cost a strided store.
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
 //!   directly, and then:
@@ -141,6 +143,83 @@ fn at(e: &mut Emitter, ty: &str, base: &str, ix: &str) -> String {
     ))
 }
 
+/// 16 consecutive 32-bit units of a buffer of `src` at `p`, as `<16 x i32>`: with `widen`,
+/// 16 elements as f32 bits (f32 as they are, bf16 and f16 widened exactly as [`convert`]
+/// does); without, 16 words as they are (pairs of bf16).
+fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool) -> String {
+    match (src, widen) {
+        (Ty::F16, true) => {
+            let h = e.b.op(format!("load <16 x half>, ptr {p}, align 2"));
+            let f = e.b.op(format!("fpext <16 x half> {h} to <16 x float>"));
+            e.b.op(format!("bitcast <16 x float> {f} to <16 x i32>"))
+        }
+        (Ty::Bf16, true) => {
+            // A NaN gets its quiet bit set, as in `half::bf16::to_f32`.
+            let h = e.b.op(format!("load <16 x i16>, ptr {p}, align 2"));
+            let w = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
+            let mag = e.b.op(format!(
+                "and <16 x i32> {w}, {}",
+                splat_const("i32", "32767")
+            ));
+            let nan = e.b.op(format!(
+                "icmp ugt <16 x i32> {mag}, {}",
+                splat_const("i32", "32640")
+            ));
+            let quiet =
+                e.b.op(format!("or <16 x i32> {w}, {}", splat_const("i32", "64")));
+            let sel = e.b.op(format!(
+                "select <16 x i1> {nan}, <16 x i32> {quiet}, <16 x i32> {w}"
+            ));
+            e.b.op(format!(
+                "shl <16 x i32> {sel}, {}",
+                splat_const("i32", "16")
+            ))
+        }
+        (Ty::F32, _) => e.b.op(format!("load <16 x i32>, ptr {p}, align 4")),
+        _ => e.b.op(format!("load <16 x i32>, ptr {p}, align 2")),
+    }
+}
+
+/// A `<16 x ty>` constant with every lane `x`.
+fn splat_const(ty: &str, x: &str) -> String {
+    let lanes = vec![format!("{ty} {x}"); 16];
+    format!("<{}>", lanes.join(", "))
+}
+
+/// Transposes the 16 x 16 matrix of 32-bit units whose rows are `v`, in place: four stages
+/// of two-source shuffles, each swapping the off-diagonal `b x b` blocks of row pairs
+/// `(i, i + b)` for `b` = 8, 4, 2, 1.
+fn transpose16(e: &mut Emitter, v: &mut [String]) {
+    let mut b = 8;
+    while b >= 1 {
+        for i in (0..16).filter(|i| i & b == 0) {
+            let j = i + b;
+            let lo: Vec<String> = (0..16)
+                .map(|p| {
+                    let ix = if p & b == 0 { p } else { 16 + p - b };
+                    format!("i32 {ix}")
+                })
+                .collect();
+            let hi: Vec<String> = (0..16)
+                .map(|p| {
+                    let ix = if p & b == 0 { p + b } else { 16 + p };
+                    format!("i32 {ix}")
+                })
+                .collect();
+            let (x, y) = (v[i].clone(), v[j].clone());
+            v[i] = e.b.op(format!(
+                "shufflevector <16 x i32> {x}, <16 x i32> {y}, <16 x i32> <{}>",
+                lo.join(", ")
+            ));
+            v[j] = e.b.op(format!(
+                "shufflevector <16 x i32> {x}, <16 x i32> {y}, <16 x i32> <{}>",
+                hi.join(", ")
+            ));
+        }
+        b /= 2;
+    }
+}
+
 /// `<16 x ty>` with every lane `x`.
 fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     let one =
@@ -257,6 +336,9 @@ impl HostPhases {
         let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
         let full = e.b.op(format!("and i1 {full_r}, {full_c}"));
         e.branch_on(&full, &mut |e, whole| {
+            if whole && !store && w.transposed && self.transposed_blocks(e, t, w) {
+                return;
+            }
             // The loop over the buffer's contiguous direction is innermost.
             let (outer, inner) = if w.transposed {
                 (cols, rows)
@@ -270,6 +352,57 @@ impl HostPhases {
                 })
             });
         });
+    }
+
+    /// A whole transposed window loaded into tile `t` by 16 x 16 blocks of 32-bit units:
+    /// 16 vector loads along the buffer's contiguous direction, a shuffle transpose, 16
+    /// vector stores along the tile's rows (instead of one element at a time with a
+    /// strided store each). The units are f32 elements (an f32 row-major tile from f32, bf16
+    /// or f16, widened exactly as [`convert`] does) or bf16 pairs (a [`Layout::Pairs`] tile
+    /// from bf16, whose pair `(2i, 2i + 1)` of a column is one 32-bit word of the buffer).
+    /// Returns false, emitting nothing, for other tiles and shapes.
+    fn transposed_blocks(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
+        let tile = &self.tiles[t];
+        let (rows, cols, elem, layout) =
+            (tile.decl.rows, tile.decl.cols, tile.decl.elem, tile.layout);
+        // Unit rows per block step (2 tile rows per pair) and the tile's units per row.
+        let (unit_rows, row_units) = match (layout, elem, w.elem) {
+            (Layout::RowMajor, Ty::F32, Ty::F32 | Ty::Bf16 | Ty::F16) => (1, cols),
+            (Layout::Pairs, Ty::Bf16, Ty::Bf16) => (2, 2 * cols),
+            _ => return false,
+        };
+        if !rows.is_multiple_of(16 * unit_rows) || !cols.is_multiple_of(16) {
+            return false;
+        }
+        let (src, widen) = (w.elem, layout == Layout::RowMajor);
+        let tile_ptr = tile.ptr.clone();
+        let tile_ty = lty(elem);
+        self.sequential_loop(e, cols / 16, |h, e, cb| {
+            h.sequential_loop(e, rows / (16 * unit_rows), |_, e, rb| {
+                let c0 = e.b.op(format!("mul nuw i32 {cb}, 16"));
+                let r0 = e.b.op(format!("mul nuw i32 {rb}, {}", 16 * unit_rows));
+                // Column c0 + j of the block, rows r0.. : one vector of 16 units.
+                let mut v: Vec<String> = (0..16)
+                    .map(|j| {
+                        let c = e.b.op(format!("add nuw i32 {c0}, {j}"));
+                        let p = e.window_elem_ptr(w, &r0, &c);
+                        load_units(e, &p, src, widen)
+                    })
+                    .collect();
+                transpose16(e, &mut v);
+                // Unit row i of the block goes to the tile's unit row rb * 16 + i.
+                let u0 = e.b.op(format!("mul nuw i32 {rb}, 16"));
+                for (i, x) in v.iter().enumerate() {
+                    let ur = e.b.op(format!("add nuw i32 {u0}, {i}"));
+                    let row = e.b.op(format!("mul nuw i32 {ur}, {row_units}"));
+                    let c = e.b.op(format!("mul nuw i32 {c0}, {unit_rows}"));
+                    let ix = e.b.op(format!("add nuw i32 {row}, {c}"));
+                    let p = at(e, tile_ty, &tile_ptr, &ix);
+                    e.b.ins(format!("store <16 x i32> {x}, ptr {p}, align 4"));
+                }
+            })
+        });
+        true
     }
 
     /// Copies element `(r, c)` of tile `t` from (or, with `store`, to) the window; `whole`

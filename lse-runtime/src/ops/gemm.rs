@@ -10,8 +10,8 @@ use super::{buf_len, check_len, to_u32, HeadWeight, OpError};
 use crate::device::{Arg, Device};
 
 /// Rows and columns of `y` per workgroup (the kernel's `BM` and `BN`).
-const BLOCK_ROWS: u32 = 64;
-const BLOCK_COLS: u32 = 64;
+pub(super) const BLOCK_ROWS: u32 = 64;
+pub(super) const BLOCK_COLS: u32 = 64;
 
 /// Whether the product replaces `y` or is added to it (a fused residual add).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,18 +1,16 @@
-//! The LM head kernels (`lm_head.matrix_<ty>.v1`, `lm_head.matvec_<ty>.v1` for ty = bf16, f16,
-//! f32): one instance per weight dtype of the same LOOM source.
+//! The LM head: many rows through the LOOM GEMM's f32-activation instances
+//! (`gemm.xwt_exact_bf16.v1`, `gemm.xwt_exact_f16.v1`, `gemm.xwt_f32.v1`), one row through
+//! `lm_head.matvec_<ty>.v1` (ty = bf16, f16, f32). Both add the products of a logit in increasing
+//! `k`, one `fma` rounding each, from 0.
 
 use half::{bf16, f16};
 use lse_dsl::rt::KernelDef;
-use lse_kernels::lm_head::{
-    lm_head_matrix_bf16, lm_head_matrix_f16, lm_head_matrix_f32, lm_head_matvec_bf16,
-    lm_head_matvec_f16, lm_head_matvec_f32,
-};
+use lse_kernels::gemm::{gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f32};
+use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
+use super::gemm::{BLOCK_COLS, BLOCK_ROWS};
 use super::{buf_len, check_len, to_u32, OpError};
 use crate::device::{Arg, DevSlice, DevSliceMut, Device, Resident};
-
-/// Rows per workgroup of `lm_head.matrix_*` (its `ROWS` constant).
-const MATRIX_ROW_TILE: u32 = 128;
 
 /// A weight matrix in its stored dtype: the head's `[vocab, dim]`, or a projection's
 /// `[out, in]` for [`super::gemm`].
@@ -40,11 +38,12 @@ enum HeadDtype {
 }
 
 impl HeadDtype {
+    /// The GEMM instance with f32 activations for this weight dtype.
     fn matrix_kernel(self) -> &'static KernelDef {
         match self {
-            HeadDtype::Bf16 => &lm_head_matrix_bf16::KERNEL,
-            HeadDtype::F16 => &lm_head_matrix_f16::KERNEL,
-            HeadDtype::F32 => &lm_head_matrix_f32::KERNEL,
+            HeadDtype::Bf16 => &gemm_xwt_exact_bf16::KERNEL,
+            HeadDtype::F16 => &gemm_xwt_exact_f16::KERNEL,
+            HeadDtype::F32 => &gemm_xwt_f32::KERNEL,
         }
     }
 
@@ -75,7 +74,8 @@ impl<'a> HeadWeight<'a> {
         }
     }
 
-    /// The matrix kernel (many rows) for this weight's dtype.
+    /// The kernel of the matrix form (many rows) for this weight's dtype: the LOOM GEMM with
+    /// f32 activations.
     pub fn matrix_kernel(&self) -> &'static KernelDef {
         self.dtype().matrix_kernel()
     }
@@ -116,7 +116,8 @@ impl ResidentHeadWeight<'_> {
 }
 
 /// `out[r, v] = Σ_k hidden[r, k] · weight[v, k]` for `rows = hidden.len() / dim` rows; one row
-/// uses the matrix-vector kernel (serving's shape), more use the matrix kernel (scoring's).
+/// uses the matrix-vector kernel (serving's shape), more the LOOM GEMM with f32 activations
+/// (scoring's).
 pub fn lm_head(
     dev: &Device,
     hidden: &[f32],
@@ -187,21 +188,27 @@ fn run(
     if rows == 0 {
         return Ok(());
     }
-    let kernel = if rows == 1 {
-        dtype.matvec_kernel()
-    } else {
-        dtype.matrix_kernel()
-    };
-    let blocks = vocab32.div_ceil(kernel.workgroup_size);
-    let mut args = vec![hidden, weight, out];
-    let grid = if rows == 1 {
-        [blocks, 1, 1]
-    } else {
-        let rows32 = to_u32(OP, "rows", rows)?;
-        args.push(Arg::U32(rows32));
-        [blocks, rows32.div_ceil(MATRIX_ROW_TILE), 1]
-    };
-    args.extend([Arg::U32(vocab32), Arg::U32(dim as u32)]);
+    let dim32 = to_u32(OP, "dim", dim)?;
+    if rows == 1 {
+        let kernel = dtype.matvec_kernel();
+        let grid = [vocab32.div_ceil(kernel.workgroup_size), 1, 1];
+        let args = [hidden, weight, out, Arg::U32(vocab32), Arg::U32(dim32)];
+        dev.launch(kernel, grid, &args)?;
+        return Ok(());
+    }
+    // The GEMM `y = x · wᵀ` with x = hidden `[rows, dim]`, w `[vocab, dim]`, overwriting y.
+    let rows32 = to_u32(OP, "rows", rows)?;
+    let grid = [vocab32.div_ceil(BLOCK_COLS), rows32.div_ceil(BLOCK_ROWS), 1];
+    let args = [
+        hidden,
+        weight,
+        out,
+        Arg::U32(rows32),
+        Arg::U32(vocab32),
+        Arg::U32(dim32),
+        Arg::U32(0),
+    ];
+    let kernel = dtype.matrix_kernel();
     dev.launch(kernel, grid, &args)?;
     Ok(())
 }
@@ -211,13 +218,13 @@ mod tests {
     use super::*;
     use crate::device::{test_values as values, Pool};
 
-    /// Shapes the matrix kernel's blocking does not divide: `dim` not a multiple of its
-    /// 4-wide `k` blocks, `rows` not a multiple of its row tile, `vocab` not a multiple of the
-    /// workgroup. Every host variant must agree bit for bit with the generated Rust, and both
-    /// with an f64 reference.
+    /// Shapes the matrix form's blocking does not divide: `dim` not a multiple of the GEMM's
+    /// 64-wide K steps, `rows` not a multiple of its 64-row blocks, `vocab` not a multiple of
+    /// its 64 columns. Every host variant must agree bit for bit with the generated Rust, and
+    /// both with an f64 reference.
     #[test]
     fn matrix_kernel_handles_ragged_shapes_identically_everywhere() {
-        let (rows, dim, vocab) = (MATRIX_ROW_TILE as usize + 3, 13, 70);
+        let (rows, dim, vocab) = (2 * BLOCK_ROWS as usize + 3, 13, 70);
         let hidden = values(rows * dim, 1, 2.0);
         let wf = values(vocab * dim, 2, 0.5);
         let wb: Vec<bf16> = wf.iter().map(|&x| bf16::from_f32(x)).collect();

@@ -174,9 +174,10 @@ pub fn missing_device_kernels(device: &Device) -> Vec<String> {
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
     use lse_kernels::attention::{block_score, block_select, key_blocks, prefill};
     let scoring = [
+        // The head's matrix form is the GEMM below; one row uses the matrix-vector kernel.
         (
             "lm_head",
-            &lse_kernels::lm_head::lm_head_matrix_bf16::KERNEL,
+            &lse_kernels::lm_head::lm_head_matvec_bf16::KERNEL,
         ),
         ("logits.lse_pick", &lse_kernels::lse_pick::lse_pick::KERNEL),
         ("topk_pairs", &lse_kernels::topk_pairs::topk_pairs::KERNEL),

@@ -224,6 +224,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (2, 5, 5, Random),
         (2, 1000, 1, Random),
         (3, QWEN_VOCAB, 32, Random),
+        // Several of the kernel's blocks, so its threshold is refreshed and used: ties at the
+        // threshold across blocks, and -inf entries.
+        (2, 40_000, 32, Ties),
+        (2, 40_000, 3, SomeNegInf),
     ] {
         out.push(Box::new(TopKCase {
             rows,
