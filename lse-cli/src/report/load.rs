@@ -75,8 +75,11 @@ fn check_consistent(name: &str, r: &PerplexityReport) -> Result<(), String> {
             r.windows_scored
         ));
     }
-    let scored: u64 = windows.iter().map(|w| w.scored).sum();
-    if scored != r.scored_tokens {
+    let scored = windows
+        .iter()
+        .try_fold(0u64, |sum, w| sum.checked_add(w.scored));
+    if scored != Some(r.scored_tokens) {
+        let scored = scored.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string());
         return Err(format!(
             "{name}: the windows' `scored` add up to {scored}, expected `scored_tokens` = {}",
             r.scored_tokens

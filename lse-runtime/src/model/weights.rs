@@ -174,28 +174,16 @@ impl WeightStore {
         // SAFETY: the file is opened read-only; LSE never writes model files while they are
         // mapped. Concurrent external modification is outside our contract (as for any mmap).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
-        let (n, meta) =
-            safetensors::SafeTensors::read_metadata(&map).map_err(|e| ModelError::Safetensors {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        let base = 8 + n;
         let fi = self.maps.len();
-        for (name, info) in meta.tensors() {
-            let dtype = match info.dtype {
-                safetensors::Dtype::BF16 => Ok(DType::BF16),
-                safetensors::Dtype::F16 => Ok(DType::F16),
-                safetensors::Dtype::F32 => Ok(DType::F32),
-                other => Err(format!("{other:?}")),
-            };
+        for t in super::safetensors_file::parse(&map, path)? {
             self.entries.insert(
-                name,
+                t.name,
                 Entry {
                     file: fi,
-                    start: base + info.data_offsets.0,
-                    end: base + info.data_offsets.1,
-                    dtype,
-                    shape: info.shape.clone(),
+                    start: t.start,
+                    end: t.end,
+                    dtype: t.dtype,
+                    shape: t.shape,
                 },
             );
         }
