@@ -9,7 +9,9 @@ use std::path::Path;
 use crate::model::config::ModelConfig;
 use crate::model::safetensors_file;
 use crate::perplexity::parse_token_ids;
-use crate::scoring::kld_base::{self, HEADER_LEN};
+use sha2::{Digest, Sha256};
+
+use crate::scoring::kld_base::{self, HEADER_LEN, RECORDS_SHA256_OFFSET};
 
 /// One parser's entry point.
 pub type Target = fn(&[u8]);
@@ -22,12 +24,22 @@ pub const TARGETS: [(&str, Target); 4] = [
     ("safetensors", safetensors),
 ];
 
-/// A KL-divergence base file: a file that passes has exactly the size its header implies,
-/// and its header re-encodes to its first bytes.
+/// A KL-divergence base file, as given and with its records' checksum rewritten to match
+/// (so mutated records reach the checks past the checksum): a file that passes has exactly
+/// the size its header implies, and its header re-encodes to its first bytes.
 pub fn kld_base(data: &[u8]) {
-    if let Ok(header) = kld_base::check_bytes(data, Path::new("fuzz.kld")) {
-        assert_eq!(header.file_len(), Some(data.len() as u64));
-        assert_eq!(&header.to_bytes()[..], &data[..HEADER_LEN]);
+    let check = |bytes: &[u8]| {
+        if let Ok(header) = kld_base::check_bytes(bytes, Path::new("fuzz.kld")) {
+            assert_eq!(header.file_len(), Some(bytes.len() as u64));
+            assert_eq!(&header.to_bytes()[..], &bytes[..HEADER_LEN]);
+        }
+    };
+    check(data);
+    if data.len() >= HEADER_LEN {
+        let mut sealed = data.to_vec();
+        let digest = Sha256::digest(&data[HEADER_LEN..]);
+        sealed[RECORDS_SHA256_OFFSET..HEADER_LEN].copy_from_slice(&digest);
+        check(&sealed);
     }
 }
 
