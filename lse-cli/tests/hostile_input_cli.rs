@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::{symlink, FileTypeExt};
+use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -44,10 +44,12 @@ fn text(dir: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// `lse perplexity` on the golden model and text with ctx 64, two chunks, and `extra`.
-fn score(dir: &Path, extra: &[&str]) -> Output {
+/// The command `lse perplexity` on the golden model and text with ctx 64, two chunks, and
+/// `extra`.
+fn score_command(dir: &Path, extra: &[&str]) -> Command {
     let text = text(dir);
-    let mut args = vec![
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lse"));
+    cmd.args([
         "perplexity",
         "--model",
         &model(),
@@ -58,13 +60,15 @@ fn score(dir: &Path, extra: &[&str]) -> Output {
         "64",
         "--perplexity-chunks",
         "2",
-    ]
-    .into_iter()
-    .map(str::to_string)
-    .collect::<Vec<_>>();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    lse(&args)
+    ])
+    .args(extra)
+    .env_remove("LSE_REQUIRE_DEVICE_KERNELS");
+    cmd
+}
+
+/// Runs [`score_command`].
+fn score(dir: &Path, extra: &[&str]) -> Output {
+    score_command(dir, extra).output().unwrap()
 }
 
 fn ok(out: Output) -> Output {
@@ -145,6 +149,22 @@ fn outputs_through_symlinks_fifos_and_dash_write_the_target_and_replace_nothing(
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["windows_scored"], 2);
     assert!(!d.join("-").exists());
+    // /dev/stdout (a link to the process's descriptor, here a pipe): written through.
+    let out = ok(score(d, &["--perplexity-output", "/dev/stdout"]));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["windows_scored"], 2);
+    // /dev/stdout redirected to a file: the file is written, not replaced.
+    let redirected = d.join("redirected.json");
+    let file = fs::File::create(&redirected).unwrap();
+    let inode = fs::metadata(&redirected).unwrap().ino();
+    let status = score_command(d, &["--perplexity-output", "/dev/stdout"])
+        .stdout(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(fs::metadata(&redirected).unwrap().ino(), inode);
+    let got: Value = serde_json::from_str(&fs::read_to_string(&redirected).unwrap()).unwrap();
+    assert_eq!(got["windows_scored"], 2);
 
     // The base needs a regular file: a FIFO or `-` is refused before any work, untouched.
     let err = refused(score(d, &["--perplexity-kld-base-out", s(&fifo)]));

@@ -135,9 +135,10 @@ fn resolve(path: &Path) -> Result<Destination, OutputError> {
 pub fn check_writable(path: &Path) -> Result<(), OutputError> {
     match resolve(path)? {
         Destination::Stdout => Ok(()),
-        Destination::Stream { kind, .. } if kind == "a FIFO" || kind == "a character device" => {
-            Ok(())
-        }
+        Destination::Stream {
+            kind: "a FIFO" | "a character device" | "an open file descriptor",
+            ..
+        } => Ok(()),
         Destination::Stream { kind, .. } => Err(OutputError::NotRegular {
             path: path.to_path_buf(),
             kind,

@@ -16,10 +16,10 @@ pub enum Destination {
     /// A regular file or nothing yet: written under a temporary name and renamed onto this
     /// path (the symlink chain's end, so a symlink keeps pointing at the new file).
     File(PathBuf),
-    /// A FIFO, character device or socket at this path (the symlink chain's end): written
-    /// straight, never replaced.
+    /// A FIFO, device, socket or open file descriptor (`/dev/stdout`): written straight
+    /// through the path as given, never replaced.
     Stream {
-        /// The path opened for writing.
+        /// The path opened for writing, as given.
         path: PathBuf,
         /// What it is ("a FIFO", "a character device", ...).
         kind: &'static str,
@@ -42,28 +42,38 @@ fn absent(e: &io::Error) -> bool {
     )
 }
 
-/// Follows the symlinks of `path`'s last component to the path they end at (which may not
-/// exist yet). Directory components are left as given: the kernel follows those.
-pub fn follow_symlinks(path: &Path) -> io::Result<PathBuf> {
-    let mut current = path.to_path_buf();
+/// The paths `path`'s last component leads through, itself first and the end of its symlink
+/// chain (which may not exist yet) last. Directory components are left as given: the kernel
+/// follows those.
+fn symlink_chain(path: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut chain = vec![path.to_path_buf()];
     for _ in 0..MAX_SYMLINKS {
-        match fs::symlink_metadata(&current) {
+        let current = &chain[chain.len() - 1];
+        match fs::symlink_metadata(current) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                let target = fs::read_link(&current)?;
-                current = if target.is_absolute() {
+                let target = fs::read_link(current)?;
+                let next = if target.is_absolute() {
                     target
                 } else {
-                    parent_dir(&current).join(target)
+                    parent_dir(current).join(target)
                 };
+                chain.push(next);
             }
-            Ok(_) => return Ok(current),
-            Err(e) if absent(&e) => return Ok(current),
+            Ok(_) => return Ok(chain),
+            Err(e) if absent(&e) => return Ok(chain),
             Err(e) => return Err(e),
         }
     }
     Err(io::Error::other(format!(
         "more than {MAX_SYMLINKS} symlinks (a loop?)"
     )))
+}
+
+/// Follows the symlinks of `path`'s last component to the path they end at (which may not
+/// exist yet).
+pub fn follow_symlinks(path: &Path) -> io::Result<PathBuf> {
+    let mut chain = symlink_chain(path)?;
+    Ok(chain.pop().unwrap_or_else(|| path.to_path_buf()))
 }
 
 /// What `meta` describes, in words, when it is not a regular file or a directory.
@@ -91,21 +101,42 @@ pub fn special_kind(meta: &fs::Metadata) -> Option<&'static str> {
     Some("not a regular file")
 }
 
+/// True for a path under `/proc` or `/dev/fd`: an open file descriptor's magic link
+/// (`/dev/stdout` leads there), which must be written through, never renamed over.
+fn is_descriptor_link(path: &Path) -> bool {
+    path.starts_with("/proc") || path.starts_with("/dev/fd")
+}
+
 /// Where writing `path` leads. A directory is returned as [`Destination::File`]; the
 /// writability checks refuse it.
 pub fn destination(path: &Path) -> io::Result<Destination> {
     if path.as_os_str() == "-" {
         return Ok(Destination::Stdout);
     }
-    let end = follow_symlinks(path)?;
-    match fs::metadata(&end) {
-        Ok(meta) => Ok(match special_kind(&meta) {
-            Some(kind) => Destination::Stream { path: end, kind },
-            None => Destination::File(end),
-        }),
-        Err(e) if absent(&e) => Ok(Destination::File(end)),
-        Err(e) => Err(e),
+    // What the kernel opens (every link followed, magic ones included): a FIFO or device is
+    // written through the path as given.
+    match fs::metadata(path) {
+        Ok(meta) => {
+            if let Some(kind) = special_kind(&meta) {
+                return Ok(Destination::Stream {
+                    path: path.to_path_buf(),
+                    kind,
+                });
+            }
+        }
+        Err(e) if absent(&e) => {}
+        Err(e) => return Err(e),
     }
+    let mut chain = symlink_chain(path)?;
+    if chain.iter().any(|p| is_descriptor_link(p)) {
+        return Ok(Destination::Stream {
+            path: path.to_path_buf(),
+            kind: "an open file descriptor",
+        });
+    }
+    Ok(Destination::File(
+        chain.pop().unwrap_or_else(|| path.to_path_buf()),
+    ))
 }
 
 /// A key naming the file `path` leads to: its device and inode when it exists, else the
