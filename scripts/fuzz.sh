@@ -4,7 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 1800 seconds, every target
 #
-# Targets: kld_base, config_json, token_ids, safetensors. Seeds: fuzz/corpus/<target>.
+# Targets: kld_base, config_json, token_ids, safetensors, shard_index. Seeds:
+# fuzz/corpus/<target>.
 # Findings land in fuzz/out/<target>/default/{crashes,hangs}; copy each into the corpus (the
 # test suite replays it, tests/fuzz_parsers.rs) once fixed. Needs `cargo install cargo-afl`
 # (done here when missing; it builds AFL++ on first use).
@@ -15,7 +16,7 @@ secs="${1:-1800}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(kld_base config_json token_ids safetensors)
+    targets=(kld_base config_json token_ids safetensors shard_index)
 fi
 command -v cargo-afl >/dev/null || cargo install cargo-afl --locked
 export CARGO_TARGET_DIR="${LSE_FUZZ_TARGET_DIR:-$PWD/fuzz/target}"

@@ -1,5 +1,6 @@
 //! Entry points that hand arbitrary bytes to every parser of untrusted input: the
-//! KL-divergence base, `config.json`, the token-id JSON and safetensors files. The
+//! KL-divergence base, `config.json`, the token-id JSON, safetensors files and the sharded
+//! weights' `model.safetensors.index.json`. The
 //! coverage-guided fuzzers in `fuzz/` and the short mutation runs of the test suite call
 //! them. Each must return for any input, without a panic, and checks what a successful
 //! parse promises.
@@ -8,6 +9,7 @@ use std::path::Path;
 
 use crate::model::config::ModelConfig;
 use crate::model::safetensors_file;
+use crate::model::weights::parse_shard_index;
 use crate::perplexity::parse_token_ids;
 use sha2::{Digest, Sha256};
 
@@ -17,11 +19,12 @@ use crate::scoring::kld_base::{self, HEADER_LEN, RECORDS_SHA256_OFFSET};
 pub type Target = fn(&[u8]);
 
 /// The parsers, by name (the fuzz target and corpus folder names).
-pub const TARGETS: [(&str, Target); 4] = [
+pub const TARGETS: [(&str, Target); 5] = [
     ("kld_base", kld_base),
     ("config_json", config_json),
     ("token_ids", token_ids),
     ("safetensors", safetensors),
+    ("shard_index", shard_index),
 ];
 
 /// A KL-divergence base file, as given and with its records' checksum rewritten to match
@@ -68,6 +71,20 @@ pub fn safetensors(data: &[u8]) {
     if let Ok(tensors) = safetensors_file::parse(data, Path::new("model.safetensors")) {
         for t in tensors {
             assert!(t.start <= t.end && t.end <= data.len(), "{t:?}");
+        }
+    }
+}
+
+/// `model.safetensors.index.json`: shard names that parse are plain, unique file names.
+pub fn shard_index(data: &[u8]) {
+    let index = Path::new("model.safetensors.index.json");
+    if let Ok(files) = parse_shard_index(data, index) {
+        for (i, f) in files.iter().enumerate() {
+            assert_eq!(
+                Path::new(f).file_name().and_then(|n| n.to_str()),
+                Some(f.as_str())
+            );
+            assert!(!files[..i].contains(f), "{f} twice");
         }
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use lse_runtime::fuzz_targets::TARGETS;
 use lse_runtime::model::config::ModelConfig;
 use lse_runtime::model::safetensors_file;
+use lse_runtime::model::weights::parse_shard_index;
 use lse_runtime::perplexity::parse_token_ids;
 use lse_runtime::scoring::kld_base;
 
@@ -218,4 +219,34 @@ fn config_token_and_safetensors_corpus_cases_are_refused_clearly() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn shard_index_corpus_cases_are_refused_clearly() {
+    let index = |file: &str| {
+        let bytes = std::fs::read(corpus_dir("shard_index").join(file)).unwrap();
+        parse_shard_index(&bytes, Path::new(file))
+    };
+    assert_eq!(
+        index("valid.json").unwrap(),
+        vec![
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors"
+        ]
+    );
+    for file in ["parent_dir.json", "absolute.json"] {
+        let e = index(file).unwrap_err().to_string();
+        assert!(
+            e.contains(file)
+                && e.contains("field `weight_map.a`: expected a file name in the model directory"),
+            "{e}"
+        );
+    }
+    let e = index("not_object.json").unwrap_err().to_string();
+    assert!(e.contains("field `weight_map`"), "{e}");
+    let e = index("not_string.json").unwrap_err().to_string();
+    assert!(
+        e.contains("weight_map.a") && e.contains("a file name string"),
+        "{e}"
+    );
 }

@@ -246,10 +246,17 @@ impl WeightStore {
     }
 }
 
-/// Unique shard file names from an index's `weight_map`, in first-seen order.
+/// Unique shard file names from an index's `weight_map`, sorted.
 fn shard_files(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|e| ModelError::io(index, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Json {
+    let bytes = std::fs::read(index).map_err(|e| ModelError::io(index, e))?;
+    parse_shard_index(&bytes, index)
+}
+
+/// Parses the bytes of `model.safetensors.index.json` (`index` names it in errors): the
+/// unique shard file names of its `weight_map`, sorted. A name must be a plain file name in
+/// the model directory.
+pub fn parse_shard_index(bytes: &[u8], index: &Path) -> Result<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Json {
         path: index.to_path_buf(),
         message: e.to_string(),
     })?;
@@ -270,6 +277,15 @@ fn shard_files(index: &Path) -> Result<Vec<String>> {
             expected: "a file name string".into(),
             found: f.to_string(),
         })?;
+        let plain = Path::new(f).file_name().is_some_and(|n| n == f);
+        if !plain {
+            return Err(ModelError::ConfigField {
+                path: index.to_path_buf(),
+                field: format!("weight_map.{k}"),
+                expected: "a file name in the model directory (no directories, no `..`)".into(),
+                found: serde_json::Value::from(f).to_string(),
+            });
+        }
         if !files.iter().any(|x| x == f) {
             files.push(f.to_string());
         }
