@@ -449,6 +449,14 @@ fn bad_inputs_are_refused_naming_file_and_field() {
         "the input was overwritten"
     );
 
+    // ... also through a symlink to it.
+    let alias = dir.path().join("alias.html");
+    std::os::unix::fs::symlink(&copy, &alias).unwrap();
+    let out = report(&[copy.to_str().unwrap(), "-o", alias.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the input"));
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
+
     // An output that cannot be written is refused before anything is read.
     let err = refused(&[base_path], &dir.path().join("no/such/dir/r.html"));
     assert!(err.contains("no/such/dir"), "{err}");

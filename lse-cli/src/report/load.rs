@@ -31,9 +31,14 @@ impl Run {
 /// `object` = `lse.perplexity`, per-window results present and consistent with the totals,
 /// per-token values (when present) one per scored token.
 pub fn load(path: &Path) -> Result<Run, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    parse(&bytes, path)
+}
+
+/// [`load`] on a file's bytes; `path` names it.
+pub fn parse(bytes: &[u8], path: &Path) -> Result<Run, String> {
     let name = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         format!("{name}: not JSON ({e}); expected the JSON `lse perplexity` writes")
     })?;
     let object = value.get("object");
