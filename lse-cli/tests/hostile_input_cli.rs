@@ -590,6 +590,21 @@ fn unclear_messages_are_clear() {
         "{err}"
     );
 
+    // An empty text.
+    let empty = d.join("empty.txt");
+    fs::write(&empty, "").unwrap();
+    let err = refused(lse(&[
+        "perplexity",
+        "--model",
+        &model(),
+        "--perplexity",
+        s(&empty),
+    ]));
+    assert!(
+        err.contains("the text to score is empty") && !err.contains("too little"),
+        "{err}"
+    );
+
     // config.json holding a top-level array; a truncated safetensors file.
     let bad_model = d.join("bad-model");
     fs::create_dir(&bad_model).unwrap();
