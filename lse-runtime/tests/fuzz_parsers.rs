@@ -179,6 +179,13 @@ fn config_token_and_safetensors_corpus_cases_are_refused_clearly() {
         e.contains("num_hidden_layers") && e.contains("at most 4096"),
         "{e}"
     );
+    // A multi-byte string quoted in a message is cut at a character, not a byte (this
+    // panicked).
+    let e = config("multibyte_field.json").unwrap_err().to_string();
+    assert!(
+        e.contains("field `hidden_size`: expected a positive integer") && e.contains("é..."),
+        "{e}"
+    );
     let e = config("unicode_value.json").unwrap_err().to_string();
     assert!(e.contains("unsupported model_type"), "{e}");
 
