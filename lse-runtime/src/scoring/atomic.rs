@@ -182,12 +182,15 @@ fn check_file_writable(path: &Path, end: &Path) -> Result<(), OutputError> {
         });
     }
     let probe = temp_path_for(end)?;
-    match OpenOptions::new().write(true).create_new(true).open(&probe) {
-        Ok(file) => {
-            drop(file);
-            let _ = fs::remove_file(&probe);
-            Ok(())
-        }
+    // Registered while it exists, so an interrupt in between removes it too.
+    registry().push(probe.clone());
+    let created = OpenOptions::new().write(true).create_new(true).open(&probe);
+    if created.is_ok() {
+        let _ = fs::remove_file(&probe);
+    }
+    unregister(&probe);
+    match created {
+        Ok(_) => Ok(()),
         Err(source) => Err(OutputError::NotWritable {
             path: path.to_path_buf(),
             dir,
@@ -197,7 +200,8 @@ fn check_file_writable(path: &Path, end: &Path) -> Result<(), OutputError> {
 }
 
 /// Deletes every temporary file an [`AtomicFile`] is still writing (and every temporary
-/// directory given to [`track_temp`]), and returns how many were removed. Meant for an interrupt handler running on a normal thread (as `ctrlc`
+/// directory given to [`track_temp`], and every writability probe), and returns how many
+/// were removed. Meant for an interrupt handler running on a normal thread (as `ctrlc`
 /// handlers do), not for a raw async-signal context.
 pub fn remove_in_flight_temp_files() -> usize {
     let mut list = registry();
