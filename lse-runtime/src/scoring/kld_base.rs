@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use super::atomic::{AtomicFile, OutputError};
 use super::kld_record::{self, RecordDigest};
+use super::output_path::special_kind;
 use super::report::token_ids_digest;
 use super::stats::BaseRecord;
 use super::windows::{Method, WindowPlan};
@@ -480,27 +481,11 @@ impl KldBaseWriter {
 
 /// What a file's metadata says it is, when not a regular file.
 fn non_regular_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
-    let ft = meta.file_type();
-    if ft.is_file() {
-        return None;
+    if meta.is_dir() {
+        Some("a directory")
+    } else {
+        special_kind(meta)
     }
-    if ft.is_dir() {
-        return Some("a directory");
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if ft.is_fifo() {
-            return Some("a FIFO");
-        }
-        if ft.is_char_device() || ft.is_block_device() {
-            return Some("a device");
-        }
-        if ft.is_socket() {
-            return Some("a socket");
-        }
-    }
-    Some("not a regular file")
 }
 
 /// Decodes the header from a file's first bytes (`prefix`, as many as the file has up to
@@ -543,7 +528,7 @@ fn header_for_size(prefix: &[u8], actual: u64, path: &Path) -> Result<KldBaseHea
 }
 
 /// Checks every record of a base and its checksum, record bytes coming from `next`
-/// (which fills the buffer it is given and returns `false` at a premature end).
+/// (which fills the buffer it is given, or says why it cannot: a premature end, an I/O error).
 fn check_records(
     header: &KldBaseHeader,
     path: &Path,
