@@ -184,11 +184,12 @@ impl StateSizes {
             None => "more bytes than this machine can address".to_string(),
         };
         format!(
-            "the KV cache needs {} for --kv-len {kv_len} ({} full-attention layers × K and V × \
+            "the KV cache needs {} for --kv-len {kv_len} ({} full-attention layer{} × K and V × \
              {} tokens × {} values of {} ({} bytes each)): lower --kv-len (it must hold one \
              chunk or window, --perplexity-ctx) or use a smaller --kv-cache-dtype",
             gib(self.kv_bytes()),
             self.full,
+            if self.full == 1 { "" } else { "s" },
             kv_len,
             cfg.num_key_value_heads.saturating_mul(cfg.head_dim),
             kv_dtype.name(),
