@@ -4,6 +4,7 @@ mod kernels_cmd;
 mod perplexity_cmd;
 mod progress_bar;
 mod report;
+mod signals;
 mod summary;
 mod synthetic_cmd;
 
@@ -36,11 +37,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // Ctrl-C leaves no partial output: remove in-flight temporary files, then exit.
-    let _ = ctrlc::set_handler(|| {
-        lse_runtime::scoring::remove_in_flight_temp_files();
-        std::process::exit(130);
-    });
+    // Ctrl-C, TERM and HUP leave no partial output: remove in-flight temporary files, exit.
+    signals::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Kernels(cmd) => kernels_cmd::run(cmd),

@@ -1,13 +1,15 @@
 //! `lse perplexity`: the brief's perplexity mode. Loads the model, scores, writes the JSON,
 //! exits; no network port.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use lse_runtime::device::Pool;
 use lse_runtime::ops::FlashPrefillParams;
 use lse_runtime::perplexity::{
-    Engine, EngineSettings, FlashPrefill, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
+    check_request, effective_settings, parse_token_ids, Engine, EngineSettings, FlashPrefill,
+    Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };
 use lse_runtime::scoring::{self, Method};
 
@@ -41,7 +43,8 @@ pub enum Dialect {
 /// Options of `lse perplexity`: the serving options, then the scoring ones.
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
+    /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json); not a GGUF
+    /// file.
     #[arg(long)]
     model: PathBuf,
     /// Device: host (LLVM-compiled LOOM kernels on this CPU), cpu (generated Rust), hip:N / hrx:N
@@ -54,7 +57,8 @@ pub struct PerplexityArgs {
     /// Logical batch: most tokens per decode call.
     #[arg(long, default_value_t = 2048)]
     batch_size: usize,
-    /// Physical batch: most tokens per compute pass.
+    /// Physical batch: most tokens per compute pass (clamped to --batch-size, as llama.cpp
+    /// does).
     #[arg(long, default_value_t = 512)]
     ubatch_size: usize,
     /// KV cache element type.
@@ -96,7 +100,8 @@ pub struct PerplexityArgs {
     #[arg(long)]
     no_cpu_fallback: bool,
 
-    /// UTF-8 text to score, tokenized whole like a prompt (no chat template).
+    /// UTF-8 text to score, tokenized whole like a prompt (no chat template); `-` reads
+    /// standard input.
     #[arg(
         long = "perplexity",
         value_name = "FILE",
@@ -104,7 +109,7 @@ pub struct PerplexityArgs {
         conflicts_with = "tokens_file"
     )]
     text_file: Option<PathBuf>,
-    /// A JSON array of token ids to score instead of text.
+    /// A JSON array of token ids to score instead of text; `-` reads standard input.
     #[arg(long = "perplexity-tokens", value_name = "FILE")]
     tokens_file: Option<PathBuf>,
     /// chunks (llama.cpp's method) or sliding.
@@ -119,16 +124,18 @@ pub struct PerplexityArgs {
     /// Score only the first N chunks or windows.
     #[arg(long = "perplexity-chunks")]
     chunks: Option<usize>,
-    /// Record a KL-divergence base here.
+    /// Record a KL-divergence base here (a regular file, written atomically).
     #[arg(long = "perplexity-kld-base-out", value_name = "FILE")]
     kld_base_out: Option<PathBuf>,
-    /// Token ids recorded per scored token in a base (1 to 32).
-    #[arg(long = "perplexity-kld-top-k", default_value_t = 32)]
-    kld_top_k: usize,
+    /// Token ids recorded per scored token in a base (1 to 32; default 32). With
+    /// --perplexity-kld the base's is used, and a different value is an error.
+    #[arg(long = "perplexity-kld-top-k")]
+    kld_top_k: Option<usize>,
     /// Compare against a recorded base.
     #[arg(long = "perplexity-kld", value_name = "FILE")]
     kld_base: Option<PathBuf>,
-    /// Where to write the JSON (default: standard output).
+    /// Where to write the JSON (default, or `-`: standard output); a regular file is
+    /// written atomically (through a symlink, to its target), a FIFO or device straight.
     #[arg(long = "perplexity-output", value_name = "PATH")]
     output: Option<PathBuf>,
     /// Include the token ids in the JSON.
@@ -143,40 +150,82 @@ pub struct PerplexityArgs {
     quiet: bool,
 }
 
+/// Reads a whole input file, or standard input for `-`.
+fn read_bytes(path: &Path) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("standard input: {e}"))?;
+        return Ok(bytes);
+    }
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The name of an input in messages.
+fn input_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "standard input".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
 fn read_input(args: &PerplexityArgs) -> Result<Input, String> {
     if let Some(path) = &args.tokens_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let ids: Vec<u32> = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "{}: expected a JSON array of token ids (non-negative integers): {e}",
-                path.display()
-            )
-        })?;
-        return Ok(Input::Tokens(ids));
+        let bytes = read_bytes(path)?;
+        return Ok(Input::Tokens(parse_token_ids(
+            &bytes,
+            Path::new(&input_name(path)),
+        )?));
     }
     let path = args
         .text_file
         .as_ref()
-        .expect("clap requires --perplexity or --perplexity-tokens");
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        .ok_or("give --perplexity FILE or --perplexity-tokens FILE")?;
+    let bytes = read_bytes(path)?;
     let text = String::from_utf8(bytes).map_err(|e| {
         format!(
             "{}: not valid UTF-8 (at byte {})",
-            path.display(),
+            input_name(path),
             e.utf8_error().valid_up_to()
         )
     })?;
     Ok(Input::Text(text))
 }
 
-pub fn run(args: PerplexityArgs) -> Result<(), String> {
-    let Dialect::Loom = args.dialect;
-    // Fail on an unwritable output before any work.
-    for path in [&args.output, &args.kld_base_out].into_iter().flatten() {
-        scoring::check_writable(path).map_err(|e| e.to_string())?;
+/// Refuses one file in two roles (an output over an input or over the other output), by
+/// what the paths lead to, not how they are spelled.
+fn check_roles(args: &PerplexityArgs) -> Result<(), String> {
+    let roles: Vec<(&str, &PathBuf)> = [
+        ("--perplexity", &args.text_file),
+        ("--perplexity-tokens", &args.tokens_file),
+        ("--perplexity-kld", &args.kld_base),
+        ("--perplexity-kld-base-out", &args.kld_base_out),
+        ("--perplexity-output", &args.output),
+    ]
+    .into_iter()
+    .filter_map(|(role, path)| path.as_ref().map(|p| (role, p)))
+    // `-` is standard input for the inputs and standard output for the outputs.
+    .filter(|(_, path)| path.as_os_str() != "-")
+    .collect();
+    for (i, (a, pa)) in roles.iter().enumerate() {
+        for (b, pb) in &roles[i + 1..] {
+            if scoring::same_file(pa, pb) {
+                return Err(format!(
+                    "{a} {} and {b} {} are the same file: one file cannot play both roles \
+                     (the run would overwrite it); give different paths",
+                    pa.display(),
+                    pb.display()
+                ));
+            }
+        }
     }
-    let input = read_input(&args)?;
+    Ok(())
+}
 
+fn settings(args: &PerplexityArgs) -> EngineSettings {
     let mut settings = EngineSettings::new(args.model.clone());
     settings.pool = args.pool;
     settings.batch_size = args.batch_size;
@@ -202,8 +251,12 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     };
     settings.flashprefill_min_kv_len = args.flashprefill_min_kv_len;
     settings.no_cpu_fallback |= args.no_cpu_fallback;
+    settings
+}
 
-    let mut request = Request::new(input);
+/// The request, with its input still to be read.
+fn request(args: &PerplexityArgs) -> Request {
+    let mut request = Request::new(Input::Tokens(Vec::new()));
     request.method = match args.method {
         MethodArg::Chunks => Method::Chunks,
         MethodArg::Sliding => Method::Sliding,
@@ -216,6 +269,27 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     request.kld_base = args.kld_base.clone();
     request.include_token_ids = args.token_ids;
     request.include_token_stats = args.token_stats;
+    request
+}
+
+pub fn run(args: PerplexityArgs) -> Result<(), String> {
+    let Dialect::Loom = args.dialect;
+    // Every check that needs neither the model nor the text comes first.
+    check_roles(&args)?;
+    if let Some(path) = &args.output {
+        scoring::check_writable(path).map_err(|e| e.to_string())?;
+    }
+    let settings = effective_settings(&settings(&args)).map_err(|e| e.to_string())?;
+    let mut request = request(&args);
+    check_request(&settings, &request).map_err(|e| e.to_string())?;
+    if settings.ubatch_size < args.ubatch_size && !args.quiet {
+        eprintln!(
+            "--ubatch-size {} is larger than --batch-size {}: running ubatches of {} (as \
+             llama.cpp does)",
+            args.ubatch_size, args.batch_size, settings.ubatch_size
+        );
+    }
+    request.input = read_input(&args)?;
 
     let engine = Engine::open(settings).map_err(|e| e.to_string())?;
     let bar = Bar::stderr(args.quiet);
@@ -241,7 +315,7 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
         if let Some(path) = &args.kld_base_out {
             eprintln!("KL-divergence base written to {}", path.display());
         }
-        if let Some(path) = &args.output {
+        if let Some(path) = args.output.as_ref().filter(|p| p.as_os_str() != "-") {
             eprintln!("JSON report written to {}", path.display());
         }
     }

@@ -254,8 +254,8 @@ fn kl_divergence_of_a_run_against_its_own_base_is_zero_and_refuses_mismatches() 
     let scored = r["scored_tokens"].as_u64().unwrap();
     assert_eq!(
         std::fs::metadata(&base).unwrap().len(),
-        88 + 264 * scored,
-        "header + 264 bytes per token"
+        120 + 264 * scored,
+        "header (format version 2) + 264 bytes per token"
     );
 
     let mut compare = common.to_vec();

@@ -392,6 +392,22 @@ fn bad_inputs_are_refused_naming_file_and_field() {
     let err = refused(&[&write("short.json", &short)], &page);
     assert!(err.contains("short.json: field `windows` holds"), "{err}");
 
+    // Window counts whose sum overflows a u64: refused, not a panic.
+    let mut huge = base.clone();
+    for (i, w) in huge["windows"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        w["scored"] = if i < 2 { u64::MAX.into() } else { 0.into() };
+    }
+    let err = refused(&[&write("huge.json", &huge)], &page);
+    assert!(
+        err.contains("huge.json: the windows' `scored` add up to more than 2^64"),
+        "{err}"
+    );
+
     let mut tokens = base.clone();
     tokens["token_stats"]["nll"].as_array_mut().unwrap().pop();
     let err = refused(&[&write("tokens.json", &tokens)], &page);
@@ -432,6 +448,14 @@ fn bad_inputs_are_refused_naming_file_and_field() {
         before,
         "the input was overwritten"
     );
+
+    // ... also through a symlink to it.
+    let alias = dir.path().join("alias.html");
+    std::os::unix::fs::symlink(&copy, &alias).unwrap();
+    let out = report(&[copy.to_str().unwrap(), "-o", alias.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the input"));
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
 
     // An output that cannot be written is refused before anything is read.
     let err = refused(&[base_path], &dir.path().join("no/such/dir/r.html"));

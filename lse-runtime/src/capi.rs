@@ -112,7 +112,7 @@ fn request_from_json(json: &str) -> Result<Request, Failure> {
     req.stride = r.stride;
     req.chunks = r.chunks;
     req.kld_base_out = r.kld_base_out;
-    req.kld_top_k = r.kld_top_k.unwrap_or(req.kld_top_k);
+    req.kld_top_k = r.kld_top_k;
     req.kld_base = r.kld_base;
     req.include_windows = r.include_windows.unwrap_or(true);
     req.include_token_ids = r.include_token_ids.unwrap_or(false);

@@ -53,10 +53,10 @@ impl<'m> Generator<'m> {
         let mut out = Vec::new();
         let mut b0 = 0;
         while b0 < prompt_len {
-            let b1 = (b0 + batch_size).min(prompt_len);
+            let b1 = b0.saturating_add(batch_size).min(prompt_len);
             let mut u0 = b0;
             while u0 < b1 {
-                let u1 = (u0 + ub).min(b1);
+                let u1 = u0.saturating_add(ub).min(b1);
                 out.push(u0..u1);
                 u0 = u1;
             }

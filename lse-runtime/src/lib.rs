@@ -5,6 +5,8 @@
 pub mod capi;
 /// Devices that run LOOM kernels (`--pool`).
 pub mod device;
+/// Every parser of untrusted bytes behind one entry point each, for the fuzzers and tests.
+pub mod fuzz_targets;
 /// Prefill planning (llama.cpp batch/ubatch passes) and pass execution.
 pub mod generator;
 /// Qwen3.5 hybrid model: loading, KV cache and CPU prefill.

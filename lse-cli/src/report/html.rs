@@ -294,7 +294,7 @@ pub fn along_text(run: &Run, values: &[f64], color: &'static str) -> (Series, Se
         rest = next;
         gaps.push(mean.len());
         for (k, bin) in here.chunks(per_bin).enumerate() {
-            let x = (w.first_target + (k * per_bin) as u64) as f64;
+            let x = w.first_target.saturating_add((k * per_bin) as u64) as f64;
             mean.push((x, bin.iter().sum::<f64>() / bin.len() as f64));
             max.push((x, bin.iter().copied().fold(f64::NEG_INFINITY, f64::max)));
         }

@@ -31,9 +31,14 @@ impl Run {
 /// `object` = `lse.perplexity`, per-window results present and consistent with the totals,
 /// per-token values (when present) one per scored token.
 pub fn load(path: &Path) -> Result<Run, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    parse(&bytes, path)
+}
+
+/// [`load`] on a file's bytes; `path` names it.
+pub fn parse(bytes: &[u8], path: &Path) -> Result<Run, String> {
     let name = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         format!("{name}: not JSON ({e}); expected the JSON `lse perplexity` writes")
     })?;
     let object = value.get("object");
@@ -75,8 +80,11 @@ fn check_consistent(name: &str, r: &PerplexityReport) -> Result<(), String> {
             r.windows_scored
         ));
     }
-    let scored: u64 = windows.iter().map(|w| w.scored).sum();
-    if scored != r.scored_tokens {
+    let scored = windows
+        .iter()
+        .try_fold(0u64, |sum, w| sum.checked_add(w.scored));
+    if scored != Some(r.scored_tokens) {
+        let scored = scored.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string());
         return Err(format!(
             "{name}: the windows' `scored` add up to {scored}, expected `scored_tokens` = {}",
             r.scored_tokens

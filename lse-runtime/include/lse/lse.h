@@ -29,13 +29,16 @@ typedef struct lse_engine lse_engine;
  *   "flash_prefill_v2": "on" | "off" | "auto"; "prefill_attention_scale" (number, alpha);
  *   "flashprefill_block_size", "flashprefill_sink_blocks", "flashprefill_window_blocks",
  *   "flashprefill_last_full_blocks", "flashprefill_min_budget", "flashprefill_min_kv_len"
- *   (integers, as the CLI options of the same names); "no_cpu_fallback": boolean.
+ *   (integers, as the CLI options of the same names); "no_cpu_fallback": boolean
+ *   (LSE_REQUIRE_DEVICE_KERNELS=1 in the environment sets it; a value other than 1 or 0 is an
+ *   error). A "ubatch_size" above "batch_size" is clamped to it, as llama.cpp does.
  * On success stores the engine in *out. */
 int lse_engine_open(const char *config_json, lse_engine **out, char **err);
 
 /* Scores one request and stores the report (the `lse perplexity` JSON) in *json_out.
  * `request_json` fields: "text" or "tokens" (array of ids), "method" ("chunks" | "sliding"),
- * "ctx", "stride", "chunks", "kld_base_out" (path), "kld_top_k", "kld_base" (path),
+ * "ctx", "stride", "chunks", "kld_base_out" (path, a regular file), "kld_top_k" (1 to 32,
+ * default 32; with "kld_base" it must equal the base's or be left out), "kld_base" (path),
  * "include_windows" (default true), "include_token_ids" (default false),
  * "include_token_stats" (default false: the per-token `token_stats` object). */
 int lse_perplexity(lse_engine *engine, const char *request_json, char **json_out, char **err);

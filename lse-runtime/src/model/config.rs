@@ -122,7 +122,10 @@ impl ModelConfig {
             path: path.to_path_buf(),
         };
         if !root.is_object() {
-            return Err(r.err("", "a JSON object", &root));
+            return Err(ModelError::ConfigRoot {
+                path: path.to_path_buf(),
+                found: describe(&root),
+            });
         }
         let model_type = r.string(&root, "", "model_type")?;
         let (wrapper, is_moe) = match model_type.as_str() {
@@ -310,7 +313,67 @@ impl ModelConfig {
                 &Value::from(partial_rotary_factor),
             ));
         }
+        cfg.check_products(&r, pre)?;
         Ok(cfg)
+    }
+
+    /// Refuses sizes whose products (the largest weight and state tensors, in bytes) do not
+    /// fit this machine's `usize`, so later size arithmetic cannot overflow.
+    fn check_products(&self, r: &Reader, pre: &str) -> Result<()> {
+        let product =
+            |fields: &[usize]| fields.iter().try_fold(4usize, |acc, &f| acc.checked_mul(f));
+        let mut checks: Vec<(&str, Option<usize>)> = vec![
+            (
+                "vocab_size × hidden_size",
+                product(&[self.vocab_size, self.hidden_size]),
+            ),
+            (
+                "linear_num_value_heads × linear_key_head_dim × linear_value_head_dim",
+                product(&[
+                    self.linear_num_value_heads,
+                    self.linear_key_head_dim,
+                    self.linear_value_head_dim,
+                ]),
+            ),
+            (
+                "linear_conv_kernel_dim × conv dim",
+                product(&[
+                    self.linear_conv_kernel_dim,
+                    self.conv_dim(),
+                    self.hidden_size,
+                ]),
+            ),
+            (
+                "num_attention_heads × head_dim × hidden_size",
+                product(&[
+                    self.num_attention_heads,
+                    2 * self.head_dim,
+                    self.hidden_size,
+                ]),
+            ),
+            (
+                "intermediate_size × hidden_size",
+                product(&[3, self.intermediate_size, self.hidden_size]),
+            ),
+        ];
+        if let Some(m) = &self.moe {
+            checks.push((
+                "num_experts × moe_intermediate_size × hidden_size",
+                product(&[3, m.num_experts, m.moe_intermediate_size, self.hidden_size]),
+            ));
+            checks.push((
+                "shared_expert_intermediate_size × hidden_size",
+                product(&[3, m.shared_expert_intermediate_size, self.hidden_size]),
+            ));
+        }
+        match checks.into_iter().find(|(_, p)| p.is_none()) {
+            Some((what, _)) => Err(r.err(
+                &format!("{pre}hidden_size"),
+                &format!("sizes whose product {what} (in bytes) fits in memory"),
+                &Value::from(self.hidden_size),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -319,12 +382,19 @@ struct Reader {
     path: PathBuf,
 }
 
+/// The largest value a size field may hold: larger ones are not a model this crate can
+/// load, and products of such sizes must not overflow.
+pub const MAX_SIZE_FIELD: u64 = 1 << 24;
+
+/// The most decoder layers a config may declare.
+pub const MAX_LAYERS: u64 = 4096;
+
+/// A JSON value for a message: its first 60 characters.
 fn describe(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 60 {
-        format!("{}...", &s[..60])
-    } else {
-        s
+    match s.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &s[..cut]),
+        None => s,
     }
 }
 
@@ -364,11 +434,18 @@ impl Reader {
         }
     }
     fn usize(&self, obj: &Value, pre: &str, name: &str) -> Result<usize> {
-        let exp = "a positive integer";
-        let v = self.get(obj, pre, name, exp)?;
+        let max = if name == "num_hidden_layers" {
+            MAX_LAYERS
+        } else {
+            MAX_SIZE_FIELD
+        };
+        let exp = format!("a positive integer (at most {max})");
+        let v = self.get(obj, pre, name, &exp)?;
         match v.as_u64() {
-            Some(n) if n > 0 => Ok(n as usize),
-            _ => Err(self.err(&format!("{pre}{name}"), exp, v)),
+            Some(n) if n > 0 && n <= max => {
+                usize::try_from(n).map_err(|_| self.err(&format!("{pre}{name}"), &exp, v))
+            }
+            _ => Err(self.err(&format!("{pre}{name}"), &exp, v)),
         }
     }
     fn opt_usize(&self, obj: &Value, pre: &str, name: &str) -> Result<Option<usize>> {

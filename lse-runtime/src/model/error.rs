@@ -19,6 +19,17 @@ pub enum ModelError {
         /// Why the file is needed.
         what: String,
     },
+    /// The model path is a file, not a directory.
+    #[error(
+        "{path} is {what}: --model takes a Hugging Face model directory holding config.json, \
+         the *.safetensors weights and tokenizer.json"
+    )]
+    NotAModelDirectory {
+        /// The path given.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
     /// An I/O error while opening or mapping a file.
     #[error("{path}: {source}")]
     Io {
@@ -46,6 +57,14 @@ pub enum ModelError {
         /// What a valid value looks like.
         expected: String,
         /// What the file holds.
+        found: String,
+    },
+    /// config.json's top level is not an object.
+    #[error("{path}: expected a JSON object of config fields at the top level, found {found}")]
+    ConfigRoot {
+        /// The config file.
+        path: PathBuf,
+        /// What the file holds (its first characters).
         found: String,
     },
     /// `model_type` names an architecture this crate does not implement.
@@ -105,6 +124,12 @@ pub enum ModelError {
     /// A caller passed an invalid argument (token id, span length, plan sizes, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A buffer sized from the user's settings is larger than memory allows.
+    #[error("out of memory: {what}")]
+    OutOfMemory {
+        /// What needed how much, and what to change.
+        what: String,
+    },
     /// A prefill pass does not fit in the session's KV cache.
     #[error("KV cache overflow: session holds {used} tokens, pass adds {adding}, capacity (kv_len) is {capacity}")]
     KvOverflow {

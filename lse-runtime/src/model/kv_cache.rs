@@ -19,15 +19,23 @@ enum KvStore {
     F32(Vec<f32>),
 }
 
+/// `len` zeroed elements from the allocator's zeroed pages, or `None` when the allocator
+/// refuses.
+fn try_zeroed<T: bytemuck::Zeroable>(len: usize) -> Option<Vec<T>> {
+    bytemuck::allocation::try_zeroed_slice_box(len)
+        .ok()
+        .map(|b: Box<[T]>| b.into_vec())
+}
+
 impl KvStore {
     /// Zeroed storage from the allocator's zeroed pages: slots the windows never reach cost
-    /// no memory and no time.
-    fn zeros(dtype: DType, len: usize) -> KvStore {
-        match dtype {
-            DType::BF16 => KvStore::Bf16(bytemuck::zeroed_vec(len)),
-            DType::F16 => KvStore::F16(bytemuck::zeroed_vec(len)),
-            DType::F32 => KvStore::F32(bytemuck::zeroed_vec(len)),
-        }
+    /// no memory and no time. `None` when the allocation fails.
+    fn zeros(dtype: DType, len: usize) -> Option<KvStore> {
+        Some(match dtype {
+            DType::BF16 => KvStore::Bf16(try_zeroed(len)?),
+            DType::F16 => KvStore::F16(try_zeroed(len)?),
+            DType::F32 => KvStore::F32(try_zeroed(len)?),
+        })
     }
 
     /// Rounds `src` to the storage dtype into elements `at..at + src.len()`.
@@ -67,15 +75,18 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for `capacity` tokens of `row` values (nKV·hd) each for K and for V.
-    pub fn new(dtype: DType, capacity: usize, row: usize) -> Self {
-        KvCache {
+    /// An empty cache for `capacity` tokens of `row` values (nKV·hd) each for K and for V;
+    /// `None` when the size overflows or the allocation fails.
+    pub fn new(dtype: DType, capacity: usize, row: usize) -> Option<Self> {
+        let len = capacity.checked_mul(row)?;
+        len.checked_mul(dtype.size())?;
+        Some(KvCache {
             dtype,
             capacity,
             row,
-            k: KvStore::zeros(dtype, capacity * row),
-            v: KvStore::zeros(dtype, capacity * row),
-        }
+            k: KvStore::zeros(dtype, len)?,
+            v: KvStore::zeros(dtype, len)?,
+        })
     }
     /// Storage dtype.
     pub fn dtype(&self) -> DType {
@@ -88,6 +99,7 @@ impl KvCache {
     /// Stores the K and V rows of tokens `pos0..`, `k` and `v` holding whole rows of nKV·hd
     /// values, rounding to the cache dtype.
     pub fn write(&mut self, pos0: usize, k: &[f32], v: &[f32]) {
+        debug_assert!(pos0 < self.capacity || k.is_empty());
         self.k.write(pos0 * self.row, k);
         self.v.write(pos0 * self.row, v);
     }
@@ -106,6 +118,84 @@ pub struct LinearState {
     pub conv: Vec<f32>,
     /// Recurrent state per value head, [Hv][dk][dv], f32.
     pub recurrent: Vec<f32>,
+}
+
+/// Element counts of a session's per-layer state, from the config.
+struct StateSizes {
+    /// Values per token of one full-attention layer's K (and of its V): nKV·hd.
+    kv_row: usize,
+    /// Conv state floats of one linear layer: (Kc−1)·conv_dim.
+    conv: usize,
+    /// Recurrent state floats of one linear layer: Hv·dk·dv.
+    recurrent: usize,
+    /// Full-attention layers.
+    full: usize,
+    /// Linear-attention layers.
+    linear: usize,
+    /// Bytes per KV element.
+    kv_elem: usize,
+    /// Tokens of KV cache.
+    kv_len: usize,
+}
+
+impl StateSizes {
+    fn of(cfg: &ModelConfig, kv_dtype: DType, kv_len: usize) -> Self {
+        let full = cfg
+            .layer_types
+            .iter()
+            .filter(|k| **k == LayerKind::Full)
+            .count();
+        StateSizes {
+            kv_row: cfg.num_key_value_heads.saturating_mul(cfg.head_dim),
+            conv: cfg
+                .linear_conv_kernel_dim
+                .saturating_sub(1)
+                .saturating_mul(cfg.conv_dim()),
+            recurrent: cfg
+                .linear_num_value_heads
+                .saturating_mul(cfg.linear_key_head_dim)
+                .saturating_mul(cfg.linear_value_head_dim),
+            full,
+            linear: cfg.layer_types.len() - full,
+            kv_elem: kv_dtype.size(),
+            kv_len,
+        }
+    }
+
+    /// Bytes of the KV caches of every full-attention layer (K and V), or `None` on overflow.
+    fn kv_bytes(&self) -> Option<u128> {
+        (self.kv_len as u128)
+            .checked_mul(self.kv_row as u128)?
+            .checked_mul(self.kv_elem as u128)?
+            .checked_mul(2 * self.full as u128)
+    }
+
+    /// Bytes of every layer's state, or `None` when it does not fit a `usize`.
+    fn total_bytes(&self) -> Option<usize> {
+        let linear = ((self.conv as u128) + (self.recurrent as u128))
+            .checked_mul(4 * self.linear as u128)?;
+        usize::try_from(self.kv_bytes()?.checked_add(linear)?).ok()
+    }
+
+    /// "the KV cache needs 96.0 GiB for --kv-len N (...)".
+    fn describe(&self, cfg: &ModelConfig, kv_dtype: DType, kv_len: usize) -> String {
+        let gib = |b: Option<u128>| match b {
+            Some(b) => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+            None => "more bytes than this machine can address".to_string(),
+        };
+        format!(
+            "the KV cache needs {} for --kv-len {kv_len} ({} full-attention layer{} × K and V × \
+             {} tokens × {} values of {} ({} bytes each)): lower --kv-len (it must hold one \
+             chunk or window, --perplexity-ctx) or use a smaller --kv-cache-dtype",
+            gib(self.kv_bytes()),
+            self.full,
+            if self.full == 1 { "" } else { "s" },
+            kv_len,
+            cfg.num_key_value_heads.saturating_mul(cfg.head_dim),
+            kv_dtype.name(),
+            kv_dtype.size()
+        )
+    }
 }
 
 /// Per-layer state of a session.
@@ -131,23 +221,26 @@ impl Session {
                 "kv_len must be at least 1 token".into(),
             ));
         }
-        let row = cfg.num_key_value_heads * cfg.head_dim;
-        let layers = cfg
-            .layer_types
-            .iter()
-            .map(|k| match k {
-                LayerKind::Full => LayerState::Full(KvCache::new(kv_dtype, kv_len, row)),
+        let sizes = StateSizes::of(cfg, kv_dtype, kv_len);
+        let too_big = || ModelError::OutOfMemory {
+            what: sizes.describe(cfg, kv_dtype, kv_len),
+        };
+        sizes.total_bytes().ok_or_else(too_big)?;
+        let mut layers = Vec::new();
+        layers
+            .try_reserve(cfg.layer_types.len())
+            .map_err(|_| too_big())?;
+        for kind in &cfg.layer_types {
+            layers.push(match kind {
+                LayerKind::Full => LayerState::Full(
+                    KvCache::new(kv_dtype, kv_len, sizes.kv_row).ok_or_else(too_big)?,
+                ),
                 LayerKind::Linear => LayerState::Linear(LinearState {
-                    conv: vec![0.0; (cfg.linear_conv_kernel_dim - 1) * cfg.conv_dim()],
-                    recurrent: vec![
-                        0.0;
-                        cfg.linear_num_value_heads
-                            * cfg.linear_key_head_dim
-                            * cfg.linear_value_head_dim
-                    ],
+                    conv: try_zeroed(sizes.conv).ok_or_else(too_big)?,
+                    recurrent: try_zeroed(sizes.recurrent).ok_or_else(too_big)?,
                 }),
-            })
-            .collect();
+            });
+        }
         Ok(Session {
             pos: 0,
             layers,
@@ -182,7 +275,7 @@ mod tests {
     #[test]
     fn kv_write_rounds_to_the_cache_dtype_at_the_token_row() {
         for (dt, tol) in [(DType::F32, 0.0), (DType::F16, 1e-3), (DType::BF16, 1e-2)] {
-            let mut c = KvCache::new(dt, 3, 4);
+            let mut c = KvCache::new(dt, 3, 4).unwrap();
             c.write(1, &[1.0, 2.0, 0.3, -4.0], &[0.1, 0.2, 0.3, 0.4]);
             let widen = |x: KvSlice| -> Vec<f32> {
                 match x {
@@ -197,5 +290,41 @@ mod tests {
             assert!((k[6] - 0.3).abs() <= tol * 0.3 + 1e-9 && (v[7] - 0.4).abs() <= tol);
             assert_eq!(&k[8..], &[0.0; 4]);
         }
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+    use crate::model::synthetic::SyntheticSpec;
+
+    fn config() -> ModelConfig {
+        let spec = SyntheticSpec::qwen35_0_8b();
+        let text = spec.config_json().to_string();
+        ModelConfig::from_json_str(&text, std::path::Path::new("config.json")).unwrap()
+    }
+
+    #[test]
+    fn a_kv_len_beyond_memory_is_an_error_saying_how_much() {
+        let cfg = config();
+        // 2^40 tokens: 2^50 bytes per K or V store, past any address space (so the
+        // allocation fails whatever the machine's overcommit policy).
+        let msg = match Session::new(&cfg, DType::BF16, 1 << 40) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a 2^40-token KV cache was allocated"),
+        };
+        assert!(
+            msg.contains("the KV cache needs 12582912.0 GiB for --kv-len 1099511627776"),
+            "{msg}"
+        );
+        // 2^57 tokens: the byte count overflows a usize instead of wrapping to 0.
+        let msg = match Session::new(&cfg, DType::F32, 1 << 57) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a 2^57-token KV cache was allocated"),
+        };
+        assert!(msg.contains(&format!("--kv-len {}", 1u64 << 57)), "{msg}");
+        assert!(KvCache::new(DType::F32, usize::MAX, 2).is_none());
+        // A sane size still works.
+        assert_eq!(Session::new(&cfg, DType::BF16, 64).unwrap().capacity(), 64);
     }
 }

@@ -13,6 +13,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod ops;
 pub mod prefill;
+pub mod safetensors_file;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
@@ -75,16 +76,35 @@ pub struct HybridLM {
 const PREFIXES: [&str; 3] = ["model.language_model.", "language_model.model.", "model."];
 
 impl HybridLM {
-    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
-    /// tokenizer from an HF model directory. Weights stay memory-mapped.
-    pub fn load(dir: &Path) -> Result<Self> {
+    /// Checks that `dir` is a model directory and reads its `config.json`, without touching
+    /// the weights.
+    pub fn read_config(dir: &Path) -> Result<ModelConfig> {
+        if dir.is_file() {
+            return Err(ModelError::NotAModelDirectory {
+                path: dir.to_path_buf(),
+                what: if dir
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+                {
+                    "a GGUF file; LSE reads Hugging Face checkpoints, not GGUF"
+                } else {
+                    "a file"
+                },
+            });
+        }
         if !dir.is_dir() {
             return Err(ModelError::MissingFile {
                 path: dir.to_path_buf(),
                 what: "model directory".into(),
             });
         }
-        let cfg = ModelConfig::from_file(&dir.join("config.json"))?;
+        ModelConfig::from_file(&dir.join("config.json"))
+    }
+
+    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
+    /// tokenizer from an HF model directory. Weights stay memory-mapped.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let cfg = Self::read_config(dir)?;
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
                 "{}: head_dim {} is above {}, the largest the attention kernels take",

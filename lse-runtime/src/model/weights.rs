@@ -174,28 +174,16 @@ impl WeightStore {
         // SAFETY: the file is opened read-only; LSE never writes model files while they are
         // mapped. Concurrent external modification is outside our contract (as for any mmap).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
-        let (n, meta) =
-            safetensors::SafeTensors::read_metadata(&map).map_err(|e| ModelError::Safetensors {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        let base = 8 + n;
         let fi = self.maps.len();
-        for (name, info) in meta.tensors() {
-            let dtype = match info.dtype {
-                safetensors::Dtype::BF16 => Ok(DType::BF16),
-                safetensors::Dtype::F16 => Ok(DType::F16),
-                safetensors::Dtype::F32 => Ok(DType::F32),
-                other => Err(format!("{other:?}")),
-            };
+        for t in super::safetensors_file::parse(&map, path)? {
             self.entries.insert(
-                name,
+                t.name,
                 Entry {
                     file: fi,
-                    start: base + info.data_offsets.0,
-                    end: base + info.data_offsets.1,
-                    dtype,
-                    shape: info.shape.clone(),
+                    start: t.start,
+                    end: t.end,
+                    dtype: t.dtype,
+                    shape: t.shape,
                 },
             );
         }
@@ -258,10 +246,17 @@ impl WeightStore {
     }
 }
 
-/// Unique shard file names from an index's `weight_map`, in first-seen order.
+/// Unique shard file names from an index's `weight_map`, sorted.
 fn shard_files(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|e| ModelError::io(index, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Json {
+    let bytes = std::fs::read(index).map_err(|e| ModelError::io(index, e))?;
+    parse_shard_index(&bytes, index)
+}
+
+/// Parses the bytes of `model.safetensors.index.json` (`index` names it in errors): the
+/// unique shard file names of its `weight_map`, sorted. A name must be a plain file name in
+/// the model directory.
+pub fn parse_shard_index(bytes: &[u8], index: &Path) -> Result<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Json {
         path: index.to_path_buf(),
         message: e.to_string(),
     })?;
@@ -282,6 +277,15 @@ fn shard_files(index: &Path) -> Result<Vec<String>> {
             expected: "a file name string".into(),
             found: f.to_string(),
         })?;
+        let plain = Path::new(f).file_name().is_some_and(|n| n == f);
+        if !plain {
+            return Err(ModelError::ConfigField {
+                path: index.to_path_buf(),
+                field: format!("weight_map.{k}"),
+                expected: "a file name in the model directory (no directories, no `..`)".into(),
+                found: serde_json::Value::from(f).to_string(),
+            });
+        }
         if !files.iter().any(|x| x == f) {
             files.push(f.to_string());
         }

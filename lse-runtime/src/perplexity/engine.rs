@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::checks::{check_request, effective_settings};
 use super::fifo::FifoLock;
 use super::head::{head_weight, HEAD_ROWS};
 use super::progress::Progress;
@@ -34,7 +35,7 @@ pub enum EngineError {
     #[error("a scored row is unusable: {0}")]
     Row(#[from] RowError),
     #[error(
-        "--no-cpu-fallback / LSE_REQUIRE_DEVICE_KERNELS=1: these operations have no kernel for device {device} \
+        "--no-cpu-fallback / LSE_REQUIRE_DEVICE_KERNELS=1: these operations of this model have no kernel for device {device} \
          and would run on the CPU backend: {}",
         ops.join(", ")
     )]
@@ -49,7 +50,7 @@ pub enum EngineError {
 
 /// The forward-pass operations that run on the CPU backend for every device today: the rest
 /// of the prefill is plain Rust until its LOOM kernels land (attention and the projections
-/// have them).
+/// have them). `moe` concerns mixture-of-experts models only.
 const CPU_BACKEND_OPS: [&str; 6] = [
     "embedding",
     "rms_norm",
@@ -68,18 +69,15 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens the device, checks the kernel requirement, then loads the model.
+    /// Checks the settings ([`effective_settings`]: the ubatch is clamped to the batch,
+    /// `LSE_REQUIRE_DEVICE_KERNELS` applied), opens the device, checks the kernel
+    /// requirement, then loads the model.
     pub fn open(settings: EngineSettings) -> Result<Engine, EngineError> {
-        if settings.batch_size == 0 || settings.ubatch_size == 0 || settings.kv_len == 0 {
-            return Err(EngineError::Invalid(
-                "--batch-size, --ubatch-size and --kv-len must be at least 1".into(),
-            ));
-        }
-        crate::ops::validate_flashprefill_params(&settings.flashprefill)
-            .map_err(EngineError::Invalid)?;
+        let settings = effective_settings(&settings)?;
         let device = Device::open(settings.pool)?;
         if settings.no_cpu_fallback {
-            let missing = missing_device_kernels(&device);
+            let is_moe = HybridLM::read_config(&settings.model_dir)?.moe.is_some();
+            let missing = missing_device_kernels(&device, is_moe);
             if !missing.is_empty() {
                 return Err(EngineError::MissingDeviceKernels {
                     device: device.arch(),
@@ -110,11 +108,18 @@ impl Engine {
         request: &Request,
         progress: &dyn Progress,
     ) -> Result<PerplexityReport, EngineError> {
+        check_request(&self.settings, request)?;
         let _turn = self.queue.acquire();
         let tokens = match &request.input {
             Input::Text(text) => self.model.encode(text)?,
             Input::Tokens(ids) => ids.clone(),
         };
+        if tokens.is_empty() {
+            return Err(EngineError::Invalid(match &request.input {
+                Input::Text(_) => "the text to score is empty (it tokenizes to no tokens)".into(),
+                Input::Tokens(_) => "the token ids to score are an empty list".into(),
+            }));
+        }
         let vocab = self.model.config().vocab_size;
         if let Some((i, id)) = tokens
             .iter()
@@ -123,12 +128,6 @@ impl Engine {
         {
             return Err(EngineError::Invalid(format!(
                 "token id {id} at index {i} is outside the model's vocabulary (vocab_size {vocab})"
-            )));
-        }
-        if request.ctx > self.settings.kv_len {
-            return Err(EngineError::Invalid(format!(
-                "--perplexity-ctx {} does not fit --kv-len {}: each chunk or window must fit the KV cache",
-                request.ctx, self.settings.kv_len
             )));
         }
         // Refuse an unusable LM head before any work.
@@ -163,13 +162,18 @@ impl Engine {
     }
 }
 
-/// Every operation a scoring run needs that has no kernel for `device`.
-pub fn missing_device_kernels(device: &Device) -> Vec<String> {
+/// Every operation a scoring run of a dense (`is_moe` false) or mixture-of-experts model needs
+/// that has no kernel for `device`.
+pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
     if device.pool() == crate::device::Pool::Cpu {
         // The CPU backend is this device: nothing falls back.
         return Vec::new();
     }
-    let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
+    let mut missing: Vec<String> = CPU_BACKEND_OPS
+        .iter()
+        .filter(|op| is_moe || **op != "moe")
+        .map(|s| s.to_string())
+        .collect();
     // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
     use lse_kernels::attention::{block_score, block_select, key_blocks, prefill};

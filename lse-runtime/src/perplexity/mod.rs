@@ -6,15 +6,21 @@
 //! head stage ([`head`]) after every pass, and assembles the report. The CLI and the C API
 //! both call it.
 
+mod checks;
 mod engine;
 mod fifo;
 pub mod head;
 mod progress;
 mod run;
 pub mod settings;
+mod token_file;
 
+pub use checks::{
+    check_request, effective_settings, require_device_kernels_env, REQUIRE_DEVICE_KERNELS_ENV,
+};
 pub use engine::{Engine, EngineError};
 pub use progress::{Progress, ProgressUpdate, Silent};
 pub use settings::{
     EngineSettings, FlashPrefill, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };
+pub use token_file::parse_token_ids;

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::checks::check_top_k;
 use super::engine::{base_name, EngineError};
 use super::head::{head_weight, HeadStage, KldMode, HEAD_ROWS};
 use super::progress::{Progress, ProgressUpdate};
@@ -10,6 +11,7 @@ use super::settings::{EngineSettings, Request};
 use crate::device::Device;
 use crate::generator::Generator;
 use crate::model::{HybridLM, PrefillAttention};
+use crate::scoring::kld_base::MAX_TOP_K;
 use crate::scoring::report::{rate, REPORT_OBJECT};
 use crate::scoring::{
     token_ids_sha256, KldAccumulator, KldBaseHeader, KldBaseReader, KldBaseWriter, KldReport,
@@ -37,16 +39,11 @@ pub(super) fn run(
         request.chunks,
     )?;
 
-    if request.kld_base_out.is_some() && request.kld_base.is_some() {
-        return Err(EngineError::Invalid(
-            "--perplexity-kld-base-out and --perplexity-kld cannot be combined: record a base in one run, compare in another".into(),
-        ));
-    }
     let mut mode = if let Some(path) = &request.kld_base_out {
-        let k = request.kld_top_k;
-        if !(1..=32).contains(&k) || k > vocab {
+        let k = request.kld_top_k.unwrap_or(MAX_TOP_K as usize);
+        if !(1..=MAX_TOP_K as usize).contains(&k) || k > vocab {
             return Err(EngineError::Invalid(format!(
-                "--perplexity-kld-top-k {k} must be in 1..=32 and at most the vocabulary ({vocab})"
+                "--perplexity-kld-top-k {k} must be in 1..={MAX_TOP_K} and at most the vocabulary ({vocab})"
             )));
         }
         let header = KldBaseHeader::for_plan(tokens, &plan, k as u32, vocab as u32);
@@ -57,6 +54,7 @@ pub(super) fn run(
     } else if let Some(path) = &request.kld_base {
         let reader = KldBaseReader::open(path)?;
         let top_k = reader.header().top_k;
+        check_top_k(request, top_k, path)?;
         reader.check_compatible(&KldBaseHeader::for_plan(tokens, &plan, top_k, vocab as u32))?;
         KldMode::Compare {
             reader,

@@ -90,8 +90,8 @@ pub struct EngineSettings {
     /// With `--FlashPrefillV2` unset, passes whose attention reads at least this many cache
     /// rows run sparse (`--flashprefill-min-kv-len`).
     pub flashprefill_min_kv_len: usize,
-    /// Refuse to run operations without a kernel for the device (`--no-cpu-fallback`,
-    /// `LSE_REQUIRE_DEVICE_KERNELS=1`).
+    /// Refuse to run operations without a kernel for the device (`--no-cpu-fallback`;
+    /// [`crate::perplexity::Engine::open`] adds `LSE_REQUIRE_DEVICE_KERNELS=1`).
     pub no_cpu_fallback: bool,
 }
 
@@ -110,7 +110,7 @@ impl EngineSettings {
             flash_prefill: FlashPrefill::Auto,
             flashprefill: FlashPrefillParams::default(),
             flashprefill_min_kv_len: DEFAULT_FLASHPREFILL_MIN_KV_LEN,
-            no_cpu_fallback: std::env::var("LSE_REQUIRE_DEVICE_KERNELS").is_ok_and(|v| v == "1"),
+            no_cpu_fallback: false,
         }
     }
 }
@@ -137,8 +137,9 @@ pub struct Request {
     pub chunks: Option<usize>,
     /// Record a KL-divergence base here.
     pub kld_base_out: Option<PathBuf>,
-    /// Ids recorded per scored token in a base (1..=32).
-    pub kld_top_k: usize,
+    /// Ids recorded per scored token in a base (1..=32; `None`: 32). A comparison uses the
+    /// base's; one given here must agree with it.
+    pub kld_top_k: Option<usize>,
     /// Compare against this base.
     pub kld_base: Option<PathBuf>,
     pub include_windows: bool,
@@ -157,7 +158,7 @@ impl Request {
             stride: None,
             chunks: None,
             kld_base_out: None,
-            kld_top_k: 32,
+            kld_top_k: None,
             kld_base: None,
             include_windows: true,
             include_token_ids: false,

@@ -2,15 +2,23 @@
 //! then rename over the destination, so an interrupted or failed run never leaves a
 //! half-written JSON report or KL-divergence base.
 //!
+//! The destination is where the path leads ([`super::output_path::destination`]): a symlink
+//! is followed and its target replaced (the link stays); `-` is standard output, and a FIFO
+//! or character device is written straight, never replaced, by [`write_atomic`]. An
+//! [`AtomicFile`] (the KL-divergence base, which is patched after its records) needs a
+//! regular file and refuses the others.
+//!
 //! Temporary files that are still being written are kept in a process-wide registry so a
 //! Ctrl-C handler can delete them ([`remove_in_flight_temp_files`]); a dropped, uncommitted
 //! [`AtomicFile`] deletes its own.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+use super::output_path::{destination, parent_dir, Destination};
 
 /// Temporary files created and not yet committed or removed.
 static IN_FLIGHT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
@@ -52,6 +60,17 @@ pub enum OutputError {
         /// The error from creating a probe file.
         source: io::Error,
     },
+    /// The path leads to something other than a regular file where one is needed.
+    #[error(
+        "cannot write `{path}`: it is {kind}, and this output needs a regular file (it is \
+         written under a temporary name, completed, then renamed into place)"
+    )]
+    NotRegular {
+        /// The output path.
+        path: PathBuf,
+        /// What is there ("a FIFO", "standard output", ...).
+        kind: &'static str,
+    },
     /// An I/O step failed.
     #[error("cannot {action} `{path}`: {source}")]
     Io {
@@ -74,12 +93,15 @@ fn unregister(temp: &Path) {
     registry().retain(|p| p != temp);
 }
 
-/// The directory a file path lives in (`.` for a bare file name).
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
+/// Adds a temporary file or directory being written (outside [`AtomicFile`]) to the ones an
+/// interrupt removes ([`remove_in_flight_temp_files`]).
+pub fn track_temp(path: &Path) {
+    registry().push(path.to_path_buf());
+}
+
+/// Takes a path given to [`track_temp`] off the list (it was committed or removed).
+pub fn untrack_temp(path: &Path) {
+    unregister(path);
 }
 
 /// A fresh temporary path next to `path`.
@@ -94,16 +116,59 @@ fn temp_path_for(path: &Path) -> Result<PathBuf, OutputError> {
     Ok(parent_dir(path).join(temp_name))
 }
 
-/// Fails early, before any scoring, when `path` cannot be written: its directory is missing
-/// or not writable, or the path is a directory. Creates and removes a probe file.
-pub fn check_writable(path: &Path) -> Result<(), OutputError> {
+/// Where `path` leads, or why that cannot be told.
+fn resolve(path: &Path) -> Result<Destination, OutputError> {
     if path.as_os_str().is_empty() {
         return Err(OutputError::NotAFileName(path.to_path_buf()));
     }
-    if path.is_dir() {
+    destination(path).map_err(|source| OutputError::Io {
+        action: "follow the symlinks of",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Fails early, before any scoring, when [`write_atomic`] could not write `path`: its
+/// directory is missing or not writable, or the path is a directory. `-` (standard output),
+/// a FIFO or a character device passes; a regular file's directory gets a probe file,
+/// created and removed.
+pub fn check_writable(path: &Path) -> Result<(), OutputError> {
+    match resolve(path)? {
+        Destination::Stdout => Ok(()),
+        Destination::Stream {
+            kind: "a FIFO" | "a character device" | "an open file descriptor",
+            ..
+        } => Ok(()),
+        Destination::Stream { kind, .. } => Err(OutputError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Destination::File(end) => check_file_writable(path, &end),
+    }
+}
+
+/// Fails early when an [`AtomicFile`] could not be created at `path`: as
+/// [`check_writable`], and anything but a regular file (or none yet) is refused.
+pub fn check_regular_writable(path: &Path) -> Result<(), OutputError> {
+    match resolve(path)? {
+        Destination::Stdout => Err(OutputError::NotRegular {
+            path: path.to_path_buf(),
+            kind: "standard output",
+        }),
+        Destination::Stream { kind, .. } => Err(OutputError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Destination::File(end) => check_file_writable(path, &end),
+    }
+}
+
+/// The checks of a regular file's destination `end` (where `path` leads).
+fn check_file_writable(path: &Path, end: &Path) -> Result<(), OutputError> {
+    if end.is_dir() {
         return Err(OutputError::IsDirectory(path.to_path_buf()));
     }
-    let dir = parent_dir(path);
+    let dir = parent_dir(end);
     if !dir.exists() {
         return Err(OutputError::MissingDirectory {
             path: path.to_path_buf(),
@@ -116,13 +181,16 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
             dir,
         });
     }
-    let probe = temp_path_for(path)?;
-    match OpenOptions::new().write(true).create_new(true).open(&probe) {
-        Ok(file) => {
-            drop(file);
-            let _ = fs::remove_file(&probe);
-            Ok(())
-        }
+    let probe = temp_path_for(end)?;
+    // Registered while it exists, so an interrupt in between removes it too.
+    registry().push(probe.clone());
+    let created = OpenOptions::new().write(true).create_new(true).open(&probe);
+    if created.is_ok() {
+        let _ = fs::remove_file(&probe);
+    }
+    unregister(&probe);
+    match created {
+        Ok(_) => Ok(()),
         Err(source) => Err(OutputError::NotWritable {
             path: path.to_path_buf(),
             dir,
@@ -131,14 +199,18 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
     }
 }
 
-/// Deletes every temporary file an [`AtomicFile`] is still writing, and returns how many
+/// Deletes every temporary file an [`AtomicFile`] is still writing (and every temporary
+/// directory given to [`track_temp`], and every writability probe), and returns how many
 /// were removed. Meant for an interrupt handler running on a normal thread (as `ctrlc`
 /// handlers do), not for a raw async-signal context.
 pub fn remove_in_flight_temp_files() -> usize {
     let mut list = registry();
     let mut removed = 0;
     for temp in list.drain(..) {
-        if fs::remove_file(&temp).is_ok() {
+        if fs::remove_file(&temp)
+            .or_else(|_| fs::remove_dir_all(&temp))
+            .is_ok()
+        {
             removed += 1;
         }
     }
@@ -149,16 +221,27 @@ pub fn remove_in_flight_temp_files() -> usize {
 /// [`AtomicFile::commit`]. Dropping it uncommitted deletes the temporary file.
 #[derive(Debug)]
 pub struct AtomicFile {
+    /// The path as given (for messages).
     target: PathBuf,
+    /// Where it leads: the file the rename replaces.
+    end: PathBuf,
     temp: PathBuf,
     writer: Option<BufWriter<File>>,
 }
 
 impl AtomicFile {
-    /// Creates the temporary file next to `path` (checks as [`check_writable`] does).
+    /// Creates the temporary file next to where `path` leads (checks as
+    /// [`check_regular_writable`] does: a symlink is followed, anything but a regular file
+    /// is refused).
     pub fn create(path: &Path) -> Result<AtomicFile, OutputError> {
-        check_writable(path)?;
-        let temp = temp_path_for(path)?;
+        check_regular_writable(path)?;
+        let Destination::File(end) = resolve(path)? else {
+            return Err(OutputError::NotRegular {
+                path: path.to_path_buf(),
+                kind: "not a regular file",
+            });
+        };
+        let temp = temp_path_for(&end)?;
         // Register before creating so a handler never misses a file that exists.
         registry().push(temp.clone());
         let file = match OpenOptions::new().write(true).create_new(true).open(&temp) {
@@ -174,14 +257,37 @@ impl AtomicFile {
         };
         Ok(AtomicFile {
             target: path.to_path_buf(),
+            end,
             temp,
             writer: Some(BufWriter::new(file)),
         })
     }
 
-    /// The destination path.
+    /// The destination path, as given.
     pub fn target(&self) -> &Path {
         &self.target
+    }
+
+    /// Overwrites bytes at `offset` of what was written so far (a header field known only at
+    /// the end), then carries on appending.
+    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let w = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| io::Error::other("file already committed"))?;
+        let end = w.seek(SeekFrom::End(0))?;
+        let past = offset
+            .checked_add(bytes.len() as u64)
+            .ok_or_else(|| io::Error::other("offset overflows"))?;
+        if past > end {
+            return Err(io::Error::other(format!(
+                "bytes {offset}..{past} are past the end ({end}) of what was written"
+            )));
+        }
+        w.seek(SeekFrom::Start(offset))?;
+        w.write_all(bytes)?;
+        w.seek(SeekFrom::Start(end))?;
+        Ok(())
     }
 
     /// The temporary path being written.
@@ -199,7 +305,7 @@ impl AtomicFile {
                 source: io::Error::other("file already committed"),
             });
         };
-        let result = Self::persist(writer, &self.temp, &self.target);
+        let result = Self::persist(writer, &self.temp, &self.end);
         if result.is_err() {
             let _ = fs::remove_file(&self.temp);
         }
@@ -256,8 +362,29 @@ impl Drop for AtomicFile {
     }
 }
 
-/// Writes `bytes` to `path` atomically.
+/// Writes `bytes` to `path`: atomically to a regular file (or where a symlink leads), straight
+/// to standard output for `-` and to a FIFO or character device, which are never replaced.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    check_writable(path)?;
+    let io_err = |source| OutputError::Io {
+        action: "write",
+        path: path.to_path_buf(),
+        source,
+    };
+    match resolve(path)? {
+        Destination::Stdout => {
+            let mut out = io::stdout().lock();
+            return out
+                .write_all(bytes)
+                .and_then(|()| out.flush())
+                .map_err(io_err);
+        }
+        Destination::Stream { path: end, .. } => {
+            let mut file = OpenOptions::new().write(true).open(end).map_err(io_err)?;
+            return file.write_all(bytes).map_err(io_err);
+        }
+        Destination::File(_) => {}
+    }
     let mut file = AtomicFile::create(path)?;
     file.write_all(bytes).map_err(|source| OutputError::Io {
         action: "write",

@@ -6,42 +6,46 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `LSEKLDB\0` |
-//! | 8 | 4 | format version (u32, 1) |
+//! | 8 | 4 | format version (u32, 2) |
 //! | 12 | 4 | method (u32: 0 chunks, 1 sliding) |
 //! | 16 | 32 | SHA-256 of the text's token ids (little-endian u32s) |
 //! | 48 | 8 | ctx (u64) |
 //! | 56 | 8 | stride (u64) |
-//! | 64 | 8 | chunk limit (u64, 0 = all) |
+//! | 64 | 8 | chunk limit in effect (u64, 0 = all) |
 //! | 72 | 4 | top_k (u32, 1 to 32) |
 //! | 76 | 4 | vocabulary size (u32) |
 //! | 80 | 8 | number of scored tokens (u64) |
-//! | 88 | 8 + 8·top_k each | per scored token, in scoring order: base NLL (f64), then top_k pairs (u32 id, f32 log-prob), most likely first |
+//! | 88 | 32 | SHA-256 of every record's bytes, in file order |
+//! | 120 | 8 + 8·top_k each | per scored token, in scoring order: base NLL (f64), then top_k pairs (u32 id, f32 log-prob), most likely first |
 //!
-//! At top_k = 32 a record is 264 bytes.
+//! At top_k = 32 a record is 264 bytes. Version 1 (no record checksum, 88-byte header) is
+//! refused with a message saying to record the base again. A reader checks the whole file
+//! (header, size, every record and the checksum) before a comparison scores anything.
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::atomic::{AtomicFile, OutputError};
+use super::kld_record::{self, RecordDigest};
+use super::output_path::special_kind;
 use super::report::token_ids_digest;
 use super::stats::BaseRecord;
 use super::windows::{Method, WindowPlan};
 
+pub use super::kld_record::record_len;
+
 /// First 8 bytes of every base file.
 pub const MAGIC: [u8; 8] = *b"LSEKLDB\0";
 /// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes before the first record.
-pub const HEADER_LEN: usize = 88;
+pub const HEADER_LEN: usize = 120;
+/// Offset of the records' SHA-256 in the header.
+pub const RECORDS_SHA256_OFFSET: usize = 88;
 /// Largest top_k a base may record.
 pub const MAX_TOP_K: u32 = 32;
-
-/// Bytes of one record for `top_k` ids.
-pub fn record_len(top_k: u32) -> usize {
-    8 + 8 * top_k as usize
-}
 
 /// What a base file was recorded for: the comparison run must match every field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +66,10 @@ pub struct KldBaseHeader {
     pub vocab_size: u32,
     /// Number of records (scored tokens).
     pub scored_tokens: u64,
+    /// SHA-256 of every record's bytes in file order (the writer fills it in when it
+    /// finishes; a comparison run's expected header leaves it zero and
+    /// [`KldBaseHeader::differences`] ignores it).
+    pub records_sha256: [u8; 32],
 }
 
 /// Why a base file cannot be written, read or used.
@@ -88,10 +96,22 @@ pub enum KldBaseError {
         /// The file.
         path: PathBuf,
     },
+    /// The path is a directory, FIFO, device or socket.
+    #[error(
+        "KL-divergence base `{path}` is not a regular file ({kind}): give the path of a base \
+         file written by --perplexity-kld-base-out"
+    )]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
     /// The file's format version is not the one this build reads.
     #[error(
         "KL-divergence base `{path}` has format version {found}, this build reads version \
-         {supported}: record the base again with this build"
+         {supported}{}: record the base again with this build",
+        if *.found == 1 { " (version 1 files carry no checksum of their records)" } else { "" }
     )]
     UnsupportedVersion {
         /// The file.
@@ -179,7 +199,8 @@ fn limit_name(limit: u64) -> String {
 
 impl KldBaseHeader {
     /// The header for scoring `token_ids` with `plan`, recording `top_k` ids of a
-    /// `vocab_size`-entry vocabulary per scored token.
+    /// `vocab_size`-entry vocabulary per scored token. The chunk limit is the one in effect
+    /// ([`WindowPlan::chunk_limit`]); the records' checksum is left zero.
     pub fn for_plan(token_ids: &[u32], plan: &WindowPlan, top_k: u32, vocab_size: u32) -> Self {
         KldBaseHeader {
             token_ids_sha256: token_ids_digest(token_ids),
@@ -190,10 +211,11 @@ impl KldBaseHeader {
             top_k,
             vocab_size,
             scored_tokens: plan.scored_tokens() as u64,
+            records_sha256: [0; 32],
         }
     }
 
-    /// Encodes the header to its 88 bytes.
+    /// Encodes the header to its 120 bytes.
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&MAGIC);
@@ -206,7 +228,35 @@ impl KldBaseHeader {
         b[72..76].copy_from_slice(&self.top_k.to_le_bytes());
         b[76..80].copy_from_slice(&self.vocab_size.to_le_bytes());
         b[80..88].copy_from_slice(&self.scored_tokens.to_le_bytes());
+        b[RECORDS_SHA256_OFFSET..HEADER_LEN].copy_from_slice(&self.records_sha256);
         b
+    }
+
+    /// Checks the magic bytes and the format version of a file's first bytes (at least 12).
+    fn check_magic_and_version(b: &[u8], path: &Path) -> Result<(), KldBaseError> {
+        if b.len() < 8 || b[0..8] != MAGIC {
+            return Err(KldBaseError::NotABaseFile {
+                path: path.to_path_buf(),
+            });
+        }
+        if b.len() < 12 {
+            return Err(KldBaseError::Truncated {
+                path: path.to_path_buf(),
+                what: format!(
+                    "it is {} bytes, shorter than the {HEADER_LEN}-byte header",
+                    b.len()
+                ),
+            });
+        }
+        let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        if version != FORMAT_VERSION {
+            return Err(KldBaseError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Ok(())
     }
 
     /// Decodes and validates a header read from `path`.
@@ -217,19 +267,7 @@ impl KldBaseHeader {
             a.copy_from_slice(&b[o..o + 8]);
             u64::from_le_bytes(a)
         };
-        if b[0..8] != MAGIC {
-            return Err(KldBaseError::NotABaseFile {
-                path: path.to_path_buf(),
-            });
-        }
-        let version = u32_at(8);
-        if version != FORMAT_VERSION {
-            return Err(KldBaseError::UnsupportedVersion {
-                path: path.to_path_buf(),
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        Self::check_magic_and_version(b, path)?;
         let method_code = u32_at(12);
         let method = Method::from_code(method_code).ok_or_else(|| KldBaseError::Corrupt {
             path: path.to_path_buf(),
@@ -237,6 +275,8 @@ impl KldBaseHeader {
         })?;
         let mut token_ids_sha256 = [0u8; 32];
         token_ids_sha256.copy_from_slice(&b[16..48]);
+        let mut records_sha256 = [0u8; 32];
+        records_sha256.copy_from_slice(&b[RECORDS_SHA256_OFFSET..HEADER_LEN]);
         let header = KldBaseHeader {
             token_ids_sha256,
             method,
@@ -246,6 +286,7 @@ impl KldBaseHeader {
             top_k: u32_at(72),
             vocab_size: u32_at(76),
             scored_tokens: u64_at(80),
+            records_sha256,
         };
         header.validate().map_err(|what| KldBaseError::Corrupt {
             path: path.to_path_buf(),
@@ -287,7 +328,8 @@ impl KldBaseHeader {
             .checked_add(HEADER_LEN as u64)
     }
 
-    /// Every field where `self` (the base) differs from `run`, as "field: base X, this run Y".
+    /// Every field where `self` (the base) differs from `run`, as "field: base X, this run Y"
+    /// (the records' checksum is not compared: it describes the file, not the run).
     pub fn differences(&self, run: &KldBaseHeader) -> Vec<String> {
         let mut out = Vec::new();
         let mut diff = |field: &str, base: String, this: String| {
@@ -323,64 +365,21 @@ impl KldBaseHeader {
     }
 }
 
-/// Checks one record against the header; the message says what is wrong.
-fn validate_record(
-    header: &KldBaseHeader,
-    nll: f64,
-    ids: &[u32],
-    log_probs: &[f32],
-) -> Result<(), String> {
-    let k = header.top_k as usize;
-    if ids.len() != k || log_probs.len() != k {
-        return Err(format!(
-            "{} ids and {} log-probs, expected {k} of each",
-            ids.len(),
-            log_probs.len()
-        ));
-    }
-    if !nll.is_finite() {
-        return Err(format!("NLL {nll} is not finite"));
-    }
-    let mut sorted = [0u32; MAX_TOP_K as usize];
-    for (i, (&id, &lp)) in ids.iter().zip(log_probs).enumerate() {
-        if id >= header.vocab_size {
-            return Err(format!(
-                "id {id} at rank {i} is outside the vocabulary ({} entries)",
-                header.vocab_size
-            ));
-        }
-        if !lp.is_finite() {
-            return Err(format!("log-prob {lp} of id {id} is not finite"));
-        }
-        if i > 0 && lp > log_probs[i - 1] {
-            return Err(format!(
-                "log-probs are not in decreasing order at rank {i} ({} then {lp})",
-                log_probs[i - 1]
-            ));
-        }
-        sorted[i] = id;
-    }
-    let sorted = &mut sorted[..k];
-    sorted.sort_unstable();
-    if let Some(pair) = sorted.windows(2).find(|p| p[0] == p[1]) {
-        return Err(format!("id {} appears twice", pair[0]));
-    }
-    Ok(())
-}
-
 /// Streams records into a new base file, written atomically: the file appears at its path
-/// only when [`KldBaseWriter::finish`] succeeds.
+/// only when [`KldBaseWriter::finish`] succeeds, with the records' checksum in its header.
 #[derive(Debug)]
 pub struct KldBaseWriter {
     file: AtomicFile,
     header: KldBaseHeader,
     written: u64,
+    digest: RecordDigest,
     buf: Vec<u8>,
 }
 
 impl KldBaseWriter {
-    /// Validates `header`, creates the temporary file and writes the header.
-    pub fn create(path: &Path, header: KldBaseHeader) -> Result<Self, KldBaseError> {
+    /// Validates `header`, creates the temporary file and writes the header (its checksum
+    /// is filled in by [`KldBaseWriter::finish`]).
+    pub fn create(path: &Path, mut header: KldBaseHeader) -> Result<Self, KldBaseError> {
         header.validate().map_err(|what| KldBaseError::BadHeader {
             path: path.to_path_buf(),
             what,
@@ -391,6 +390,7 @@ impl KldBaseWriter {
                 what: format!("{} scored tokens is too many", header.scored_tokens),
             });
         }
+        header.records_sha256 = [0; 32];
         let mut file = AtomicFile::create(path)?;
         file.write_all(&header.to_bytes())
             .map_err(|source| KldBaseError::Io {
@@ -402,6 +402,7 @@ impl KldBaseWriter {
             file,
             header,
             written: 0,
+            digest: RecordDigest::default(),
             buf: Vec::with_capacity(record_len(header.top_k)),
         })
     }
@@ -435,13 +436,8 @@ impl KldBaseWriter {
                 self.header.scored_tokens
             )));
         }
-        validate_record(&self.header, nll, ids, log_probs).map_err(bad)?;
-        self.buf.clear();
-        self.buf.extend_from_slice(&nll.to_le_bytes());
-        for (&id, &lp) in ids.iter().zip(log_probs) {
-            self.buf.extend_from_slice(&id.to_le_bytes());
-            self.buf.extend_from_slice(&lp.to_le_bytes());
-        }
+        kld_record::validate(&self.header, nll, ids, log_probs).map_err(bad)?;
+        kld_record::encode(nll, ids, log_probs, &mut self.buf);
         self.file
             .write_all(&self.buf)
             .map_err(|source| KldBaseError::Io {
@@ -449,6 +445,7 @@ impl KldBaseWriter {
                 action: "write a record",
                 source,
             })?;
+        self.digest.update(&self.buf);
         self.written += 1;
         Ok(())
     }
@@ -458,8 +455,9 @@ impl KldBaseWriter {
         self.write_record(record.nll, &record.ids, &record.log_probs)
     }
 
-    /// Checks that every promised record was written, then commits the file.
-    pub fn finish(self) -> Result<(), KldBaseError> {
+    /// Checks that every promised record was written, writes the records' checksum into
+    /// the header, then commits the file.
+    pub fn finish(mut self) -> Result<(), KldBaseError> {
         if self.written != self.header.scored_tokens {
             return Err(KldBaseError::RecordCount {
                 path: self.file.target().to_path_buf(),
@@ -467,12 +465,127 @@ impl KldBaseWriter {
                 expected: self.header.scored_tokens,
             });
         }
+        let digest = self.digest.clone().finish();
+        self.file
+            .write_at(RECORDS_SHA256_OFFSET as u64, &digest)
+            .map_err(|source| KldBaseError::Io {
+                path: self.file.target().to_path_buf(),
+                action: "write the records' checksum",
+                source,
+            })?;
+        self.header.records_sha256 = digest;
         self.file.commit()?;
         Ok(())
     }
 }
 
-/// Reads a base file record by record after validating its header and size.
+/// What a file's metadata says it is, when not a regular file.
+fn non_regular_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+    if meta.is_dir() {
+        Some("a directory")
+    } else {
+        special_kind(meta)
+    }
+}
+
+/// Decodes the header from a file's first bytes (`prefix`, as many as the file has up to
+/// [`HEADER_LEN`]) and checks that the file's size `actual` is what the header implies.
+fn header_for_size(prefix: &[u8], actual: u64, path: &Path) -> Result<KldBaseHeader, KldBaseError> {
+    KldBaseHeader::check_magic_and_version(prefix, path)?;
+    let Ok(raw) = <&[u8; HEADER_LEN]>::try_from(prefix) else {
+        return Err(KldBaseError::Truncated {
+            path: path.to_path_buf(),
+            what: format!("it is {actual} bytes, shorter than the {HEADER_LEN}-byte header"),
+        });
+    };
+    let header = KldBaseHeader::from_bytes(raw, path)?;
+    let expected = header.file_len().ok_or_else(|| KldBaseError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!(
+            "the header's scored token count {} is impossibly large",
+            header.scored_tokens
+        ),
+    })?;
+    let what = format!(
+        "the header promises {} records of {} bytes ({expected} bytes in all), but the file \
+         is {actual} bytes",
+        header.scored_tokens,
+        record_len(header.top_k)
+    );
+    if actual < expected {
+        return Err(KldBaseError::Truncated {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    if actual > expected {
+        return Err(KldBaseError::Corrupt {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    Ok(header)
+}
+
+/// Checks every record of a base and its checksum, record bytes coming from `next`
+/// (which fills the buffer it is given, or says why it cannot: a premature end, an I/O error).
+fn check_records(
+    header: &KldBaseHeader,
+    path: &Path,
+    mut next: impl FnMut(&mut [u8]) -> Result<(), KldBaseError>,
+) -> Result<(), KldBaseError> {
+    let mut buf = vec![0u8; record_len(header.top_k)];
+    let mut digest = RecordDigest::default();
+    let (mut ids, mut log_probs) = (Vec::new(), Vec::new());
+    for index in 0..header.scored_tokens {
+        next(&mut buf)?;
+        let nll = kld_record::decode(&buf, &mut ids, &mut log_probs);
+        kld_record::validate(header, nll, &ids, &log_probs).map_err(|what| {
+            KldBaseError::BadRecord {
+                path: path.to_path_buf(),
+                index,
+                what,
+            }
+        })?;
+        digest.update(&buf);
+    }
+    let found = digest.finish();
+    if found != header.records_sha256 {
+        return Err(KldBaseError::Corrupt {
+            path: path.to_path_buf(),
+            what: format!(
+                "the records' SHA-256 is {}, the header says {}: the file changed after it \
+                 was written",
+                hex(&found),
+                hex(&header.records_sha256)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a whole base file held in memory (header, size, every record, checksum), as
+/// [`KldBaseReader::open`] checks a file; `path` names it in errors. Returns the header.
+pub fn check_bytes(bytes: &[u8], path: &Path) -> Result<KldBaseHeader, KldBaseError> {
+    let prefix = &bytes[..bytes.len().min(HEADER_LEN)];
+    let header = header_for_size(prefix, bytes.len() as u64, path)?;
+    let mut rest = &bytes[HEADER_LEN..];
+    check_records(&header, path, |buf| {
+        let (record, tail) = rest.split_at(buf.len().min(rest.len()));
+        if record.len() < buf.len() {
+            return Err(KldBaseError::Truncated {
+                path: path.to_path_buf(),
+                what: "a record ends early".into(),
+            });
+        }
+        buf.copy_from_slice(record);
+        rest = tail;
+        Ok(())
+    })?;
+    Ok(header)
+}
+
+/// Reads a base file record by record after checking the whole file.
 #[derive(Debug)]
 pub struct KldBaseReader {
     path: PathBuf,
@@ -483,8 +596,9 @@ pub struct KldBaseReader {
 }
 
 impl KldBaseReader {
-    /// Opens `path`, checks magic, version, header fields and that the file size is exactly
-    /// what the header implies.
+    /// Opens `path` and checks all of it before any record is handed out: that it is a
+    /// regular file, its magic, version and header fields, that its size is exactly what
+    /// the header implies, every record, and the records' checksum.
     pub fn open(path: &Path) -> Result<Self, KldBaseError> {
         let io_err = |action| {
             move |source| KldBaseError::Io {
@@ -494,44 +608,39 @@ impl KldBaseReader {
             }
         };
         let file = File::open(path).map_err(io_err("open it"))?;
-        let actual = file.metadata().map_err(io_err("read its size"))?.len();
-        if actual < HEADER_LEN as u64 {
-            return Err(KldBaseError::Truncated {
+        let meta = file.metadata().map_err(io_err("read its size"))?;
+        if let Some(kind) = non_regular_kind(&meta) {
+            return Err(KldBaseError::NotRegular {
                 path: path.to_path_buf(),
-                what: format!("it is {actual} bytes, shorter than the {HEADER_LEN}-byte header"),
+                kind,
             });
         }
+        let actual = meta.len();
         let mut reader = BufReader::with_capacity(1 << 20, file);
-        let mut raw = [0u8; HEADER_LEN];
-        reader
-            .read_exact(&mut raw)
+        let mut prefix = Vec::with_capacity(HEADER_LEN);
+        (&mut reader)
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut prefix)
             .map_err(io_err("read the header"))?;
-        let header = KldBaseHeader::from_bytes(&raw, path)?;
-        let expected = header.file_len().ok_or_else(|| KldBaseError::Corrupt {
-            path: path.to_path_buf(),
-            what: format!(
-                "the header's scored token count {} is impossibly large",
-                header.scored_tokens
-            ),
-        })?;
-        let what = format!(
-            "the header promises {} records of {} bytes ({expected} bytes in all), but the \
-             file is {actual} bytes",
-            header.scored_tokens,
-            record_len(header.top_k)
-        );
-        if actual < expected {
-            return Err(KldBaseError::Truncated {
-                path: path.to_path_buf(),
-                what,
-            });
-        }
-        if actual > expected {
-            return Err(KldBaseError::Corrupt {
-                path: path.to_path_buf(),
-                what,
-            });
-        }
+        let header = header_for_size(&prefix, actual, path)?;
+        let shrank = |e: io::Error| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                KldBaseError::Truncated {
+                    path: path.to_path_buf(),
+                    what: "a record ends early (the file shrank while reading)".into(),
+                }
+            } else {
+                KldBaseError::Io {
+                    path: path.to_path_buf(),
+                    action: "read a record",
+                    source: e,
+                }
+            }
+        };
+        check_records(&header, path, |buf| reader.read_exact(buf).map_err(shrank))?;
+        reader
+            .seek(SeekFrom::Start(HEADER_LEN as u64))
+            .map_err(io_err("rewind it"))?;
         Ok(KldBaseReader {
             path: path.to_path_buf(),
             header,
@@ -553,7 +662,7 @@ impl KldBaseReader {
 
     /// Records not read yet.
     pub fn remaining(&self) -> u64 {
-        self.header.scored_tokens - self.next
+        self.header.scored_tokens.saturating_sub(self.next)
     }
 
     /// Refuses a base recorded for a different run, listing every field that differs.
@@ -589,21 +698,9 @@ impl KldBaseReader {
                 }
             }
         })?;
-        let b = &self.buf;
-        let mut nll = [0u8; 8];
-        nll.copy_from_slice(&b[..8]);
-        record.nll = f64::from_le_bytes(nll);
-        record.ids.clear();
-        record.log_probs.clear();
-        for pair in b[8..].chunks_exact(8) {
-            record
-                .ids
-                .push(u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]));
-            record
-                .log_probs
-                .push(f32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]));
-        }
-        validate_record(&self.header, record.nll, &record.ids, &record.log_probs).map_err(
+        record.nll = kld_record::decode(&self.buf, &mut record.ids, &mut record.log_probs);
+        // Checked again: the file may have changed since it was opened.
+        kld_record::validate(&self.header, record.nll, &record.ids, &record.log_probs).map_err(
             |what| KldBaseError::BadRecord {
                 path: self.path.clone(),
                 index,
@@ -645,6 +742,7 @@ mod tests {
             top_k,
             vocab_size: 1000,
             scored_tokens: scored,
+            records_sha256: [0; 32],
         }
     }
 
@@ -652,7 +750,7 @@ mod tests {
         BaseRecord {
             nll: 1.5 + f64::from(i),
             ids: (0..k).map(|r| (i * 7 + r * 13) % 1000).collect(),
-            log_probs: (0..k).map(|r| -0.25 * r as f32 - 0.1).collect(),
+            log_probs: (0..k).map(|r| -0.5 * r as f32 - 1.5).collect(),
         }
     }
 
@@ -668,13 +766,17 @@ mod tests {
     #[test]
     fn record_size_matches_the_brief() {
         assert_eq!(record_len(32), 264);
-        assert_eq!(header(32, 147_900).file_len(), Some(88 + 264 * 147_900));
+        assert_eq!(header(32, 147_900).file_len(), Some(120 + 264 * 147_900));
     }
 
     #[test]
     fn header_for_plan() {
         let ids: Vec<u32> = (0..23).collect();
         let plan = WindowPlan::new(23, Method::Chunks, 7, 7, Some(2)).unwrap();
+        // A limit that leaves nothing out is recorded as none (the windows are the same).
+        let all_three = WindowPlan::new(23, Method::Chunks, 7, 7, Some(1000)).unwrap();
+        let h = KldBaseHeader::for_plan(&ids, &all_three, 32, 248_320);
+        assert_eq!(h.chunk_limit, 0);
         let h = KldBaseHeader::for_plan(&ids, &plan, 32, 248_320);
         assert_eq!(h.token_ids_sha256, token_ids_digest(&ids));
         assert_eq!(
@@ -699,10 +801,12 @@ mod tests {
             top_k: 32,
             vocab_size: 248_320,
             scored_tokens: 5,
+            records_sha256: [9; 32],
         };
         let b = h.to_bytes();
+        assert_eq!(b.len(), 120);
         assert_eq!(&b[0..8], b"LSEKLDB\0");
-        assert_eq!(&b[8..12], &[1, 0, 0, 0]);
+        assert_eq!(&b[8..12], &[2, 0, 0, 0]);
         assert_eq!(&b[12..16], &[1, 0, 0, 0]);
         assert_eq!(&b[16..48], &[7u8; 32]);
         assert_eq!(&b[48..56], &[2, 1, 0, 0, 0, 0, 0, 0]);
@@ -711,6 +815,7 @@ mod tests {
         assert_eq!(b[72], 32);
         assert_eq!(&b[76..80], &248_320u32.to_le_bytes());
         assert_eq!(b[80], 5);
+        assert_eq!(&b[88..120], &[9u8; 32]);
         assert_eq!(KldBaseHeader::from_bytes(&b, Path::new("x")).unwrap(), h);
     }
 
@@ -721,15 +826,27 @@ mod tests {
         let path = dir.path().join("base.kld");
         let h = header(4, 3);
         write_base(&path, h, 3);
-        assert_eq!(fs::metadata(&path).unwrap().len(), 88 + 3 * 40);
+        assert_eq!(fs::metadata(&path).unwrap().len(), 120 + 3 * 40);
         let bytes = fs::read(&path).unwrap();
-        // First record: nll 1.5 then (id 0, -0.1).
-        assert_eq!(&bytes[88..96], &1.5f64.to_le_bytes());
-        assert_eq!(&bytes[96..100], &0u32.to_le_bytes());
-        assert_eq!(&bytes[100..104], &(-0.1f32).to_le_bytes());
+        // First record: nll 1.5 then (id 0, -1.5).
+        assert_eq!(&bytes[120..128], &1.5f64.to_le_bytes());
+        assert_eq!(&bytes[128..132], &0u32.to_le_bytes());
+        assert_eq!(&bytes[132..136], &(-1.5f32).to_le_bytes());
+        // The header carries the records' SHA-256.
+        let digest: [u8; 32] = {
+            use sha2::Digest;
+            sha2::Sha256::digest(&bytes[120..]).into()
+        };
+        assert_eq!(&bytes[88..120], &digest);
 
         let mut r = KldBaseReader::open(&path).unwrap();
-        assert_eq!(r.header(), &h);
+        assert_eq!(
+            r.header(),
+            &KldBaseHeader {
+                records_sha256: digest,
+                ..h
+            }
+        );
         assert_eq!(r.path(), path.as_path());
         r.check_compatible(&h).unwrap();
         for i in 0..3 {
@@ -808,12 +925,12 @@ mod tests {
             msg.contains("short.kld") && msg.contains("is truncated"),
             "{msg}"
         );
-        assert!(msg.contains("shorter than the 88-byte header"), "{msg}");
+        assert!(msg.contains("shorter than the 120-byte header"), "{msg}");
 
         let msg = open_bytes("cut.kld", &bytes[..bytes.len() - 1]);
         assert!(msg.contains("cut.kld` is truncated"), "{msg}");
         assert!(
-            msg.contains("promises 2 records of 24 bytes (136 bytes in all)"),
+            msg.contains("promises 2 records of 24 bytes (168 bytes in all)"),
             "{msg}"
         );
 
@@ -821,7 +938,7 @@ mod tests {
         long.push(0);
         let msg = open_bytes("long.kld", &long);
         assert!(
-            msg.contains("long.kld` is corrupt") && msg.contains("137 bytes"),
+            msg.contains("long.kld` is corrupt") && msg.contains("169 bytes"),
             "{msg}"
         );
 
@@ -837,7 +954,24 @@ mod tests {
         version[8] = 9;
         let msg = open_bytes("version.kld", &version);
         assert!(
-            msg.contains("format version 9, this build reads version 1"),
+            msg.contains("format version 9, this build reads version 2"),
+            "{msg}"
+        );
+        let mut v1 = bytes[..88].to_vec();
+        v1[8] = 1;
+        v1.extend_from_slice(&bytes[120..]);
+        let msg = open_bytes("v1.kld", &v1);
+        assert!(
+            msg.contains("format version 1, this build reads version 2 (version 1 files")
+                && msg.contains("record the base again"),
+            "{msg}"
+        );
+
+        let mut flipped = bytes.clone();
+        flipped[120 + 12] ^= 1;
+        let msg = open_bytes("flipped.kld", &flipped);
+        assert!(
+            msg.contains("flipped.kld` is corrupt: the records' SHA-256 is"),
             "{msg}"
         );
 
@@ -871,14 +1005,13 @@ mod tests {
         let good = dir.path().join("good.kld");
         write_base(&good, header(2, 2), 2);
         let bytes = fs::read(&good).unwrap();
-        // Record 1 starts at 88 + 24; its first id is at +8, its second log-prob at +20.
-        let r1 = 88 + 24;
+        // Record 1 starts at 120 + 24; its first id is at +8, its second log-prob at +20.
+        // The whole file is checked when it is opened, before any record is read.
+        let r1 = 120 + 24;
         let read_all = |name: &str, data: &[u8]| {
             let p = dir.path().join(name);
             fs::write(&p, data).unwrap();
-            let mut r = KldBaseReader::open(&p).unwrap();
-            assert!(r.next_record().unwrap().is_some());
-            r.next_record().unwrap_err().to_string()
+            KldBaseReader::open(&p).unwrap_err().to_string()
         };
         let mut id = bytes.clone();
         id[r1 + 8..r1 + 12].copy_from_slice(&5000u32.to_le_bytes());
@@ -895,7 +1028,7 @@ mod tests {
         assert!(msg.contains("is not finite"), "{msg}");
 
         let mut order = bytes.clone();
-        order[r1 + 20..r1 + 24].copy_from_slice(&0.5f32.to_le_bytes());
+        order[r1 + 20..r1 + 24].copy_from_slice(&(-0.5f32).to_le_bytes());
         let msg = read_all("order.kld", &order);
         assert!(msg.contains("not in decreasing order at rank 1"), "{msg}");
 
@@ -909,6 +1042,27 @@ mod tests {
         nll[r1..r1 + 8].copy_from_slice(&f64::INFINITY.to_le_bytes());
         let msg = read_all("nll.kld", &nll);
         assert!(msg.contains("NLL inf is not finite"), "{msg}");
+
+        for (value, says) in [
+            (-0.5, "NLL -0.5 is negative"),
+            (1e300, "larger than f32 logits can give"),
+        ] {
+            let mut nll = bytes.clone();
+            nll[r1..r1 + 8].copy_from_slice(&f64::to_le_bytes(value));
+            let msg = read_all("range.kld", &nll);
+            assert!(
+                msg.contains("record 1 is invalid") && msg.contains(says),
+                "{msg}"
+            );
+        }
+        let mut above = bytes.clone();
+        above[r1 + 12..r1 + 16].copy_from_slice(&0.5f32.to_le_bytes());
+        let msg = read_all("above.kld", &above);
+        assert!(msg.contains("log-prob 0.5 of id"), "{msg}");
+
+        // A FIFO or directory is refused before anything is read.
+        let msg = KldBaseReader::open(dir.path()).unwrap_err().to_string();
+        assert!(msg.contains("is not a regular file (a directory)"), "{msg}");
     }
 
     #[test]

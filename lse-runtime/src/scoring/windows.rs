@@ -178,7 +178,9 @@ pub struct WindowPlan {
     pub stride: usize,
     /// Tokens in the whole text.
     pub n_tokens: usize,
-    /// The chunk limit the plan was made with (`None` = all).
+    /// The chunk limit in effect: the one asked for when it left windows out, `None` when
+    /// none was asked for or the text has no more windows than it allows (so a base recorded
+    /// with `--perplexity-chunks 1000` on a 580-chunk text matches one recorded without).
     pub chunk_limit: Option<usize>,
     /// The windows, in order.
     pub windows: Vec<Window>,
@@ -197,13 +199,19 @@ impl WindowPlan {
         stride: usize,
         chunk_limit: Option<usize>,
     ) -> Result<WindowPlan, WindowError> {
-        if chunk_limit == Some(0) {
-            return Err(WindowError::ZeroChunkLimit);
-        }
+        Self::check_settings(method, ctx, stride, chunk_limit)?;
         let limit = chunk_limit.unwrap_or(usize::MAX);
-        let windows = match method {
-            Method::Chunks => chunk_windows(n_tokens, ctx, stride, limit)?,
-            Method::Sliding => sliding_windows(n_tokens, ctx, stride, limit)?,
+        // One window past the limit tells whether the limit left any out.
+        let probe = limit.saturating_add(1);
+        let mut windows = match method {
+            Method::Chunks => chunk_windows(n_tokens, ctx, stride, probe)?,
+            Method::Sliding => sliding_windows(n_tokens, ctx, stride, probe)?,
+        };
+        let chunk_limit = if windows.len() > limit {
+            windows.truncate(limit);
+            chunk_limit
+        } else {
+            None
         };
         Ok(WindowPlan {
             method,
@@ -213,6 +221,38 @@ impl WindowPlan {
             chunk_limit,
             windows,
         })
+    }
+
+    /// Checks the settings that do not depend on the text: the ctx is large enough for the
+    /// method, the stride fits it, the chunk limit is not 0.
+    pub fn check_settings(
+        method: Method,
+        ctx: usize,
+        stride: usize,
+        chunk_limit: Option<usize>,
+    ) -> Result<(), WindowError> {
+        if chunk_limit == Some(0) {
+            return Err(WindowError::ZeroChunkLimit);
+        }
+        match method {
+            Method::Chunks if ctx < 3 => Err(WindowError::CtxTooSmall {
+                ctx,
+                method,
+                min: 3,
+                unit: "chunk",
+            }),
+            Method::Chunks if stride != ctx => Err(WindowError::StrideWithChunks { stride, ctx }),
+            Method::Sliding if ctx < 2 => Err(WindowError::CtxTooSmall {
+                ctx,
+                method,
+                min: 2,
+                unit: "window",
+            }),
+            Method::Sliding if stride == 0 || stride > ctx => {
+                Err(WindowError::BadStride { stride, ctx })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Total number of scored tokens over all windows.
@@ -300,9 +340,9 @@ fn sliding_windows(
     }
     let mut windows = Vec::new();
     let mut prev_end = 0;
-    let mut begin = 0;
+    let mut begin: usize = 0;
     while prev_end < n_tokens && windows.len() < limit {
-        let end = (begin + ctx).min(n_tokens);
+        let end = begin.saturating_add(ctx).min(n_tokens);
         let first_target = (begin + 1).max(prev_end);
         if end > first_target {
             windows.push(Window {
@@ -314,7 +354,7 @@ fn sliding_windows(
             });
         }
         prev_end = end;
-        begin += stride;
+        begin = begin.saturating_add(stride);
     }
     Ok(windows)
 }
@@ -380,6 +420,19 @@ mod tests {
         // A limit above the number of chunks keeps all of them (llama.cpp's min()).
         let big = WindowPlan::new(23, Method::Chunks, 7, 7, Some(100)).unwrap();
         assert_eq!(big.windows.len(), 3);
+        // ... and is not the limit in effect: the plan equals the one without a limit.
+        assert_eq!(big, plan);
+        assert_eq!(limited.chunk_limit, Some(2));
+        let exact = WindowPlan::new(23, Method::Chunks, 7, 7, Some(3)).unwrap();
+        assert_eq!(exact, plan);
+        let sliding = WindowPlan::new(23, Method::Sliding, 7, 3, None).unwrap();
+        let n = sliding.windows.len();
+        let capped = WindowPlan::new(23, Method::Sliding, 7, 3, Some(n - 1)).unwrap();
+        assert_eq!(capped.chunk_limit, Some(n - 1));
+        let loose = WindowPlan::new(23, Method::Sliding, 7, 3, Some(n + 5)).unwrap();
+        assert_eq!(loose, sliding);
+        let huge = WindowPlan::new(23, Method::Sliding, usize::MAX, 3, Some(usize::MAX));
+        assert_eq!(huge.unwrap().windows.len(), 1);
         // Smallest useful ctx.
         let tiny = WindowPlan::new(6, Method::Chunks, 3, 3, None).unwrap();
         assert_eq!(tiny.windows, vec![w(0, 0, 3, 2, 1), w(1, 3, 6, 5, 1)]);
