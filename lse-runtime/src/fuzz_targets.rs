@@ -15,6 +15,25 @@ use sha2::{Digest, Sha256};
 
 use crate::scoring::kld_base::{self, HEADER_LEN, RECORDS_SHA256_OFFSET};
 
+/// The deterministic generator (xorshift64*) of the test suite's mutation runs, so a failing
+/// mutation reproduces from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
 /// One parser's entry point.
 pub type Target = fn(&[u8]);
 

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lse_runtime::fuzz_targets::TARGETS;
+use lse_runtime::fuzz_targets::{Rng, TARGETS};
 use lse_runtime::model::config::ModelConfig;
 use lse_runtime::model::safetensors_file;
 use lse_runtime::model::weights::parse_shard_index;
@@ -37,21 +37,6 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// A small deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Values that often sit on parser edges.
 const INTERESTING: [&[u8]; 10] = [
     &[0],
@@ -78,7 +63,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
             }
             1 if !v.is_empty() => {
                 let i = rng.below(v.len());
-                v[i] = rng.next() as u8;
+                v[i] = rng.next_u64() as u8;
             }
             2 => {
                 let piece = INTERESTING[rng.below(INTERESTING.len())];
@@ -95,7 +80,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
                 let end = (from + rng.below(64)).min(other.len());
                 v.splice(at..at, other[from..end].iter().copied());
             }
-            _ => v.insert(at.min(v.len()), rng.next() as u8),
+            _ => v.insert(at.min(v.len()), rng.next_u64() as u8),
         }
     }
     v
