@@ -76,22 +76,22 @@ pub struct PerplexityArgs {
     flash_prefill_v2: Option<OnOff>,
     /// FlashPrefill V2's threshold alpha: a key block is kept when its score is at least alpha
     /// times its row's best (0 keeps every block; larger is sparser).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().alpha)]
     prefill_attention_scale: f32,
     /// FlashPrefill V2: tokens per query and key block (a multiple of 64).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().block_size)]
     flashprefill_block_size: usize,
     /// FlashPrefill V2: leading key blocks every query block keeps.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().sink_blocks)]
     flashprefill_sink_blocks: usize,
     /// FlashPrefill V2: key blocks kept left of and including the diagonal (at least 1).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().window_blocks)]
     flashprefill_window_blocks: usize,
     /// FlashPrefill V2: the last query blocks of each pass attend densely.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().last_full_blocks)]
     flashprefill_last_full_blocks: usize,
     /// FlashPrefill V2: best-scoring key blocks every query block keeps besides the threshold.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = FlashPrefillParams::default().min_budget)]
     flashprefill_min_budget: usize,
     /// With --FlashPrefillV2 unset: the cache rows a pass's attention must read to run sparse.
     #[arg(long, default_value_t = DEFAULT_FLASHPREFILL_MIN_KV_LEN)]

@@ -306,7 +306,7 @@ fn flashprefill_v2_runs_when_asked_and_equals_dense_when_it_keeps_every_block() 
     let dense = with(&["--perplexity-kld-base-out", base.to_str().unwrap()]);
     // Unset, a 256-token pass is below the cut-over: dense.
     assert_eq!(dense["config"]["prefill_attention"], "dense");
-    assert_eq!(dense["config"]["prefill_attention_scale"], 0.1);
+    assert_eq!(dense["config"]["prefill_attention_scale"], 0.5);
 
     // The default window of 4 blocks keeps every block of a 4-block pass: same numbers.
     let all = with(&["--FlashPrefillV2=on"]);

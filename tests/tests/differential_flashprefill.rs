@@ -232,23 +232,31 @@ fn forced_blocks_add_exactly_what_they_should() {
             _ => j == 1 || j == 3 || j == 6,
         }),
     );
-    // A budget as large as the row keeps the row; so does the default parameter set here,
-    // from its own forced blocks.
+    // A budget as large as the row keeps the row.
     let all = FlashPrefillParams {
         min_budget: 10,
         ..base
     };
     assert_lists(&shape, &q, k, &all, |qb| (0..=qb).collect());
+    // The default parameter set adds its own forced blocks to the same threshold choice (its
+    // alpha, like 0.1, keeps block 3 alone once it is in the past).
     let defaults = FlashPrefillParams {
         block_size: 64,
         ..FlashPrefillParams::default()
     };
+    let (sink, window, last) = (
+        defaults.sink_blocks as u32,
+        defaults.window_blocks as u32,
+        defaults.last_full_blocks as u32,
+    );
     assert_lists(
         &shape,
         &q,
         k,
         &defaults,
-        plus(threshold, |qb, j| j < 2 || qb - j < 4 || qb >= 8),
+        plus(threshold, |qb, j| {
+            j < sink || qb - j < window || qb + last >= 10
+        }),
     );
 }
 
