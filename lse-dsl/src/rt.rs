@@ -35,6 +35,56 @@ pub type HostEntry = unsafe extern "C" fn(
     group_end: u32,
 );
 
+/// Element types a kernel buffer may hold.
+pub trait Elem: Copy + Default + 'static {
+    /// The LOOM name of the type.
+    const NAME: &'static str;
+}
+
+impl Elem for f32 {
+    const NAME: &'static str = "f32";
+}
+impl Elem for u32 {
+    const NAME: &'static str = "u32";
+}
+impl Elem for i32 {
+    const NAME: &'static str = "i32";
+}
+impl Elem for half::bf16 {
+    const NAME: &'static str = "bf16";
+}
+impl Elem for half::f16 {
+    const NAME: &'static str = "f16";
+}
+
+/// A buffer a kernel may read as elements of `T`: the type of a read-only parameter
+/// (`&[T]`) in a kernel's generated `Args`. Host slices implement it here; the runtime
+/// implements it for its device views.
+pub trait In<T: Elem> {}
+
+/// A buffer a kernel may write as elements of `T`: the type of a writable parameter
+/// (`&mut [T]`) in a kernel's generated `Args`. A read-only buffer does not implement it.
+pub trait Out<T: Elem> {}
+
+impl<T: Elem> In<T> for &[T] {}
+impl<T: Elem> In<T> for &Vec<T> {}
+impl<T: Elem, const N: usize> In<T> for &[T; N] {}
+impl<T: Elem> Out<T> for &mut [T] {}
+impl<T: Elem> Out<T> for &mut Vec<T> {}
+impl<T: Elem, const N: usize> Out<T> for &mut [T; N] {}
+
+/// The typed arguments of one launch of one kernel: the `Args` struct `#[loom::kernel]`
+/// generates next to each `KERNEL`, whose fields rustc checks against the kernel's
+/// parameters (element types, writability, scalar types, none missing or extra). A runtime
+/// launches them by converting each field, in parameter order, into its own argument type
+/// `A`.
+pub trait Launch<A> {
+    /// The kernel these arguments are for.
+    fn kernel(&self) -> &'static KernelDef;
+    /// The arguments in parameter order.
+    fn into_args(self) -> Vec<A>;
+}
+
 /// How a kernel parameter is passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {

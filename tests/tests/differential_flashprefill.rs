@@ -2,7 +2,8 @@
 //! `attention.block_score`, `attention.block_select`): differential cases against the
 //! plain-Rust reference on the shared harness, and patterns with known block lists.
 
-use lse_runtime::device::{Arg, Device, Pool};
+use lse_kernels::attention::block_score::block_score;
+use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, AttnShape, BlockLists, FlashPrefillParams, KvSlice};
 use lse_tests::cases::flashprefill::{cases, select_cases, SelectCase};
 use lse_tests::cases::{shape, Dtype, Stored};
@@ -399,26 +400,22 @@ fn padding_rows_never_count() {
                 q_padded.resize(256 * row, fill);
                 let mut scores = vec![0.0f32; st.scores.len()];
                 let mut maxes = vec![0.0f32; st.scores.len()];
-                dev.launch(
-                    &lse_kernels::attention::block_score::block_score::KERNEL,
-                    [2, 2, 1],
-                    &[
-                        Arg::buf(&q_padded),
-                        Arg::buf(&st.pooled),
-                        Arg::buf_mut(&mut scores),
-                        Arg::buf_mut(&mut maxes),
-                        Arg::U32(0),
-                        Arg::U32(t as u32),
-                        Arg::U32(0),
-                        Arg::U32(2),
-                        Arg::U32(2),
-                        Arg::U32(64),
-                        Arg::U32(128),
-                        Arg::U32(2),
-                        Arg::F32(c.shape.scale),
-                    ],
-                )
-                .unwrap();
+                let args = block_score::Args {
+                    q: &q_padded,
+                    pooled: &st.pooled,
+                    scores: &mut scores,
+                    maxes: &mut maxes,
+                    pos0: 0,
+                    kv_len: t as u32,
+                    qblock0: 0,
+                    n_kv_heads: 2,
+                    group: 2,
+                    head_dim: 64,
+                    block: 128,
+                    n_kblocks: 2,
+                    scale: c.shape.scale,
+                };
+                dev.launch([2, 2, 1], args).unwrap();
                 let same = scores
                     .iter()
                     .zip(&st.scores)

@@ -7,7 +7,8 @@
 //! ```
 //!
 //! expands to `pub mod scale { pub fn scale(..) {..} pub static KERNEL: KernelDef = ..;
-//! pub const BUILD_IR_HASH: &str = ..; }`. The front end (`lse_dsl::frontend`) parses and
+//! pub const BUILD_IR_HASH: &str = ..; pub struct Args<..> {..} }`, `Args` being the kernel's
+//! typed launcher (see `launcher`). The front end (`lse_dsl::frontend`) parses and
 //! checks the body at expansion time (errors point at the offending span); the work-item-loop
 //! transform and the Rust lowering (`lse_dsl::rustgen`) produce `scale::scale`, the CPU
 //! reference entry that `KERNEL.cpu` points to.
@@ -22,6 +23,7 @@
 //! CPU reference: `host` and `gpu` are empty and `BUILD_IR_HASH` is `""`.
 
 mod artifacts;
+mod launcher;
 
 use proc_macro::TokenStream;
 use proc_macro2::{Literal, TokenStream as TokenStream2};
@@ -64,6 +66,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
     let wg = Literal::u32_suffixed(k.workgroup_size);
     let shared_bytes = Literal::u32_suffixed(k.shared_bytes());
     let params = param_infos(k);
+    let launcher = launcher::tokens(k);
     let docs = item_fn.attrs.iter().filter(|a| a.path().is_ident("doc"));
 
     let art = artifacts::locate(k, fn_ident.span())?;
@@ -96,6 +99,8 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
             /// The IR hash the build script compiled the artifacts from (`""` when the crate
             /// has no LOOM build script). Equal to `KERNEL.ir_hash` when both saw the same IR.
             pub const BUILD_IR_HASH: &str = #build_hash;
+
+            #launcher
         }
     })
 }

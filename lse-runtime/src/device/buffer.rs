@@ -12,10 +12,10 @@ use std::mem;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use lse_dsl::rt::RawBuf;
+use lse_dsl::rt::{Elem, RawBuf};
 
 use super::gpu::GpuDevice;
-use super::launch::{Elem, Place};
+use super::launch::Place;
 use super::pool::{Device, Pool};
 
 /// A device-buffer call that failed.
@@ -195,7 +195,7 @@ impl<T: Elem> DeviceBuf<T> {
         Ok(())
     }
 
-    /// The elements in `range` as a read-only kernel argument ([`super::Arg::dev`]).
+    /// The elements in `range` as a read-only kernel argument.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DevSlice<'_, T>, BufError> {
         let (start, end) = self.bounds(range)?;
         let (raw, place) = self.view_within(start, end);
@@ -206,7 +206,7 @@ impl<T: Elem> DeviceBuf<T> {
         })
     }
 
-    /// The elements in `range` as a writable kernel argument ([`super::Arg::dev_mut`]).
+    /// The elements in `range` as a writable kernel argument.
     pub fn slice_mut(
         &mut self,
         range: impl RangeBounds<usize>,
@@ -301,7 +301,7 @@ impl<T: Elem> Resident<'_, T> {
         self.len() == 0
     }
 
-    /// All elements as a read-only kernel argument ([`super::Arg::dev`]).
+    /// All elements as a read-only kernel argument.
     pub fn as_slice(&self) -> DevSlice<'_, T> {
         let (raw, place) = match &self.mem {
             ResidentMem::Borrowed(s) => {
@@ -321,7 +321,9 @@ impl<T: Elem> Resident<'_, T> {
     }
 }
 
-/// Read-only elements of a device buffer, borrowed for `'a` (a kernel argument).
+/// Read-only elements of a device buffer, borrowed for `'a` (a kernel argument for a
+/// read-only parameter). A host slice converts into one too (`DevSlice::from`), so an op can
+/// take either through one type; on a GPU such a view is copied in for each launch.
 #[derive(Clone, Copy, Debug)]
 pub struct DevSlice<'a, T> {
     raw: RawBuf,
@@ -329,12 +331,55 @@ pub struct DevSlice<'a, T> {
     _borrow: PhantomData<&'a [T]>,
 }
 
-/// Writable elements of a device buffer, borrowed exclusively for `'a` (a kernel argument).
+/// Writable elements of a device buffer, borrowed exclusively for `'a` (a kernel argument
+/// for a writable parameter). A host slice converts into one too (`DevSliceMut::from`); on a
+/// GPU such a view is copied in and back for each launch.
 #[derive(Debug)]
 pub struct DevSliceMut<'a, T> {
     raw: RawBuf,
     place: Place,
     _borrow: PhantomData<&'a mut [T]>,
+}
+
+impl<'a, T: Elem> From<&'a [T]> for DevSlice<'a, T> {
+    fn from(data: &'a [T]) -> Self {
+        DevSlice {
+            raw: RawBuf {
+                ptr: data.as_ptr() as *mut u8,
+                len: data.len(),
+            },
+            place: Place::Host,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<'a, T: Elem> From<&'a mut [T]> for DevSliceMut<'a, T> {
+    fn from(data: &'a mut [T]) -> Self {
+        DevSliceMut {
+            raw: RawBuf {
+                ptr: data.as_mut_ptr().cast(),
+                len: data.len(),
+            },
+            place: Place::Host,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<T: Elem> lse_dsl::rt::In<T> for DevSlice<'_, T> {}
+impl<T: Elem> lse_dsl::rt::Out<T> for DevSliceMut<'_, T> {}
+
+#[cfg(test)]
+impl<T> DevSlice<'_, T> {
+    /// A view of any address and placement, for tests of the launch checks.
+    pub(super) fn from_parts(raw: RawBuf, place: Place) -> Self {
+        DevSlice {
+            raw,
+            place,
+            _borrow: PhantomData,
+        }
+    }
 }
 
 /// The accessors both slice kinds share.
@@ -365,10 +410,10 @@ slice_accessors!(DevSliceMut);
 #[cfg(test)]
 mod tests {
     use half::bf16;
-    use lse_kernels::lse_pick::lse_pick::KERNEL as LSE_PICK;
+    use lse_kernels::lse_pick::lse_pick;
 
     use super::*;
-    use crate::device::{test_values as values, Arg};
+    use crate::device::test_values as values;
 
     /// The CPU-side devices: generated Rust and every host code variant this CPU runs.
     fn cpu_side_devices() -> Vec<Device> {
@@ -462,19 +507,15 @@ mod tests {
         for dev in cpu_side_devices() {
             let mut want_stats = vec![0.0f32; rows * 2];
             let mut want_picked = vec![0.0f32; rows * n_ids];
-            dev.launch(
-                &LSE_PICK,
-                [rows as u32, 1, 1],
-                &[
-                    Arg::buf(&logits),
-                    Arg::buf(&ids),
-                    Arg::buf_mut(&mut want_stats),
-                    Arg::buf_mut(&mut want_picked),
-                    Arg::U32(vocab as u32),
-                    Arg::U32(n_ids as u32),
-                ],
-            )
-            .unwrap();
+            let args = lse_pick::Args {
+                logits: &logits,
+                ids: &ids,
+                stats: &mut want_stats,
+                picked: &mut want_picked,
+                vocab: vocab as u32,
+                n_ids: n_ids as u32,
+            };
+            dev.launch([rows as u32, 1, 1], args).unwrap();
 
             let offset = 7;
             let mut dev_logits = dev.alloc::<f32>(offset + logits.len() + 5).unwrap();
@@ -483,19 +524,15 @@ mod tests {
             dev_logits.upload(&padded).unwrap();
             let mut dev_stats = dev.alloc::<f32>(rows * 2).unwrap();
             let mut picked = vec![0.0f32; rows * n_ids];
-            dev.launch(
-                &LSE_PICK,
-                [rows as u32, 1, 1],
-                &[
-                    Arg::dev(dev_logits.slice(offset..offset + logits.len()).unwrap()),
-                    Arg::buf(&ids),
-                    Arg::dev_mut(dev_stats.slice_mut(..).unwrap()),
-                    Arg::buf_mut(&mut picked),
-                    Arg::U32(vocab as u32),
-                    Arg::U32(n_ids as u32),
-                ],
-            )
-            .unwrap();
+            let args = lse_pick::Args {
+                logits: dev_logits.slice(offset..offset + logits.len()).unwrap(),
+                ids: &ids,
+                stats: dev_stats.slice_mut(..).unwrap(),
+                picked: &mut picked,
+                vocab: vocab as u32,
+                n_ids: n_ids as u32,
+            };
+            dev.launch([rows as u32, 1, 1], args).unwrap();
             let mut stats = vec![0.0f32; rows * 2];
             dev_stats.download(&mut stats).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -2,19 +2,21 @@
 
 use std::marker::PhantomData;
 
-use half::{bf16, f16};
-use lse_dsl::rt::{KernelDef, ParamKind, RawBuf};
+use lse_dsl::rt::{Elem, KernelDef, Launch, ParamKind, RawBuf};
 use rayon::prelude::*;
 
 use super::buffer::{DevSlice, DevSliceMut};
 use super::gpu::gpu_args;
 use super::pool::{Device, Pool};
 
-/// One kernel argument, in parameter order.
+/// One kernel argument in the runtime's form: what each field of a kernel's generated `Args`
+/// (`lse_dsl::rt::Launch`) converts into for [`Device::launch`]. Only those conversions
+/// build it, so every launch goes through a typed launcher.
 #[derive(Debug)]
-pub enum Arg<'a> {
-    /// A buffer: a host slice ([`Arg::buf`], [`Arg::buf_mut`]) or device memory
-    /// ([`Arg::dev`], [`Arg::dev_mut`]).
+pub struct Arg<'a>(Kind<'a>);
+
+#[derive(Debug)]
+enum Kind<'a> {
     Buf(BufArg<'a>),
     U32(u32),
     I32(i32),
@@ -22,9 +24,9 @@ pub enum Arg<'a> {
 }
 
 /// A buffer argument: where its elements are, how many, of which type, and whether the kernel
-/// may write them. Built only by the [`Arg`] constructors, which borrow the memory for `'a`.
+/// may write them, borrowed for `'a`.
 #[derive(Debug)]
-pub struct BufArg<'a> {
+struct BufArg<'a> {
     raw: RawBuf,
     elem: &'static str,
     writable: bool,
@@ -41,85 +43,103 @@ pub(super) enum Place {
     Gpu { id: usize, pool: Pool },
 }
 
-/// Element types a kernel buffer may hold.
-pub trait Elem: Copy + Default {
-    /// The LOOM name of the type.
-    const NAME: &'static str;
-}
-
-impl Elem for f32 {
-    const NAME: &'static str = "f32";
-}
-impl Elem for u32 {
-    const NAME: &'static str = "u32";
-}
-impl Elem for i32 {
-    const NAME: &'static str = "i32";
-}
-impl Elem for bf16 {
-    const NAME: &'static str = "bf16";
-}
-impl Elem for f16 {
-    const NAME: &'static str = "f16";
-}
-
-impl<'a> Arg<'a> {
-    /// A read-only host buffer argument (copied to the device for the launch on a GPU).
-    pub fn buf<T: Elem>(data: &'a [T]) -> Arg<'a> {
-        let raw = RawBuf {
-            ptr: data.as_ptr() as *mut u8,
-            len: data.len(),
-        };
-        Arg::buffer::<T>(raw, false, Place::Host)
-    }
-
-    /// A writable host buffer argument (copied to the device and back on a GPU).
-    pub fn buf_mut<T: Elem>(data: &'a mut [T]) -> Arg<'a> {
-        let raw = RawBuf {
-            ptr: data.as_mut_ptr() as *mut u8,
-            len: data.len(),
-        };
-        Arg::buffer::<T>(raw, true, Place::Host)
-    }
-
-    /// A read-only device buffer argument: the kernel reads it where it is, nothing is copied.
-    pub fn dev<T: Elem>(data: DevSlice<'a, T>) -> Arg<'a> {
-        let (raw, place) = data.parts();
-        Arg::buffer::<T>(raw, false, place)
-    }
-
-    /// A writable device buffer argument: the kernel writes it where it is, nothing is copied.
-    pub fn dev_mut<T: Elem>(data: DevSliceMut<'a, T>) -> Arg<'a> {
-        let (raw, place) = data.parts();
-        Arg::buffer::<T>(raw, true, place)
-    }
-
-    fn buffer<T: Elem>(raw: RawBuf, writable: bool, place: Place) -> Arg<'a> {
-        Arg::Buf(BufArg {
+impl Arg<'_> {
+    fn buffer<T: Elem>(raw: RawBuf, writable: bool, place: Place) -> Self {
+        Arg(Kind::Buf(BufArg {
             raw,
             elem: T::NAME,
             writable,
             place,
             _borrow: PhantomData,
-        })
-    }
-
-    /// The element count of a buffer argument; `None` for a scalar.
-    pub fn buf_len(&self) -> Option<usize> {
-        match self {
-            Arg::Buf(b) => Some(b.raw.len),
-            _ => None,
-        }
+        }))
     }
 
     fn describe(&self) -> String {
-        match self {
-            Arg::Buf(b) if b.writable => format!("&mut [{}]", b.elem),
-            Arg::Buf(b) => format!("&[{}]", b.elem),
-            Arg::U32(_) => "u32".into(),
-            Arg::I32(_) => "i32".into(),
-            Arg::F32(_) => "f32".into(),
+        match &self.0 {
+            Kind::Buf(b) if b.writable => format!("&mut [{}]", b.elem),
+            Kind::Buf(b) => format!("&[{}]", b.elem),
+            Kind::U32(_) => "u32".into(),
+            Kind::I32(_) => "i32".into(),
+            Kind::F32(_) => "f32".into(),
         }
+    }
+}
+
+/// A read-only device view: the kernel reads it where it is, nothing is copied (a host-placed
+/// view is copied to a GPU for the launch, like a host slice).
+impl<'a, T: Elem> From<DevSlice<'a, T>> for Arg<'a> {
+    fn from(data: DevSlice<'a, T>) -> Self {
+        let (raw, place) = data.parts();
+        Arg::buffer::<T>(raw, false, place)
+    }
+}
+
+/// A writable device view: the kernel writes it where it is, nothing is copied (a host-placed
+/// view is copied to a GPU and back, like a host slice).
+impl<'a, T: Elem> From<DevSliceMut<'a, T>> for Arg<'a> {
+    fn from(data: DevSliceMut<'a, T>) -> Self {
+        let (raw, place) = data.parts();
+        Arg::buffer::<T>(raw, true, place)
+    }
+}
+
+/// A read-only host buffer (copied to the device for the launch on a GPU).
+impl<'a, T: Elem> From<&'a [T]> for Arg<'a> {
+    fn from(data: &'a [T]) -> Self {
+        DevSlice::from(data).into()
+    }
+}
+
+/// A read-only host buffer (copied to the device for the launch on a GPU).
+impl<'a, T: Elem> From<&'a Vec<T>> for Arg<'a> {
+    fn from(data: &'a Vec<T>) -> Self {
+        data.as_slice().into()
+    }
+}
+
+/// A read-only host buffer (copied to the device for the launch on a GPU).
+impl<'a, T: Elem, const N: usize> From<&'a [T; N]> for Arg<'a> {
+    fn from(data: &'a [T; N]) -> Self {
+        data.as_slice().into()
+    }
+}
+
+/// A writable host buffer (copied to the device and back on a GPU).
+impl<'a, T: Elem> From<&'a mut [T]> for Arg<'a> {
+    fn from(data: &'a mut [T]) -> Self {
+        DevSliceMut::from(data).into()
+    }
+}
+
+/// A writable host buffer (copied to the device and back on a GPU).
+impl<'a, T: Elem> From<&'a mut Vec<T>> for Arg<'a> {
+    fn from(data: &'a mut Vec<T>) -> Self {
+        data.as_mut_slice().into()
+    }
+}
+
+/// A writable host buffer (copied to the device and back on a GPU).
+impl<'a, T: Elem, const N: usize> From<&'a mut [T; N]> for Arg<'a> {
+    fn from(data: &'a mut [T; N]) -> Self {
+        data.as_mut_slice().into()
+    }
+}
+
+impl From<u32> for Arg<'_> {
+    fn from(v: u32) -> Self {
+        Arg(Kind::U32(v))
+    }
+}
+
+impl From<i32> for Arg<'_> {
+    fn from(v: i32) -> Self {
+        Arg(Kind::I32(v))
+    }
+}
+
+impl From<f32> for Arg<'_> {
+    fn from(v: f32) -> Self {
+        Arg(Kind::F32(v))
     }
 }
 
@@ -189,7 +209,9 @@ fn expected_arg(kind: ParamKind) -> String {
 pub(super) type PlacedBuf = (RawBuf, Place);
 
 /// Checks `args` against the kernel's signature and `dev` (device memory must be `dev`'s own)
-/// and splits them into the ABI's buffer and scalar lists.
+/// and splits them into the ABI's buffer and scalar lists. The typed launchers only build
+/// lists that fit the signature; this check keeps the unsafe entry calls below independent of
+/// that, and is where placement is checked.
 fn marshal(
     dev: &Device,
     kernel: &KernelDef,
@@ -205,8 +227,8 @@ fn marshal(
     let mut bufs = Vec::new();
     let mut scalars = Vec::new();
     for (index, (param, arg)) in kernel.params.iter().zip(args).enumerate() {
-        let fits = match (param.kind, arg) {
-            (ParamKind::Buffer { elem, writable }, Arg::Buf(b))
+        let fits = match (param.kind, &arg.0) {
+            (ParamKind::Buffer { elem, writable }, Kind::Buf(b))
                 if elem == b.elem && (b.writable || !writable) =>
             {
                 if let Place::Gpu { id, pool } = b.place {
@@ -223,15 +245,15 @@ fn marshal(
                 bufs.push((b.raw, b.place));
                 true
             }
-            (ParamKind::Scalar { ty: "u32" }, Arg::U32(v)) => {
+            (ParamKind::Scalar { ty: "u32" }, Kind::U32(v)) => {
                 scalars.push(u64::from(*v));
                 true
             }
-            (ParamKind::Scalar { ty: "i32" }, Arg::I32(v)) => {
+            (ParamKind::Scalar { ty: "i32" }, Kind::I32(v)) => {
                 scalars.push(u64::from(*v as u32));
                 true
             }
-            (ParamKind::Scalar { ty: "f32" }, Arg::F32(v)) => {
+            (ParamKind::Scalar { ty: "f32" }, Kind::F32(v)) => {
                 scalars.push(u64::from(v.to_bits()));
                 true
             }
@@ -251,21 +273,64 @@ fn marshal(
 }
 
 impl Device {
-    /// Runs `kernel` over `grid` workgroups with `args`: on the CPU-side devices spreading
-    /// workgroups over all cores; on a GPU launching `grid` workgroups of `workgroup_size`
-    /// work-items. Device buffers ([`Arg::dev`], [`Arg::dev_mut`]) are used where they are; on
-    /// a GPU, host slices are copied to device memory for the launch and writable ones copied
-    /// back. One launch may mix both kinds on every device.
+    /// Runs a kernel over `grid` workgroups with `args`, its generated `Args` (one field per
+    /// parameter, types checked by rustc): on the CPU-side devices spreading workgroups over
+    /// all cores; on a GPU launching `grid` workgroups of `workgroup_size` work-items. A
+    /// buffer field takes a host slice or vector (`&[T]`, `&Vec<T>`, `&[T; N]` read-only;
+    /// `&mut [T]`, `&mut Vec<T>`, `&mut [T; N]` writable) or a device view ([`DevSlice`],
+    /// [`DevSliceMut`]). Device views are used where they are; on a GPU, host slices are
+    /// copied to device memory for the launch and writable ones copied back. One launch may
+    /// mix both kinds on every device.
     ///
-    /// The caller guarantees the kernel's own contract (index ranges implied by the shapes it
-    /// passes); the typed wrappers in [`crate::ops`] check those before launching.
-    pub fn launch(
+    /// ```
+    /// use lse_kernels::topk_pairs::topk_pairs;
+    /// use lse_runtime::device::{Device, Pool};
+    ///
+    /// let dev = Device::open(Pool::Cpu).unwrap();
+    /// let logits = [0.5f32, 2.0, -1.0, 3.0];
+    /// let (mut ids, mut top) = ([0u32; 2], [0.0f32; 2]);
+    /// let args = topk_pairs::Args {
+    ///     logits: &logits,
+    ///     out_ids: &mut ids,
+    ///     out_vals: &mut top,
+    ///     vocab: 4,
+    ///     k: 2,
+    /// };
+    /// dev.launch([1, 1, 1], args).unwrap();
+    /// assert_eq!(ids, [3, 1]);
+    /// ```
+    ///
+    /// A read-only device view cannot stand in for a writable parameter:
+    ///
+    /// ```compile_fail,E0277
+    /// use lse_kernels::topk_pairs::topk_pairs;
+    /// use lse_runtime::device::{Device, Pool};
+    ///
+    /// let dev = Device::open(Pool::Cpu).unwrap();
+    /// let logits = [0.5f32, 2.0, -1.0, 3.0];
+    /// let ids = dev.alloc::<u32>(2).unwrap();
+    /// let mut top = [0.0f32; 2];
+    /// let args = topk_pairs::Args {
+    ///     logits: &logits,
+    ///     out_ids: ids.slice(..).unwrap(),
+    ///     out_vals: &mut top,
+    ///     vocab: 4,
+    ///     k: 2,
+    /// };
+    /// ```
+    ///
+    /// Types aside, the arguments are checked again here against the kernel's parameter list
+    /// and `self` (device memory must be this device's own). The caller guarantees the
+    /// kernel's own contract (index ranges implied by the shapes it passes); the typed
+    /// wrappers in [`crate::ops`] check those before launching.
+    pub fn launch<'a>(
         &self,
-        kernel: &KernelDef,
         grid: [u32; 3],
-        args: &[Arg<'_>],
+        args: impl Launch<Arg<'a>>,
     ) -> Result<(), LaunchError> {
-        let (placed, scalars) = marshal(self, kernel, args)?;
+        let kernel = args.kernel();
+        let args = args.into_args();
+        let (placed, scalars) = marshal(self, kernel, &args)?;
         let total = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
         let total = u32::try_from(total).map_err(|_| LaunchError::Grid {
             kernel: kernel.id,
@@ -329,7 +394,7 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
-    use lse_kernels::topk_pairs::topk_pairs::KERNEL as TOPK;
+    use lse_kernels::topk_pairs::topk_pairs::{self, KERNEL as TOPK};
 
     use super::*;
 
@@ -338,31 +403,25 @@ mod tests {
     #[test]
     fn gpu_memory_is_refused_by_other_devices() {
         let dev = Device::open(Pool::Cpu).unwrap();
-        let gpu_logits = Arg::buffer::<f32>(
+        let gpu_logits = DevSlice::<f32>::from_parts(
             RawBuf {
                 ptr: 0x7000_0000_0000usize as *mut u8,
                 len: 8,
             },
-            false,
             Place::Gpu {
                 id: 1,
                 pool: Pool::Cuda(0),
             },
         );
         let (mut ids, mut logits) = (vec![0u32; 2], vec![0.0f32; 2]);
-        let err = dev
-            .launch(
-                &TOPK,
-                [1, 1, 1],
-                &[
-                    gpu_logits,
-                    Arg::buf_mut(&mut ids),
-                    Arg::buf_mut(&mut logits),
-                    Arg::U32(8),
-                    Arg::U32(2),
-                ],
-            )
-            .unwrap_err();
+        let args = topk_pairs::Args {
+            logits: gpu_logits,
+            out_ids: &mut ids,
+            out_vals: &mut logits,
+            vocab: 8,
+            k: 2,
+        };
+        let err = dev.launch([1, 1, 1], args).unwrap_err();
         assert!(
             matches!(err, LaunchError::Placement { index: 0, .. }),
             "{err:?}"
@@ -375,30 +434,28 @@ mod tests {
         );
     }
 
-    /// A read-only device view cannot stand in for a writable parameter.
+    /// The typed launchers cannot build an argument list that does not fit the kernel, but
+    /// the run-time check behind them still refuses one, naming the argument: a read-only
+    /// buffer for a writable parameter, a missing argument.
     #[test]
-    fn read_only_device_buffers_are_not_writable_arguments() {
+    fn marshal_refuses_arguments_that_do_not_fit_the_kernel() {
         let dev = Device::open(Pool::Host).unwrap();
         let logits = vec![1.0f32; 8];
-        let ids_buf = dev.alloc::<u32>(2).unwrap();
+        let ids = vec![0u32; 2];
         let mut out = vec![0.0f32; 2];
-        let err = dev
-            .launch(
-                &TOPK,
-                [1, 1, 1],
-                &[
-                    Arg::buf(&logits),
-                    Arg::dev(ids_buf.slice(..).unwrap()),
-                    Arg::buf_mut(&mut out),
-                    Arg::U32(8),
-                    Arg::U32(2),
-                ],
-            )
-            .unwrap_err()
-            .to_string();
+        let args: Vec<Arg<'_>> = vec![
+            logits.as_slice().into(),
+            ids.as_slice().into(),
+            out.as_mut_slice().into(),
+            8u32.into(),
+            2u32.into(),
+        ];
+        let err = marshal(&dev, &TOPK, &args).unwrap_err().to_string();
         assert!(
             err.contains("argument 1 (out_ids) must be &mut [u32], got &[u32]"),
             "{err}"
         );
+        let err = marshal(&dev, &TOPK, &args[..4]).unwrap_err().to_string();
+        assert!(err.contains("expected 5 arguments, got 4"), "{err}");
     }
 }

@@ -13,9 +13,10 @@
 //! over all cores: each thread runs a contiguous range of linearised workgroup ids, which is
 //! exactly the unit the kernels' CPU entry points take.
 //!
-//! Kernel arguments are host slices or device buffers ([`DeviceBuf`], [`Resident`]), mixed
-//! freely in one launch: on a GPU, device buffers stay in device memory between launches and
-//! host slices are copied in (and back, when writable) around each launch.
+//! A launch ([`Device::launch`]) takes a kernel's generated `Args` (`#[loom::kernel]`), whose
+//! buffer fields take host slices or views of device buffers ([`DeviceBuf`], [`Resident`]),
+//! mixed freely in one launch: on a GPU, device buffers stay in device memory between
+//! launches and host slices are copied in (and back, when writable) around each launch.
 
 mod buffer;
 mod cuda;
@@ -26,7 +27,8 @@ mod pool;
 mod select;
 
 pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf, Resident};
-pub use launch::{Arg, BufArg, Elem, LaunchError};
+pub use launch::{Arg, LaunchError};
+pub use lse_dsl::rt::Elem;
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
 
 /// The x86-64 level whose host code this CPU runs (`x86-64`, `x86-64-v3` or `x86-64-v4`).

@@ -4,7 +4,6 @@
 use half::{bf16, f16};
 
 use super::OpError;
-use crate::device::Arg;
 
 /// One of a KV cache's two tensors, `[rows, n_kv_heads, head_dim]`, in its stored dtype.
 #[derive(Clone, Copy, Debug)]
@@ -14,7 +13,7 @@ pub enum KvSlice<'a> {
     F32(&'a [f32]),
 }
 
-impl<'a> KvSlice<'a> {
+impl KvSlice<'_> {
     /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
@@ -27,15 +26,6 @@ impl<'a> KvSlice<'a> {
     /// Whether the slice is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The tensor as a read-only kernel argument.
-    pub fn arg(self) -> Arg<'a> {
-        match self {
-            KvSlice::Bf16(x) => Arg::buf(x),
-            KvSlice::F16(x) => Arg::buf(x),
-            KvSlice::F32(x) => Arg::buf(x),
-        }
     }
 
     /// Picks the kernel instance for this slice's dtype out of `(bf16, f16, f32)`.

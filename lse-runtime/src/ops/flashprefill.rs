@@ -12,7 +12,7 @@ use lse_kernels::attention::key_blocks::{
 
 use super::attention_shape::{AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView};
 use super::{to_u32, OpError};
-use crate::device::{Arg, Device};
+use crate::device::Device;
 
 const OP: &str = "flashprefill_select";
 
@@ -106,45 +106,46 @@ pub fn flashprefill_stages(
     let clamp = |v: usize| v.min(n_kblocks) as u32;
 
     let mut pooled = vec![0.0f32; shape.n_kv_heads * shape.head_dim * n_kblocks];
-    let mean = k.pick((
-        &key_block_mean_bf16::KERNEL,
-        &key_block_mean_f16::KERNEL,
-        &key_block_mean_f32::KERNEL,
-    ));
-    dev.launch(
-        mean,
-        [nkb, nkv, 1],
-        &[
-            k.arg(),
-            Arg::buf_mut(&mut pooled),
-            Arg::U32(kv_len32),
-            Arg::U32(nkv),
-            Arg::U32(hd),
-            Arg::U32(b),
-        ],
-    )?;
+    let mean_grid = [nkb, nkv, 1];
+    macro_rules! mean {
+        ($kernel:ident, $k:expr) => {
+            dev.launch(
+                mean_grid,
+                $kernel::Args {
+                    k: $k,
+                    pooled: &mut pooled,
+                    kv_len: kv_len32,
+                    n_kv_heads: nkv,
+                    head_dim: hd,
+                    block: b,
+                },
+            )
+        };
+    }
+    match k {
+        KvSlice::Bf16(k) => mean!(key_block_mean_bf16, k),
+        KvSlice::F16(k) => mean!(key_block_mean_f16, k),
+        KvSlice::F32(k) => mean!(key_block_mean_f32, k),
+    }?;
 
     let mut scores = vec![0.0f32; grid_size];
     let mut maxes = vec![0.0f32; grid_size];
-    dev.launch(
-        &block_score::KERNEL,
-        [nqb, nkv, 1],
-        &[
-            Arg::buf(q),
-            Arg::buf(&pooled),
-            Arg::buf_mut(&mut scores),
-            Arg::buf_mut(&mut maxes),
-            Arg::U32(shape.pos0 as u32),
-            Arg::U32(kv_len32),
-            Arg::U32(qblock0 as u32),
-            Arg::U32(nkv),
-            Arg::U32(shape.group() as u32),
-            Arg::U32(hd),
-            Arg::U32(b),
-            Arg::U32(nkb),
-            Arg::F32(shape.scale),
-        ],
-    )?;
+    let args = block_score::Args {
+        q,
+        pooled: &pooled,
+        scores: &mut scores,
+        maxes: &mut maxes,
+        pos0: shape.pos0 as u32,
+        kv_len: kv_len32,
+        qblock0: qblock0 as u32,
+        n_kv_heads: nkv,
+        group: shape.group() as u32,
+        head_dim: hd,
+        block: b,
+        n_kblocks: nkb,
+        scale: shape.scale,
+    };
+    dev.launch([nqb, nkv, 1], args)?;
 
     let mut lists = BlockLists {
         block_size: block,
@@ -154,22 +155,19 @@ pub fn flashprefill_stages(
         blocks: vec![0; grid_size],
         counts: vec![0; shape.n_kv_heads * n_qblocks],
     };
-    dev.launch(
-        &block_select::KERNEL,
-        [nqb, nkv, 1],
-        &[
-            Arg::buf(&scores),
-            Arg::buf_mut(&mut lists.blocks),
-            Arg::buf_mut(&mut lists.counts),
-            Arg::U32(qblock0 as u32),
-            Arg::U32(nkb),
-            Arg::F32(params.alpha),
-            Arg::U32(clamp(params.sink_blocks)),
-            Arg::U32(clamp(params.window_blocks)),
-            Arg::U32(clamp(params.last_full_blocks)),
-            Arg::U32(clamp(params.min_budget)),
-        ],
-    )?;
+    let args = block_select::Args {
+        scores: &scores,
+        blocks: &mut lists.blocks,
+        counts: &mut lists.counts,
+        qblock0: qblock0 as u32,
+        n_kblocks: nkb,
+        alpha: params.alpha,
+        sink: clamp(params.sink_blocks),
+        window: clamp(params.window_blocks),
+        last_full: clamp(params.last_full_blocks),
+        min_budget: clamp(params.min_budget),
+    };
+    dev.launch([nqb, nkv, 1], args)?;
     Ok(FlashPrefillStages {
         pooled,
         scores,

@@ -1,13 +1,13 @@
 //! The LOOM GEMM (`gemm.xwt_<ty>.v1` for ty = bf16, f16, f32, and `gemm.xwt_exact_<ty>.v1`
 //! for ty = bf16, f16): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 
-use lse_dsl::rt::KernelDef;
 use lse_kernels::gemm::{
     gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f16, gemm_xwt_f32,
 };
 
-use super::{buf_len, check_len, to_u32, HeadWeight, OpError};
-use crate::device::{Arg, Device};
+use super::lm_head::WeightView;
+use super::{check_len, to_u32, HeadWeight, OpError};
+use crate::device::Device;
 
 /// Rows and columns of `y` per workgroup (the kernel's `BM` and `BN`).
 pub(super) const BLOCK_ROWS: u32 = 64;
@@ -32,16 +32,6 @@ pub enum Activations {
     F32,
 }
 
-fn kernel(w: &HeadWeight<'_>, act: Activations) -> &'static KernelDef {
-    match (w, act) {
-        (HeadWeight::Bf16(_), Activations::RoundedToWeight) => &gemm_xwt_bf16::KERNEL,
-        (HeadWeight::F16(_), Activations::RoundedToWeight) => &gemm_xwt_f16::KERNEL,
-        (HeadWeight::Bf16(_), Activations::F32) => &gemm_xwt_exact_bf16::KERNEL,
-        (HeadWeight::F16(_), Activations::F32) => &gemm_xwt_exact_f16::KERNEL,
-        (HeadWeight::F32(_), _) => &gemm_xwt_f32::KERNEL,
-    }
-}
-
 /// `y[r, c] (=|+=) Σ_j x[r, j] · w[c, j]` for `x` `[m, k]`, `w` `[n, k]` and `y` `[m, n]`, with
 /// `m = x.len() / k`; `act` says how activations meet a 16-bit weight (LOOM.md, "Numeric
 /// contract of `tile_dot`").
@@ -64,10 +54,9 @@ pub fn gemm(
         });
     }
     let m = x.len() / k;
-    let kernel = kernel(&w, act);
-    let w = w.arg();
+    let w = w.view();
     check_len(OP, "x", x.len(), m * k)?;
-    check_len(OP, "w", buf_len(&w), n * k)?;
+    check_len(OP, "w", w.len(), n * k)?;
     check_len(OP, "y", y.len(), m * n)?;
     for (what, v) in [("m * k", m * k), ("n * k", n * k), ("m * n", m * n)] {
         to_u32(OP, what, v)?;
@@ -78,15 +67,28 @@ pub fn gemm(
     let (m32, n32, k32) = (m as u32, n as u32, k as u32);
     let grid = [n32.div_ceil(BLOCK_COLS), m32.div_ceil(BLOCK_ROWS), 1];
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    let args = [
-        Arg::buf(x),
-        w,
-        Arg::buf_mut(y),
-        Arg::U32(m32),
-        Arg::U32(n32),
-        Arg::U32(k32),
-        Arg::U32(accumulate),
-    ];
-    dev.launch(kernel, grid, &args)?;
+    macro_rules! launch {
+        ($kernel:ident, $w:expr) => {
+            dev.launch(
+                grid,
+                $kernel::Args {
+                    x,
+                    w: $w,
+                    y,
+                    m: m32,
+                    n: n32,
+                    k: k32,
+                    accumulate,
+                },
+            )
+        };
+    }
+    match (w, act) {
+        (WeightView::Bf16(w), Activations::RoundedToWeight) => launch!(gemm_xwt_bf16, w),
+        (WeightView::F16(w), Activations::RoundedToWeight) => launch!(gemm_xwt_f16, w),
+        (WeightView::Bf16(w), Activations::F32) => launch!(gemm_xwt_exact_bf16, w),
+        (WeightView::F16(w), Activations::F32) => launch!(gemm_xwt_exact_f16, w),
+        (WeightView::F32(w), _) => launch!(gemm_xwt_f32, w),
+    }?;
     Ok(())
 }

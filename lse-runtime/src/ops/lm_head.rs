@@ -9,8 +9,8 @@ use lse_kernels::gemm::{gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f32};
 use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
 use super::gemm::{BLOCK_COLS, BLOCK_ROWS};
-use super::{buf_len, check_len, to_u32, OpError};
-use crate::device::{Arg, DevSlice, DevSliceMut, Device, Resident};
+use super::{check_len, to_u32, OpError};
+use crate::device::{DevSlice, DevSliceMut, Device, Resident};
 
 /// A weight matrix in its stored dtype: the head's `[vocab, dim]`, or a projection's
 /// `[out, in]` for [`super::gemm`].
@@ -27,6 +27,26 @@ pub enum ResidentHeadWeight<'a> {
     Bf16(Resident<'a, bf16>),
     F16(Resident<'a, f16>),
     F32(Resident<'a, f32>),
+}
+
+/// A weight as one launch reads it, in its stored dtype: a host slice or a resident device
+/// copy. Each dtype has its own kernel instances.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum WeightView<'a> {
+    Bf16(DevSlice<'a, bf16>),
+    F16(DevSlice<'a, f16>),
+    F32(DevSlice<'a, f32>),
+}
+
+impl WeightView<'_> {
+    /// The number of elements.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            WeightView::Bf16(w) => w.len(),
+            WeightView::F16(w) => w.len(),
+            WeightView::F32(w) => w.len(),
+        }
+    }
 }
 
 /// The weight dtypes, each with its two kernels.
@@ -65,12 +85,12 @@ impl<'a> HeadWeight<'a> {
         }
     }
 
-    /// The weight as a kernel argument.
-    pub(super) fn arg(self) -> Arg<'a> {
+    /// The weight as a launch reads it.
+    pub(super) fn view(self) -> WeightView<'a> {
         match self {
-            HeadWeight::Bf16(w) => Arg::buf(w),
-            HeadWeight::F16(w) => Arg::buf(w),
-            HeadWeight::F32(w) => Arg::buf(w),
+            HeadWeight::Bf16(w) => WeightView::Bf16(w.into()),
+            HeadWeight::F16(w) => WeightView::F16(w.into()),
+            HeadWeight::F32(w) => WeightView::F32(w.into()),
         }
     }
 
@@ -97,20 +117,12 @@ impl<'a> HeadWeight<'a> {
 }
 
 impl ResidentHeadWeight<'_> {
-    fn dtype(&self) -> HeadDtype {
+    /// The weight as a launch reads it.
+    fn view(&self) -> WeightView<'_> {
         match self {
-            ResidentHeadWeight::Bf16(_) => HeadDtype::Bf16,
-            ResidentHeadWeight::F16(_) => HeadDtype::F16,
-            ResidentHeadWeight::F32(_) => HeadDtype::F32,
-        }
-    }
-
-    /// The weight as a kernel argument.
-    fn arg(&self) -> Arg<'_> {
-        match self {
-            ResidentHeadWeight::Bf16(w) => Arg::dev(w.as_slice()),
-            ResidentHeadWeight::F16(w) => Arg::dev(w.as_slice()),
-            ResidentHeadWeight::F32(w) => Arg::dev(w.as_slice()),
+            ResidentHeadWeight::Bf16(w) => WeightView::Bf16(w.as_slice()),
+            ResidentHeadWeight::F16(w) => WeightView::F16(w.as_slice()),
+            ResidentHeadWeight::F32(w) => WeightView::F32(w.as_slice()),
         }
     }
 }
@@ -126,16 +138,7 @@ pub fn lm_head(
     vocab: usize,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    let dtype = weight.dtype();
-    run(
-        dev,
-        Arg::buf(hidden),
-        dim,
-        weight.arg(),
-        dtype,
-        vocab,
-        Arg::buf_mut(out),
-    )
+    run(dev, hidden.into(), dim, weight.view(), vocab, out.into())
 }
 
 /// [`lm_head`] on device buffers: `hidden` and `out` stay where they are (on a GPU, in
@@ -148,27 +151,18 @@ pub fn lm_head_dev(
     vocab: usize,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    run(
-        dev,
-        Arg::dev(hidden),
-        dim,
-        weight.arg(),
-        weight.dtype(),
-        vocab,
-        Arg::dev_mut(out),
-    )
+    run(dev, hidden, dim, weight.view(), vocab, out)
 }
 
 /// Checks the shapes of `hidden` `[rows, dim]`, `weight` `[vocab, dim]` and `out`
 /// `[rows, vocab]` (any placement), then launches the kernel for the row count.
 fn run(
     dev: &Device,
-    hidden: Arg<'_>,
+    hidden: DevSlice<'_, f32>,
     dim: usize,
-    weight: Arg<'_>,
-    dtype: HeadDtype,
+    weight: WeightView<'_>,
     vocab: usize,
-    out: Arg<'_>,
+    out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
     const OP: &str = "lm_head";
     if dim == 0 || vocab == 0 {
@@ -177,11 +171,11 @@ fn run(
             message: format!("dim = {dim} and vocab = {vocab} must be positive"),
         });
     }
-    let hidden_len = buf_len(&hidden);
+    let hidden_len = hidden.len();
     let rows = hidden_len / dim;
     check_len(OP, "hidden", hidden_len, rows * dim)?;
-    check_len(OP, "weight", buf_len(&weight), vocab * dim)?;
-    check_len(OP, "out", buf_len(&out), rows * vocab)?;
+    check_len(OP, "weight", weight.len(), vocab * dim)?;
+    check_len(OP, "out", out.len(), rows * vocab)?;
     to_u32(OP, "vocab * dim", vocab * dim)?;
     to_u32(OP, "rows * vocab", rows * vocab)?;
     let vocab32 = to_u32(OP, "vocab", vocab)?;
@@ -190,26 +184,50 @@ fn run(
     }
     let dim32 = to_u32(OP, "dim", dim)?;
     if rows == 1 {
-        let kernel = dtype.matvec_kernel();
-        let grid = [vocab32.div_ceil(kernel.workgroup_size), 1, 1];
-        let args = [hidden, weight, out, Arg::U32(vocab32), Arg::U32(dim32)];
-        dev.launch(kernel, grid, &args)?;
+        macro_rules! matvec {
+            ($kernel:ident, $w:expr) => {{
+                let grid = [vocab32.div_ceil($kernel::KERNEL.workgroup_size), 1, 1];
+                let args = $kernel::Args {
+                    hidden,
+                    w: $w,
+                    out,
+                    vocab: vocab32,
+                    dim: dim32,
+                };
+                dev.launch(grid, args)
+            }};
+        }
+        match weight {
+            WeightView::Bf16(w) => matvec!(lm_head_matvec_bf16, w),
+            WeightView::F16(w) => matvec!(lm_head_matvec_f16, w),
+            WeightView::F32(w) => matvec!(lm_head_matvec_f32, w),
+        }?;
         return Ok(());
     }
     // The GEMM `y = x · wᵀ` with x = hidden `[rows, dim]`, w `[vocab, dim]`, overwriting y.
     let rows32 = to_u32(OP, "rows", rows)?;
     let grid = [vocab32.div_ceil(BLOCK_COLS), rows32.div_ceil(BLOCK_ROWS), 1];
-    let args = [
-        hidden,
-        weight,
-        out,
-        Arg::U32(rows32),
-        Arg::U32(vocab32),
-        Arg::U32(dim32),
-        Arg::U32(0),
-    ];
-    let kernel = dtype.matrix_kernel();
-    dev.launch(kernel, grid, &args)?;
+    macro_rules! matrix {
+        ($kernel:ident, $w:expr) => {
+            dev.launch(
+                grid,
+                $kernel::Args {
+                    x: hidden,
+                    w: $w,
+                    y: out,
+                    m: rows32,
+                    n: vocab32,
+                    k: dim32,
+                    accumulate: 0,
+                },
+            )
+        };
+    }
+    match weight {
+        WeightView::Bf16(w) => matrix!(gemm_xwt_exact_bf16, w),
+        WeightView::F16(w) => matrix!(gemm_xwt_exact_f16, w),
+        WeightView::F32(w) => matrix!(gemm_xwt_f32, w),
+    }?;
     Ok(())
 }
 

@@ -2,8 +2,8 @@
 
 use lse_kernels::lse_pick::lse_pick as kernel;
 
-use super::{buf_len, check_len, to_u32, OpError};
-use crate::device::{Arg, DevSlice, Device};
+use super::{check_len, to_u32, OpError};
+use crate::device::{DevSlice, Device};
 
 /// Per-row results of `lse_pick`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -23,7 +23,7 @@ pub fn lse_pick(
     ids: &[u32],
     n_ids: usize,
 ) -> Result<LsePick, OpError> {
-    run(dev, Arg::buf(logits), vocab, ids, n_ids)
+    run(dev, logits.into(), vocab, ids, n_ids)
 }
 
 /// [`lse_pick`] of logits in a device buffer (on a GPU they stay in device memory); the ids
@@ -35,13 +35,13 @@ pub fn lse_pick_dev(
     ids: &[u32],
     n_ids: usize,
 ) -> Result<LsePick, OpError> {
-    run(dev, Arg::dev(logits), vocab, ids, n_ids)
+    run(dev, logits, vocab, ids, n_ids)
 }
 
 /// Checks `logits` (any placement) and `ids` against `vocab` and `n_ids`, then launches.
 fn run(
     dev: &Device,
-    logits: Arg<'_>,
+    logits: DevSlice<'_, f32>,
     vocab: usize,
     ids: &[u32],
     n_ids: usize,
@@ -53,7 +53,7 @@ fn run(
             message: "vocab is 0".into(),
         });
     }
-    let logits_len = buf_len(&logits);
+    let logits_len = logits.len();
     let rows = logits_len / vocab;
     check_len(OP, "logits", logits_len, rows * vocab)?;
     check_len(OP, "ids", ids.len(), rows * n_ids)?;
@@ -67,17 +67,15 @@ fn run(
         stats: vec![0.0; rows * 2],
         picked: vec![0.0; rows * n_ids],
     };
-    dev.launch(
-        &kernel::KERNEL,
-        [to_u32(OP, "rows", rows)?, 1, 1],
-        &[
-            logits,
-            Arg::buf(ids),
-            Arg::buf_mut(&mut out.stats),
-            Arg::buf_mut(&mut out.picked),
-            Arg::U32(to_u32(OP, "vocab", vocab)?),
-            Arg::U32(to_u32(OP, "n_ids", n_ids)?),
-        ],
-    )?;
+    let grid = [to_u32(OP, "rows", rows)?, 1, 1];
+    let args = kernel::Args {
+        logits,
+        ids,
+        stats: &mut out.stats,
+        picked: &mut out.picked,
+        vocab: to_u32(OP, "vocab", vocab)?,
+        n_ids: to_u32(OP, "n_ids", n_ids)?,
+    };
+    dev.launch(grid, args)?;
     Ok(out)
 }

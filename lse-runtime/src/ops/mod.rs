@@ -1,7 +1,7 @@
 //! Typed, shape-checked entry points for the scoring kernels.
 //!
 //! Each op checks its slices against the shapes it is given, then launches the LOOM kernel on
-//! the device. The `_dev` variants take device buffers ([`crate::device::DeviceBuf`]) for
+//! the device through the kernel's typed launcher (its generated `Args`). The `_dev` variants take device buffers ([`crate::device::DeviceBuf`]) for
 //! their large operands and share the same checks. The kernels trust their inputs (a GPU has no bounds checks), so every check a
 //! kernel's contract needs happens here.
 
@@ -26,7 +26,7 @@ pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
-use crate::device::{Arg, BufError, LaunchError};
+use crate::device::{BufError, LaunchError};
 
 /// An op called with inconsistent shapes, or a launch that failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,11 +62,6 @@ fn check_len(
             expected,
         })
     }
-}
-
-/// The element count of a buffer argument (0 for a scalar, which no op passes here).
-fn buf_len(arg: &Arg<'_>) -> usize {
-    arg.buf_len().unwrap_or(0)
 }
 
 fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32, OpError> {

@@ -2,11 +2,12 @@
 //! both launching `attention.prefill_<ty>.v1` (ty = the cache's dtype: bf16, f16, f32) in its
 //! dense or sparse mode. Both write f32 `[t, n_heads, head_dim]`.
 
+use half::{bf16, f16};
 use lse_dsl::rt::KernelDef;
 use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
 
 use super::{check_len, to_u32, AttnShape, BlockLists, KvSlice, KvView, OpError};
-use crate::device::{Arg, Device};
+use crate::device::Device;
 
 const DENSE: &str = "attention.prefill_dense";
 const SPARSE: &str = "attention.prefill_sparse";
@@ -33,7 +34,7 @@ pub fn prefill_attention_dense(
     kv: KvView,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    check(DENSE, shape, q, &kv, out)?;
+    let kv = check(DENSE, shape, q, kv, out)?;
     let lists = Lists {
         blocks: &NO_LISTS,
         counts: &NO_LISTS,
@@ -56,7 +57,7 @@ pub fn prefill_attention_sparse(
     lists: &BlockLists,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    check(SPARSE, shape, q, &kv, out)?;
+    let kv = check(SPARSE, shape, q, kv, out)?;
     check_lists(shape, lists)?;
     let lists = Lists {
         blocks: &lists.blocks,
@@ -77,64 +78,82 @@ struct Lists<'a> {
     max_blocks: usize,
 }
 
+/// Keys and values of one dtype, which picks the kernel instance.
+enum SameDtype<'a> {
+    Bf16(&'a [bf16], &'a [bf16]),
+    F16(&'a [f16], &'a [f16]),
+    F32(&'a [f32], &'a [f32]),
+}
+
 /// Launches the dtype's instance of the kernel on checked arguments. The checks have bounded
 /// every scalar by the 32-bit element counts (block size and list sizes included).
 fn launch(
     dev: &Device,
     shape: &AttnShape,
     q: &[f32],
-    kv: KvView,
+    kv: SameDtype,
     lists: Lists,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    let kernel = kv.k.pick((
-        &prefill_bf16::KERNEL,
-        &prefill_f16::KERNEL,
-        &prefill_f32::KERNEL,
-    ));
-    let args = [
-        Arg::buf(q),
-        kv.k.arg(),
-        kv.v.arg(),
-        Arg::buf(lists.blocks),
-        Arg::buf(lists.counts),
-        Arg::buf_mut(out),
-        Arg::U32(shape.t as u32),
-        Arg::U32(shape.pos0 as u32),
-        Arg::U32(shape.n_heads as u32),
-        Arg::U32(shape.n_kv_heads as u32),
-        Arg::U32(shape.head_dim as u32),
-        Arg::F32(shape.scale),
-        Arg::U32(lists.dense as u32),
-        Arg::U32(lists.block_size as u32),
-        Arg::U32((shape.pos0 / lists.block_size) as u32),
-        Arg::U32(lists.max_blocks as u32),
-    ];
-    dev.launch(kernel, grid(kernel, shape), &args)?;
+    macro_rules! launch {
+        ($kernel:ident, $k:expr, $v:expr) => {
+            dev.launch(
+                grid(&$kernel::KERNEL, shape),
+                $kernel::Args {
+                    q,
+                    k: $k,
+                    v: $v,
+                    blocks: lists.blocks,
+                    counts: lists.counts,
+                    out,
+                    t: shape.t as u32,
+                    pos0: shape.pos0 as u32,
+                    n_heads: shape.n_heads as u32,
+                    n_kv_heads: shape.n_kv_heads as u32,
+                    head_dim: shape.head_dim as u32,
+                    scale: shape.scale,
+                    dense: lists.dense as u32,
+                    block_size: lists.block_size as u32,
+                    qblock0: (shape.pos0 / lists.block_size) as u32,
+                    max_blocks: lists.max_blocks as u32,
+                },
+            )
+        };
+    }
+    match kv {
+        SameDtype::Bf16(k, v) => launch!(prefill_bf16, k, v),
+        SameDtype::F16(k, v) => launch!(prefill_f16, k, v),
+        SameDtype::F32(k, v) => launch!(prefill_f32, k, v),
+    }?;
     Ok(())
 }
 
-/// The shape and buffers, plus what the kernel adds: keys and values of one dtype, and
-/// `n_heads * n_kv_heads < 2^24` (the kernel finds a query head's KV head by an f32
-/// division that is exact below that).
-fn check(
+/// The shape and buffers, plus what the kernel adds: keys and values of one dtype (returned
+/// paired), and `n_heads * n_kv_heads < 2^24` (the kernel finds a query head's KV head by an
+/// f32 division that is exact below that).
+fn check<'a>(
     op: &'static str,
     shape: &AttnShape,
     q: &[f32],
-    kv: &KvView,
+    kv: KvView<'a>,
     out: &[f32],
-) -> Result<(), OpError> {
-    shape.check(op, q.len(), kv, out.len())?;
-    if std::mem::discriminant(&kv.k) != std::mem::discriminant(&kv.v) {
-        return Err(OpError::Invalid {
-            op,
-            message: format!(
-                "k is {} and v is {}, expected one dtype",
-                dtype(&kv.k),
-                dtype(&kv.v)
-            ),
-        });
-    }
+) -> Result<SameDtype<'a>, OpError> {
+    shape.check(op, q.len(), &kv, out.len())?;
+    let pair = match (kv.k, kv.v) {
+        (KvSlice::Bf16(k), KvSlice::Bf16(v)) => SameDtype::Bf16(k, v),
+        (KvSlice::F16(k), KvSlice::F16(v)) => SameDtype::F16(k, v),
+        (KvSlice::F32(k), KvSlice::F32(v)) => SameDtype::F32(k, v),
+        (k, v) => {
+            return Err(OpError::Invalid {
+                op,
+                message: format!(
+                    "k is {} and v is {}, expected one dtype",
+                    dtype(&k),
+                    dtype(&v)
+                ),
+            })
+        }
+    };
     if shape.n_heads.saturating_mul(shape.n_kv_heads) >= 1 << 24 {
         return Err(OpError::Invalid {
             op,
@@ -144,7 +163,7 @@ fn check(
             ),
         });
     }
-    Ok(())
+    Ok(pair)
 }
 
 fn dtype(x: &KvSlice) -> &'static str {

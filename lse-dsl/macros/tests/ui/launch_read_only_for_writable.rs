@@ -1,0 +1,21 @@
+// A typed launcher refuses a read-only buffer for a writable parameter.
+use loom::kernel;
+
+#[kernel(name = "ui.test", version = 1, workgroup = 64)]
+fn k(x: &[f32], out: &mut [f32], n: u32, s: f32) {
+    let i = local_id();
+    if i < n {
+        out[i] = x[i] * s;
+    }
+}
+
+fn main() {
+    let x = vec![0.0f32; 4];
+    let out = vec![0.0f32; 4];
+    let _ = k::Args {
+        x: &x,
+        out: &out,
+        n: 4,
+        s: 2.0,
+    };
+}
