@@ -7,7 +7,7 @@ use lse_kernels::gemm::{
 
 use super::lm_head::WeightView;
 use super::{check_len, to_u32, HeadWeight, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows and columns of `y` per workgroup (the kernel's `BM` and `BN`).
 pub(super) const BLOCK_ROWS: u32 = 64;
@@ -64,8 +64,30 @@ pub fn gemm(
     if m == 0 {
         return Ok(());
     }
-    let (m32, n32, k32) = (m as u32, n as u32, k as u32);
-    let grid = [n32.div_ceil(BLOCK_COLS), m32.div_ceil(BLOCK_ROWS), 1];
+    launch(
+        dev,
+        x.into(),
+        w,
+        y.into(),
+        [m as u32, n as u32, k as u32],
+        out,
+        act,
+    )
+}
+
+/// Launches the GEMM instance for `w`'s dtype and `act` on checked shapes: `x` `[m, k]`,
+/// `w` `[n, k]`, `y` `[m, n]` with every size below 2^32 (any placement). Shared by [`gemm`]
+/// and the LM head's matrix form.
+pub(super) fn launch(
+    dev: &Device,
+    x: DevSlice<'_, f32>,
+    w: WeightView<'_>,
+    y: DevSliceMut<'_, f32>,
+    [m, n, k]: [u32; 3],
+    out: GemmOut,
+    act: Activations,
+) -> Result<(), OpError> {
+    let grid = [n.div_ceil(BLOCK_COLS), m.div_ceil(BLOCK_ROWS), 1];
     let accumulate = u32::from(out == GemmOut::Accumulate);
     macro_rules! launch {
         ($kernel:ident, $w:expr) => {
@@ -75,9 +97,9 @@ pub fn gemm(
                     x,
                     w: $w,
                     y,
-                    m: m32,
-                    n: n32,
-                    k: k32,
+                    m,
+                    n,
+                    k,
                     accumulate,
                 },
             )

@@ -8,7 +8,7 @@ use lse_dsl::rt::KernelDef;
 use lse_kernels::gemm::{gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f32};
 use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
-use super::gemm::{BLOCK_COLS, BLOCK_ROWS};
+use super::gemm::{self, Activations, GemmOut};
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device, Resident};
 
@@ -206,35 +206,22 @@ fn run(
     }
     // The GEMM `y = x · wᵀ` with x = hidden `[rows, dim]`, w `[vocab, dim]`, overwriting y.
     let rows32 = to_u32(OP, "rows", rows)?;
-    let grid = [vocab32.div_ceil(BLOCK_COLS), rows32.div_ceil(BLOCK_ROWS), 1];
-    macro_rules! matrix {
-        ($kernel:ident, $w:expr) => {
-            dev.launch(
-                grid,
-                $kernel::Args {
-                    x: hidden,
-                    w: $w,
-                    y: out,
-                    m: rows32,
-                    n: vocab32,
-                    k: dim32,
-                    accumulate: 0,
-                },
-            )
-        };
-    }
-    match weight {
-        WeightView::Bf16(w) => matrix!(gemm_xwt_exact_bf16, w),
-        WeightView::F16(w) => matrix!(gemm_xwt_exact_f16, w),
-        WeightView::F32(w) => matrix!(gemm_xwt_f32, w),
-    }?;
-    Ok(())
+    gemm::launch(
+        dev,
+        hidden,
+        weight,
+        out,
+        [rows32, vocab32, dim32],
+        GemmOut::Overwrite,
+        Activations::F32,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::{test_values as values, Pool};
+    use crate::ops::gemm::BLOCK_ROWS;
 
     /// Shapes the matrix form's blocking does not divide: `dim` not a multiple of the GEMM's
     /// 64-wide K steps, `rows` not a multiple of its 64-row blocks, `vocab` not a multiple of
