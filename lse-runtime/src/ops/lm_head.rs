@@ -4,8 +4,6 @@
 //! `k`, one `fma` rounding each, from 0.
 
 use half::{bf16, f16};
-use lse_dsl::rt::KernelDef;
-use lse_kernels::gemm::{gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f32};
 use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
 use super::gemm::{self, Activations, GemmOut};
@@ -49,42 +47,7 @@ impl WeightView<'_> {
     }
 }
 
-/// The weight dtypes, each with its two kernels.
-#[derive(Clone, Copy, Debug)]
-enum HeadDtype {
-    Bf16,
-    F16,
-    F32,
-}
-
-impl HeadDtype {
-    /// The GEMM instance with f32 activations for this weight dtype.
-    fn matrix_kernel(self) -> &'static KernelDef {
-        match self {
-            HeadDtype::Bf16 => &gemm_xwt_exact_bf16::KERNEL,
-            HeadDtype::F16 => &gemm_xwt_exact_f16::KERNEL,
-            HeadDtype::F32 => &gemm_xwt_f32::KERNEL,
-        }
-    }
-
-    fn matvec_kernel(self) -> &'static KernelDef {
-        match self {
-            HeadDtype::Bf16 => &lm_head_matvec_bf16::KERNEL,
-            HeadDtype::F16 => &lm_head_matvec_f16::KERNEL,
-            HeadDtype::F32 => &lm_head_matvec_f32::KERNEL,
-        }
-    }
-}
-
 impl<'a> HeadWeight<'a> {
-    fn dtype(&self) -> HeadDtype {
-        match self {
-            HeadWeight::Bf16(_) => HeadDtype::Bf16,
-            HeadWeight::F16(_) => HeadDtype::F16,
-            HeadWeight::F32(_) => HeadDtype::F32,
-        }
-    }
-
     /// The weight as a launch reads it.
     pub(super) fn view(self) -> WeightView<'a> {
         match self {
@@ -92,17 +55,6 @@ impl<'a> HeadWeight<'a> {
             HeadWeight::F16(w) => WeightView::F16(w.into()),
             HeadWeight::F32(w) => WeightView::F32(w.into()),
         }
-    }
-
-    /// The kernel of the matrix form (many rows) for this weight's dtype: the LOOM GEMM with
-    /// f32 activations.
-    pub fn matrix_kernel(&self) -> &'static KernelDef {
-        self.dtype().matrix_kernel()
-    }
-
-    /// The matrix-vector kernel (one row) for this weight's dtype.
-    pub fn matvec_kernel(&self) -> &'static KernelDef {
-        self.dtype().matvec_kernel()
     }
 
     /// Makes the weight available to `dev` for [`lm_head_dev`]: uploaded once on a GPU,
