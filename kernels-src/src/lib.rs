@@ -7,9 +7,11 @@
 use lse_dsl::rt::KernelDef;
 
 pub mod attention;
+pub mod embedding;
 pub mod gemm;
 pub mod lm_head;
 pub mod lse_pick;
+pub mod norm;
 pub mod topk_pairs;
 
 /// Lists every kernel module once: [`ALL`] gets their `KERNEL`s and [`BUILD_IR_HASHES`] the
@@ -43,6 +45,16 @@ kernels!(
     gemm::gemm_xwt_f32,
     gemm::gemm_xwt_exact_bf16,
     gemm::gemm_xwt_exact_f16,
+    embedding::embed_tokens_bf16,
+    embedding::embed_tokens_f16,
+    embedding::embed_tokens_f32,
+    norm::rmsnorm_zc,
+    norm::add_rmsnorm_zc,
+    attention::qk_norm_rope::qk_norm_rope,
+    attention::output_gate::output_gate,
+    attention::kv_write::kv_write_bf16,
+    attention::kv_write::kv_write_f16,
+    attention::kv_write::kv_write_f32,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

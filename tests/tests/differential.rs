@@ -15,3 +15,15 @@ fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
 fn gemm_agrees_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::gemm::cases());
 }
+
+/// The residual stream's kernels ([`lse_tests::cases::norm`]): the embedding and the norms.
+#[test]
+fn embedding_and_norms_agree_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::norm::cases());
+}
+
+/// The attention layer's steps around attention ([`lse_tests::cases::attention_layer`]).
+#[test]
+fn attention_layer_steps_agree_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::attention_layer::cases());
+}

@@ -1,15 +1,12 @@
 //! Gated full attention (GQA, q/k zero-centred RMSNorm, partial NeoX RoPE, sigmoid output gate).
 
-use rayon::prelude::*;
-
 use super::config::ModelConfig;
 use super::error::Result;
 use super::kv_cache::KvCache;
 use super::linear::{linear, WeightMat};
-use super::ops::{rmsnorm_zc_rows, rope_neox, sigmoid};
 use super::prefill::PrefillAttention;
 use super::weights::{Tensor, WeightStore};
-use crate::ops::AttnShape;
+use crate::ops::{self, AttnShape, HeadLayout, RopeTable};
 
 /// Weights of one full-attention layer.
 pub struct AttnWeights {
@@ -42,14 +39,15 @@ impl AttnWeights {
     }
 }
 
-/// Runs the layer on `u` [t, H] for tokens at absolute positions `pos0..pos0+t`, appending
-/// their K/V to `cache`, and writes the layer output [t, H] to `out`. Projections, norms and
-/// RoPE run here; attention itself runs through `attn`'s LOOM kernels.
+/// Runs the layer on `u` [t, H] for tokens at absolute positions `pos0..pos0+t` (whose RoPE
+/// angles `rope` holds), appending their K/V to `cache`, and writes the layer output [t, H] to
+/// `out`. Every step is a LOOM kernel on `attn`'s device: the projections, the q/k norms with
+/// RoPE, the cache write, attention and the output gate.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     cfg: &ModelConfig,
     w: &AttnWeights,
-    inv_freq: &[f32],
+    rope: &RopeTable,
     u: &[f32],
     t: usize,
     pos0: usize,
@@ -63,39 +61,33 @@ pub fn forward(
         cfg.head_dim,
     );
     let eps = cfg.rms_norm_eps as f32;
-    let mut p = vec![0.0; t * 2 * nh * hd];
-    let mut k = vec![0.0; t * nkv * hd];
-    let mut v = vec![0.0; t * nkv * hd];
     let dev = attn.device();
+    // The q projection holds each head's queries then its output gate: [t, nh, 2, hd].
+    let mut p = vec![0.0; t * 2 * nh * hd];
+    let mut k_raw = vec![0.0; t * nkv * hd];
+    let mut v = vec![0.0; t * nkv * hd];
     linear(dev, u, t, WeightMat::of(&w.q_proj), &mut p)?;
-    linear(dev, u, t, WeightMat::of(&w.k_proj), &mut k)?;
+    linear(dev, u, t, WeightMat::of(&w.k_proj), &mut k_raw)?;
     linear(dev, u, t, WeightMat::of(&w.v_proj), &mut v)?;
 
-    // Split per-head [q | gate], normalise and rotate q; normalise and rotate k.
     let mut q = vec![0.0; t * nh * hd];
-    let mut gate = vec![0.0; t * nh * hd];
-    q.par_chunks_mut(nh * hd)
-        .zip(gate.par_chunks_mut(nh * hd))
-        .zip(p.par_chunks(2 * nh * hd))
-        .enumerate()
-        .for_each(|(ti, ((qr, gr), pr))| {
-            for h in 0..nh {
-                qr[h * hd..(h + 1) * hd].copy_from_slice(&pr[2 * h * hd..2 * h * hd + hd]);
-                gr[h * hd..(h + 1) * hd].copy_from_slice(&pr[2 * h * hd + hd..2 * (h + 1) * hd]);
-            }
-            rmsnorm_zc_rows(qr, &w.q_norm, eps);
-            for h in 0..nh {
-                rope_neox(&mut qr[h * hd..(h + 1) * hd], inv_freq, pos0 + ti);
-            }
-        });
-    drop(p);
-    k.par_chunks_mut(nkv * hd).enumerate().for_each(|(ti, kr)| {
-        rmsnorm_zc_rows(kr, &w.k_norm, eps);
-        for h in 0..nkv {
-            rope_neox(&mut kr[h * hd..(h + 1) * hd], inv_freq, pos0 + ti);
-        }
-    });
-    cache.write(pos0, &k, &v);
+    let q_layout = HeadLayout {
+        heads: nh,
+        head_dim: hd,
+        row: 2 * nh * hd,
+        head: 2 * hd,
+    };
+    ops::qk_norm_rope(dev, &p, q_layout, &w.q_norm, eps, rope, &mut q)?;
+    let mut k = vec![0.0; t * nkv * hd];
+    let k_layout = HeadLayout {
+        heads: nkv,
+        head_dim: hd,
+        row: nkv * hd,
+        head: hd,
+    };
+    ops::qk_norm_rope(dev, &k_raw, k_layout, &w.k_norm, eps, rope, &mut k)?;
+    drop(k_raw);
+    cache.write(dev, pos0, &k, &v)?;
     drop((k, v));
 
     let shape = AttnShape {
@@ -109,13 +101,7 @@ pub fn forward(
     let mut o = vec![0.0; t * nh * hd];
     attn.run(&shape, &q, cache.view(), &mut o)?;
     drop(q);
-    o.par_chunks_mut(nh * hd)
-        .zip(gate.par_chunks(nh * hd))
-        .for_each(|(o, g)| {
-            for (x, &g) in o.iter_mut().zip(g) {
-                *x *= sigmoid(g);
-            }
-        });
+    ops::output_gate(dev, &p, nh, hd, &mut o)?;
     linear(dev, &o, t, WeightMat::of(&w.o_proj), out)?;
     Ok(())
 }

@@ -6,7 +6,8 @@ use super::error::{ModelError, Result};
 use half::{bf16, f16};
 
 use super::weights::DType;
-use crate::ops::{KvSlice, KvView};
+use crate::device::Device;
+use crate::ops::{self, KvCacheMut, KvSlice, KvView, OpError};
 
 /// KV-cache dtype used unless the user asks otherwise (llama.cpp's default is f16; LSE keeps
 /// bf16 because Qwen3.5 checkpoints are bf16 and bf16 has f32's range).
@@ -36,23 +37,6 @@ impl KvStore {
             DType::F16 => KvStore::F16(try_zeroed(len)?),
             DType::F32 => KvStore::F32(try_zeroed(len)?),
         })
-    }
-
-    /// Rounds `src` to the storage dtype into elements `at..at + src.len()`.
-    fn write(&mut self, at: usize, src: &[f32]) {
-        match self {
-            KvStore::Bf16(x) => {
-                for (d, &s) in x[at..at + src.len()].iter_mut().zip(src) {
-                    *d = bf16::from_f32(s);
-                }
-            }
-            KvStore::F16(x) => {
-                for (d, &s) in x[at..at + src.len()].iter_mut().zip(src) {
-                    *d = f16::from_f32(s);
-                }
-            }
-            KvStore::F32(x) => x[at..at + src.len()].copy_from_slice(src),
-        }
     }
 
     fn slice(&self) -> KvSlice<'_> {
@@ -97,11 +81,21 @@ impl KvCache {
         self.capacity
     }
     /// Stores the K and V rows of tokens `pos0..`, `k` and `v` holding whole rows of nKV·hd
-    /// values, rounding to the cache dtype.
-    pub fn write(&mut self, pos0: usize, k: &[f32], v: &[f32]) {
-        debug_assert!(pos0 < self.capacity || k.is_empty());
-        self.k.write(pos0 * self.row, k);
-        self.v.write(pos0 * self.row, v);
+    /// values, rounding to the cache dtype (`attention.kv_write` on `dev`).
+    pub fn write(
+        &mut self,
+        dev: &Device,
+        pos0: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> std::result::Result<(), OpError> {
+        let cache = match (&mut self.k, &mut self.v) {
+            (KvStore::Bf16(k), KvStore::Bf16(v)) => KvCacheMut::Bf16(k, v),
+            (KvStore::F16(k), KvStore::F16(v)) => KvCacheMut::F16(k, v),
+            (KvStore::F32(k), KvStore::F32(v)) => KvCacheMut::F32(k, v),
+            _ => unreachable!("a cache's keys and values share its dtype"),
+        };
+        ops::kv_write(dev, k, v, self.row, pos0, cache)
     }
     /// The whole cache (every token slot, written or not) as the attention kernels take it.
     pub fn view(&self) -> KvView<'_> {
@@ -271,12 +265,15 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Pool;
 
     #[test]
     fn kv_write_rounds_to_the_cache_dtype_at_the_token_row() {
+        let dev = Device::open(Pool::Host).unwrap();
         for (dt, tol) in [(DType::F32, 0.0), (DType::F16, 1e-3), (DType::BF16, 1e-2)] {
             let mut c = KvCache::new(dt, 3, 4).unwrap();
-            c.write(1, &[1.0, 2.0, 0.3, -4.0], &[0.1, 0.2, 0.3, 0.4]);
+            c.write(&dev, 1, &[1.0, 2.0, 0.3, -4.0], &[0.1, 0.2, 0.3, 0.4])
+                .unwrap();
             let widen = |x: KvSlice| -> Vec<f32> {
                 match x {
                     KvSlice::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),

@@ -94,9 +94,9 @@ impl<'a> WeightMat<'a> {
     }
 }
 
-/// The weight as the GEMM kernel takes it: a typed view of the tensor's bytes, or a copy
-/// when the bytes are not aligned for the element type (safetensors does not promise it).
-enum Typed<'a> {
+/// The weight as a kernel takes it: a typed view of the tensor's bytes, or a copy when the
+/// bytes are not aligned for the element type (safetensors does not promise it).
+pub enum Typed<'a> {
     Bf16(Cow<'a, [bf16]>),
     F16(Cow<'a, [f16]>),
     F32(Cow<'a, [f32]>),
@@ -109,8 +109,20 @@ fn typed<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
     }
 }
 
+impl Typed<'_> {
+    /// The weight as the ops take it.
+    pub fn weight(&self) -> HeadWeight<'_> {
+        match self {
+            Typed::Bf16(v) => HeadWeight::Bf16(v),
+            Typed::F16(v) => HeadWeight::F16(v),
+            Typed::F32(v) => HeadWeight::F32(v),
+        }
+    }
+}
+
 impl<'a> WeightMat<'a> {
-    fn typed(&self) -> Typed<'a> {
+    /// The matrix in its stored dtype, typed.
+    pub fn typed(&self) -> Typed<'a> {
         match self.dtype {
             DType::BF16 => Typed::Bf16(typed(self.bytes)),
             DType::F16 => Typed::F16(typed(self.bytes)),
@@ -131,17 +143,11 @@ pub fn linear(
     out: &mut [f32],
 ) -> Result<(), OpError> {
     let (x, out) = (&x[..t * w.k], &mut out[..t * w.n]);
-    let weight = w.typed();
-    let head = match &weight {
-        Typed::Bf16(v) => HeadWeight::Bf16(v),
-        Typed::F16(v) => HeadWeight::F16(v),
-        Typed::F32(v) => HeadWeight::F32(v),
-    };
     ops::gemm(
         dev,
         x,
         w.k,
-        head,
+        w.typed().weight(),
         w.n,
         out,
         GemmOut::Overwrite,

@@ -26,12 +26,13 @@ pub use kv_cache::{Session, DEFAULT_KV_DTYPE};
 pub use prefill::{PrefillAttention, SparseWhen};
 pub use weights::DType;
 
+use crate::ops::RopeTable;
+
 use attention::AttnWeights;
 use deltanet::GdnWeights;
 use ffn::Ffn;
 use kv_cache::LayerState;
-use linear::gemm;
-use ops::{rmsnorm_zc_into, rmsnorm_zc_rows};
+use linear::{gemm, WeightMat};
 use tokenizer::TextTokenizer;
 use weights::{Tensor, WeightStore};
 
@@ -242,41 +243,52 @@ impl HybridLM {
             )));
         }
         session.check_fits(t)?;
+        let dev = attn.device();
         let mut x = vec![0.0; t * h];
-        for (row, &id) in x.chunks_exact_mut(h).zip(tokens) {
-            self.embed.read_f32(id as usize * h, row);
-        }
+        crate::ops::embed_tokens(
+            dev,
+            WeightMat::of(&self.embed).typed().weight(),
+            h,
+            tokens,
+            &mut x,
+        )?;
         let pos0 = session.pos;
         let eps = self.cfg.rms_norm_eps as f32;
+        let rope = RopeTable::new(&self.inv_freq, pos0, t);
         let mut u = vec![0.0; t * h];
         let mut m = vec![0.0; t * h];
-        for (layer, state) in self.layers.iter().zip(session.layers.iter_mut()) {
-            rmsnorm_zc_into(&x, &layer.input_norm, eps, &mut u);
+        // Each norm after the first adds the residual it follows (`x += m`) in the same pass;
+        // the last layer's second one is the final norm.
+        let first_norm = self
+            .layers
+            .first()
+            .map_or(&self.final_norm, |l| &l.input_norm);
+        crate::ops::rmsnorm_zc(dev, &x, first_norm, eps, &mut u)?;
+        for (i, (layer, state)) in self
+            .layers
+            .iter()
+            .zip(session.layers.iter_mut())
+            .enumerate()
+        {
             match (&layer.mixer, state) {
-                (Mixer::Attn(w), LayerState::Full(cache)) => attention::forward(
-                    &self.cfg,
-                    w,
-                    &self.inv_freq,
-                    &u,
-                    t,
-                    pos0,
-                    cache,
-                    attn,
-                    &mut m,
-                )?,
+                (Mixer::Attn(w), LayerState::Full(cache)) => {
+                    attention::forward(&self.cfg, w, &rope, &u, t, pos0, cache, attn, &mut m)?
+                }
                 (Mixer::Linear(w), LayerState::Linear(st)) => {
-                    deltanet::forward(attn.device(), &self.cfg, w, &u, t, st, &mut m)?
+                    deltanet::forward(dev, &self.cfg, w, &u, t, st, &mut m)?
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
-            add_into(&mut x, &m);
-            rmsnorm_zc_into(&x, &layer.post_norm, eps, &mut u);
-            layer.ffn.forward(attn.device(), &u, t, &mut m)?;
-            add_into(&mut x, &m);
+            crate::ops::add_rmsnorm_zc(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
+            layer.ffn.forward(dev, &u, t, &mut m)?;
+            let next_norm = self
+                .layers
+                .get(i + 1)
+                .map_or(&self.final_norm, |l| &l.input_norm);
+            crate::ops::add_rmsnorm_zc(dev, &mut x, &m, next_norm, eps, &mut u)?;
         }
-        rmsnorm_zc_rows(&mut x, &self.final_norm, eps);
         session.pos += t;
-        Ok(x)
+        Ok(u)
     }
 
     /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ, in f32
@@ -299,11 +311,5 @@ impl HybridLM {
             (v, 1),
         );
         out
-    }
-}
-
-fn add_into(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
     }
 }

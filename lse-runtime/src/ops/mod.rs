@@ -1,4 +1,5 @@
-//! Typed, shape-checked entry points for the scoring kernels.
+//! Typed, shape-checked entry points for the LOOM kernels: the forward pass's and the
+//! scoring head's.
 //!
 //! Each op checks its slices against the shapes it is given, then launches the LOOM kernel on
 //! the device through the kernel's typed launcher (its generated `Args`). The `_dev` variants take device buffers ([`crate::device::DeviceBuf`]) for
@@ -6,24 +7,34 @@
 //! kernel's contract needs happens here.
 
 mod attention_shape;
+mod embedding;
 mod flashprefill;
 mod gemm;
+mod kv_write;
 mod lm_head;
 mod lse_pick;
+mod norm;
+mod output_gate;
 mod prefill_attention;
+mod rope;
 mod topk_pairs;
 
 pub use attention_shape::{
     AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
 };
+pub use embedding::embed_tokens;
 pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
     MAX_BLOCK_SIZE,
 };
 pub use gemm::{gemm, Activations, GemmOut};
+pub use kv_write::{kv_write, KvCacheMut};
 pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
+pub use norm::{add_rmsnorm_zc, rmsnorm_zc};
+pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
+pub use rope::{qk_norm_rope, HeadLayout, RopeTable};
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
 use crate::device::{BufError, LaunchError};

@@ -49,16 +49,10 @@ pub enum EngineError {
 }
 
 /// The forward-pass operations that run on the CPU backend for every device today: the rest
-/// of the prefill is plain Rust until its LOOM kernels land (attention and the projections
-/// have them). `moe` concerns mixture-of-experts models only.
-const CPU_BACKEND_OPS: [&str; 6] = [
-    "embedding",
-    "rms_norm",
-    "rope",
-    "gated_deltanet",
-    "swiglu_mlp",
-    "moe",
-];
+/// of the prefill is plain Rust until its LOOM kernels land (the embedding, the norms, the
+/// attention layer and the projections have them). `moe` concerns mixture-of-experts models
+/// only.
+const CPU_BACKEND_OPS: [&str; 3] = ["gated_deltanet", "swiglu_mlp", "moe"];
 
 /// A model loaded on a device, ready to score.
 pub struct Engine {
@@ -176,8 +170,22 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         .collect();
     // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
-    use lse_kernels::attention::{block_score, block_select, key_blocks, prefill};
-    let scoring = [
+    use lse_kernels::attention::{
+        block_score, block_select, key_blocks, kv_write, output_gate, prefill, qk_norm_rope,
+    };
+    let kernels = [
+        (
+            "embedding",
+            &lse_kernels::embedding::embed_tokens_bf16::KERNEL,
+        ),
+        ("rms_norm", &lse_kernels::norm::rmsnorm_zc::KERNEL),
+        (
+            "rms_norm (residual add)",
+            &lse_kernels::norm::add_rmsnorm_zc::KERNEL,
+        ),
+        ("q/k norm and rope", &qk_norm_rope::qk_norm_rope::KERNEL),
+        ("kv cache write", &kv_write::kv_write_bf16::KERNEL),
+        ("attention output gate", &output_gate::output_gate::KERNEL),
         // The head's matrix form is the GEMM below; one row uses the matrix-vector kernel.
         (
             "lm_head",
@@ -205,7 +213,7 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         ),
     ];
     missing.extend(
-        scoring
+        kernels
             .iter()
             .filter(|(_, k)| !device.has_kernel(k))
             .map(|(name, _)| name.to_string()),

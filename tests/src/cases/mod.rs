@@ -9,8 +9,10 @@ use crate::diff::Case;
 use crate::reference::attention::widen;
 
 pub mod attention;
+pub mod attention_layer;
 pub mod flashprefill;
 pub mod gemm;
+pub mod norm;
 pub mod scoring;
 
 /// Every case of every kernel.
@@ -19,6 +21,8 @@ pub fn all() -> Vec<Box<dyn Case>> {
     out.extend(attention::cases());
     out.extend(flashprefill::cases());
     out.extend(gemm::cases());
+    out.extend(norm::cases());
+    out.extend(attention_layer::cases());
     out
 }
 

@@ -2,3 +2,4 @@
 
 pub mod attention;
 pub mod flashprefill;
+pub mod norm;

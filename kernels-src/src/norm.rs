@@ -1,0 +1,52 @@
+//! Zero-centred RMSNorm, the norm of every Qwen3.5 residual stream position (the input and
+//! post-attention norms of each layer and the final norm): per row of `d` values,
+//! `y = x · (rsqrt(mean(x²) + eps) · (1 + w))`.
+//!
+//! One workgroup per row. Each work-item adds the squares of its elements `lid, lid + 256,
+//! ...` in increasing order, then one workgroup tree (`reduce_sum`) combines them; the loops
+//! run over uniform chunk counts so the host runs a chunk's work-items side by side.
+
+use loom::kernel;
+
+/// `x`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
+#[kernel(name = "norm.rmsnorm_zc", version = 1, workgroup = 256)]
+fn rmsnorm_zc(x: &[f32], w: &[f32], y: &mut [f32], d: u32, eps: f32) {
+    let mut ss = 0.0;
+    for c in 0..(d + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < d {
+            let v = x[group_id() * d + c * group_size() + local_id()];
+            ss += v * v;
+        }
+    }
+    let r = 1.0 / (reduce_sum(ss) / d as f32 + eps).sqrt();
+    for c in 0..(d + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < d {
+            y[group_id() * d + c * group_size() + local_id()] = x
+                [group_id() * d + c * group_size() + local_id()]
+                * (r * (1.0 + w[c * group_size() + local_id()]));
+        }
+    }
+}
+
+/// The residual add fused with the next norm: `x += m`, then `y = rmsnorm_zc(x)`.
+/// `x`, `m`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
+#[kernel(name = "norm.add_rmsnorm_zc", version = 1, workgroup = 256)]
+fn add_rmsnorm_zc(x: &mut [f32], m: &[f32], w: &[f32], y: &mut [f32], d: u32, eps: f32) {
+    let mut ss = 0.0;
+    for c in 0..(d + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < d {
+            let v = x[group_id() * d + c * group_size() + local_id()]
+                + m[group_id() * d + c * group_size() + local_id()];
+            x[group_id() * d + c * group_size() + local_id()] = v;
+            ss += v * v;
+        }
+    }
+    let r = 1.0 / (reduce_sum(ss) / d as f32 + eps).sqrt();
+    for c in 0..(d + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < d {
+            y[group_id() * d + c * group_size() + local_id()] = x
+                [group_id() * d + c * group_size() + local_id()]
+                * (r * (1.0 + w[c * group_size() + local_id()]));
+        }
+    }
+}

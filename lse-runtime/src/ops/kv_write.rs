@@ -1,0 +1,122 @@
+//! `attention.kv_write_<ty>.v1`: one pass's keys and values into the KV cache, rounded to the
+//! cache dtype.
+
+use lse_kernels::attention::kv_write::{kv_write_bf16, kv_write_f16, kv_write_f32};
+
+use half::{bf16, f16};
+
+use super::{check_len, to_u32, OpError};
+use crate::device::Device;
+
+/// A KV cache's keys and values (`[capacity, row]` each), writable, in their stored dtype.
+pub enum KvCacheMut<'a> {
+    Bf16(&'a mut [bf16], &'a mut [bf16]),
+    F16(&'a mut [f16], &'a mut [f16]),
+    F32(&'a mut [f32], &'a mut [f32]),
+}
+
+impl KvCacheMut<'_> {
+    /// Elements of the keys and of the values.
+    fn lens(&self) -> (usize, usize) {
+        match self {
+            KvCacheMut::Bf16(k, v) => (k.len(), v.len()),
+            KvCacheMut::F16(k, v) => (k.len(), v.len()),
+            KvCacheMut::F32(k, v) => (k.len(), v.len()),
+        }
+    }
+}
+
+/// Writes `k` and `v` (`[t, row]` f32) into rows `pos0..pos0 + t` of the caches (`[capacity,
+/// row]`, one dtype), rounding to nearest even.
+pub fn kv_write(
+    dev: &Device,
+    k: &[f32],
+    v: &[f32],
+    row: usize,
+    pos0: usize,
+    cache: KvCacheMut<'_>,
+) -> Result<(), OpError> {
+    const OP: &str = "attention.kv_write.v1";
+    if row == 0 {
+        return Err(OpError::Invalid {
+            op: OP,
+            message: "the cache row is empty".into(),
+        });
+    }
+    let t = k.len() / row;
+    check_len(OP, "k", k.len(), t * row)?;
+    check_len(OP, "v", v.len(), t * row)?;
+    let (k_len, v_len) = cache.lens();
+    let capacity = k_len / row;
+    check_len(OP, "key cache", k_len, capacity * row)?;
+    check_len(OP, "value cache", v_len, capacity * row)?;
+    to_u32(OP, "key cache", k_len)?;
+    if pos0 + t > capacity {
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!(
+                "rows {pos0}..{} do not fit a cache of {capacity} rows",
+                pos0 + t
+            ),
+        });
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    let (grid, row, pos0) = ([t as u32, 1, 1], row as u32, pos0 as u32);
+    macro_rules! launch {
+        ($kernel:ident, $kc:expr, $vc:expr) => {
+            dev.launch(
+                grid,
+                $kernel::Args {
+                    k,
+                    v,
+                    k_cache: $kc,
+                    v_cache: $vc,
+                    row,
+                    pos0,
+                },
+            )
+        };
+    }
+    match cache {
+        KvCacheMut::Bf16(kc, vc) => launch!(kv_write_bf16, kc, vc),
+        KvCacheMut::F16(kc, vc) => launch!(kv_write_f16, kc, vc),
+        KvCacheMut::F32(kc, vc) => launch!(kv_write_f32, kc, vc),
+    }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Pool;
+
+    #[test]
+    fn kv_write_rejects_rows_past_the_capacity_and_mismatched_caches() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let (k, v) = (vec![1.0; 6], vec![2.0; 6]);
+        let (mut kc, mut vc) = (vec![0.0f32; 9], vec![0.0f32; 9]);
+        let e = kv_write(&dev, &k, &v, 3, 2, KvCacheMut::F32(&mut kc, &mut vc)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("rows 2..4 do not fit a cache of 3 rows"),
+            "{e}"
+        );
+        let mut short = vec![0.0f32; 6];
+        let e = kv_write(&dev, &k, &v, 3, 0, KvCacheMut::F32(&mut kc, &mut short)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("value cache has 6 elements, expected 9"),
+            "{e}"
+        );
+        let e = kv_write(&dev, &k, &v[..3], 3, 0, KvCacheMut::F32(&mut kc, &mut vc)).unwrap_err();
+        assert!(
+            e.to_string().contains("v has 3 elements, expected 6"),
+            "{e}"
+        );
+        kv_write(&dev, &k, &v, 3, 1, KvCacheMut::F32(&mut kc, &mut vc)).unwrap();
+        assert_eq!(kc, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(vc, [0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]);
+    }
+}
