@@ -7,6 +7,7 @@
 use lse_dsl::rt::KernelDef;
 
 pub mod attention;
+pub mod ffn;
 pub mod gemm;
 pub mod lm_head;
 pub mod lse_pick;
@@ -43,6 +44,10 @@ kernels!(
     gemm::gemm_xwt_f32,
     gemm::gemm_xwt_exact_bf16,
     gemm::gemm_xwt_exact_f16,
+    ffn::swiglu::swiglu,
+    ffn::router::moe_router,
+    ffn::gather::moe_gather,
+    ffn::combine::moe_combine,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

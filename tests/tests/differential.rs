@@ -15,3 +15,11 @@ fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
 fn gemm_agrees_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::gemm::cases());
 }
+
+/// The feed-forward kernels (SwiGLU, the MoE router, gather and combine) and the routed-experts
+/// path of the MoE block ([`lse_tests::cases::ffn`]): every host level, generated Rust and the
+/// plain-Rust references.
+#[test]
+fn ffn_agrees_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::ffn::cases());
+}

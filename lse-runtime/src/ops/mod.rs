@@ -10,7 +10,9 @@ mod flashprefill;
 mod gemm;
 mod lm_head;
 mod lse_pick;
+mod moe;
 mod prefill_attention;
+mod swiglu;
 mod topk_pairs;
 
 pub use attention_shape::{
@@ -23,7 +25,9 @@ pub use flashprefill::{
 pub use gemm::{gemm, Activations, GemmOut};
 pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
+pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
+pub use swiglu::swiglu;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
 use crate::device::{BufError, LaunchError};
