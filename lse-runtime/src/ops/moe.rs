@@ -314,6 +314,17 @@ mod tests {
     }
 
     #[test]
+    fn no_tokens_route_gather_and_combine_nothing() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let r = moe_router(&dev, &[], 4, 2).unwrap();
+        assert_eq!((r.tokens(), r.ids.len()), (0, 0));
+        let s = ExpertSlots::new(&r).unwrap();
+        assert!(s.is_empty() && (0..4).all(|e| s.segment(e).is_empty()));
+        moe_gather(&dev, &[], 3, &s, &mut []).unwrap();
+        moe_combine(&dev, &r, &s, &[], &[], &[], 3, &mut []).unwrap();
+    }
+
+    #[test]
     fn slots_sort_choices_by_expert_then_token() {
         // 3 tokens, k = 2, 4 experts; expert 1 gets no token.
         let r = routing(vec![2, 0, 0, 3, 2, 3], 2, 4);
