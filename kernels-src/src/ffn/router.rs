@@ -1,7 +1,7 @@
 //! `ffn.moe_router.v1`: the Qwen3.5 mixture-of-experts router of each token, from its router
 //! logits: `p = softmax(logits)` in f32 over all experts, the `k` largest `p` (ties to the
-//! lower expert id), and their weights renormalised to sum to 1 (transformers'
-//! `Qwen3_5MoeSparseMoeBlock` always renormalises).
+//! lower expert id), and their weights renormalised to sum to 1 (transformers' Qwen3.5-MoE
+//! always renormalises, whatever `norm_topk_prob` says).
 //!
 //! One workgroup per token; work-item `lid` takes experts `lid, lid + 64, ...`.
 //! 1. Softmax as torch computes it: the row maximum `m` (`reduce_max`), `s = Σ exp(l - m)`
