@@ -8,6 +8,7 @@ use lse_dsl::rt::KernelDef;
 
 pub mod attention;
 pub mod embedding;
+pub mod ffn;
 pub mod gemm;
 pub mod lm_head;
 pub mod lse_pick;
@@ -55,6 +56,10 @@ kernels!(
     attention::kv_write::kv_write_bf16,
     attention::kv_write::kv_write_f16,
     attention::kv_write::kv_write_f32,
+    ffn::swiglu::swiglu,
+    ffn::router::moe_router,
+    ffn::gather::moe_gather,
+    ffn::combine::moe_combine,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

@@ -27,3 +27,11 @@ fn embedding_and_norms_agree_across_generated_rust_every_host_level_and_referenc
 fn attention_layer_steps_agree_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::attention_layer::cases());
 }
+
+/// The feed-forward kernels (SwiGLU, the MoE router, gather and combine) and the routed-experts
+/// path of the MoE block ([`lse_tests::cases::ffn`]): every host level, generated Rust and the
+/// plain-Rust references.
+#[test]
+fn ffn_agrees_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::ffn::cases());
+}

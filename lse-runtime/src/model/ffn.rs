@@ -1,13 +1,19 @@
 //! Feed-forward blocks: SwiGLU MLP and the Qwen3.5 mixture of experts (softmax router, top-k,
 //! renormalised weights, sigmoid-gated shared expert). Experts may be fused 3-D tensors
 //! (`experts.gate_up_proj` [E, 2Im, H], `experts.down_proj` [E, H, Im]) or per-expert 2-D.
+//!
+//! Everything runs as LOOM kernels on the engine's device: projections through the GEMM
+//! ([`linear`]), SwiGLU through `ffn.swiglu`, the router, the gather of each expert's rows
+//! and the final combine through the MoE ops ([`crate::ops::moe_router`] and the rest). The
+//! host only sorts the routed (token, choice) pairs by expert ([`ExpertSlots`], integer
+//! bookkeeping).
 
 use super::config::{ModelConfig, MoeConfig};
 use super::error::{ModelError, Result};
 use super::linear::{linear, WeightMat};
-use super::ops::{sigmoid, silu};
 use super::weights::{Tensor, WeightStore};
 use crate::device::Device;
+use crate::ops::{self, ExpertSlots};
 
 /// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`.
 pub struct Mlp {
@@ -53,9 +59,7 @@ fn swiglu(
     let mut b = vec![0.0; t * i];
     linear(dev, x, t, g, &mut a)?;
     linear(dev, x, t, u, &mut b)?;
-    for (x, y) in a.iter_mut().zip(&b) {
-        *x = silu(*x) * y;
-    }
+    ops::swiglu(dev, &mut a, &b)?;
     linear(dev, &a, t, d, out)?;
     Ok(())
 }
@@ -132,69 +136,55 @@ impl Moe {
         }
     }
 
-    /// Applies the block to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`, all on `dev`: the router
+    /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, each expert's
+    /// SwiGLU over its contiguous rows (one `ffn.swiglu` for all experts), the shared expert
+    /// and its gate, and `ffn.moe_combine`.
     pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
-        let (h, ne, k) = (
+        let (h, ne, k, im) = (
             self.hidden,
             self.cfg.num_experts,
             self.cfg.num_experts_per_tok,
+            self.cfg.moe_intermediate_size,
         );
+        let (x, out) = (&x[..t * h], &mut out[..t * h]);
         let mut logits = vec![0.0; t * ne];
         linear(dev, x, t, WeightMat::of(&self.router), &mut logits)?;
-        // Per expert: the tokens routed to it and their renormalised weights.
-        let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
-        let mut order: Vec<usize> = (0..ne).collect();
-        for ti in 0..t {
-            let row = &mut logits[ti * ne..(ti + 1) * ne];
-            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let mut s = 0.0;
-            for v in row.iter_mut() {
-                *v = (*v - m).exp();
-                s += *v;
-            }
-            for v in row.iter_mut() {
-                *v /= s;
-            }
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-            let top: f32 = order[..k].iter().map(|&e| row[e]).sum();
-            for &e in &order[..k] {
-                routed[e].push((ti, row[e] / top));
-            }
-        }
-        // Shared expert with its scalar sigmoid gate.
-        self.shared.forward(dev, x, t, out)?;
-        let mut sg = vec![0.0; t];
-        linear(dev, x, t, WeightMat::of(&self.shared_gate), &mut sg)?;
-        for ti in 0..t {
-            let s = sigmoid(sg[ti]);
-            for v in &mut out[ti * h..(ti + 1) * h] {
-                *v *= s;
-            }
-        }
-        // Routed experts over the gathered token rows.
-        let mut xs = Vec::new();
-        let mut ys = Vec::new();
-        for (e, toks) in routed.iter().enumerate() {
-            if toks.is_empty() {
+        let routing = ops::moe_router(dev, &logits, ne, k)?;
+        let slots = ExpertSlots::new(&routing)?;
+        let n = slots.len();
+        let mut xs = vec![0.0; n * h];
+        ops::moe_gather(dev, x, h, &slots, &mut xs)?;
+        // Routed experts: gate and up over each expert's rows, SwiGLU over all rows, down.
+        let mut a = vec![0.0; n * im];
+        let mut b = vec![0.0; n * im];
+        for e in 0..ne {
+            let r = slots.segment(e);
+            if r.is_empty() {
                 continue;
             }
-            let n = toks.len();
-            xs.resize(n * h, 0.0);
-            ys.resize(n * h, 0.0);
-            for (r, (ti, _)) in toks.iter().enumerate() {
-                xs[r * h..(r + 1) * h].copy_from_slice(&x[ti * h..(ti + 1) * h]);
-            }
-            let (g, u, d) = self.expert(e);
-            swiglu(dev, &xs, n, g, u, d, &mut ys)?;
-            for (r, (ti, wgt)) in toks.iter().enumerate() {
-                for (o, y) in out[ti * h..(ti + 1) * h]
-                    .iter_mut()
-                    .zip(&ys[r * h..(r + 1) * h])
-                {
-                    *o += wgt * y;
-                }
-            }
+            let (g, u, _) = self.expert(e);
+            let rows = &xs[r.start * h..r.end * h];
+            linear(dev, rows, r.len(), g, &mut a[r.start * im..r.end * im])?;
+            linear(dev, rows, r.len(), u, &mut b[r.start * im..r.end * im])?;
         }
+        ops::swiglu(dev, &mut a, &b)?;
+        let mut ys = vec![0.0; n * h];
+        for e in 0..ne {
+            let r = slots.segment(e);
+            if r.is_empty() {
+                continue;
+            }
+            let (_, _, d) = self.expert(e);
+            let rows = &a[r.start * im..r.end * im];
+            linear(dev, rows, r.len(), d, &mut ys[r.start * h..r.end * h])?;
+        }
+        // Shared expert and the logit of its scalar gate.
+        let mut shared = vec![0.0; t * h];
+        self.shared.forward(dev, x, t, &mut shared)?;
+        let mut sg = vec![0.0; t];
+        linear(dev, x, t, WeightMat::of(&self.shared_gate), &mut sg)?;
+        ops::moe_combine(dev, &routing, &slots, &ys, &shared, &sg, h, out)?;
         Ok(())
     }
 }

@@ -13,10 +13,12 @@ mod gemm;
 mod kv_write;
 mod lm_head;
 mod lse_pick;
+mod moe;
 mod norm;
 mod output_gate;
 mod prefill_attention;
 mod rope;
+mod swiglu;
 mod topk_pairs;
 
 pub use attention_shape::{
@@ -31,10 +33,12 @@ pub use gemm::{gemm, Activations, GemmOut};
 pub use kv_write::{kv_write, KvCacheMut};
 pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
+pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm_zc, rmsnorm_zc};
 pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
 pub use rope::{qk_norm_rope, HeadLayout, RopeTable};
+pub use swiglu::swiglu;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
 use crate::device::{BufError, LaunchError};

@@ -50,9 +50,8 @@ pub enum EngineError {
 
 /// The forward-pass operations that run on the CPU backend for every device today: the rest
 /// of the prefill is plain Rust until its LOOM kernels land (the embedding, the norms, the
-/// attention layer and the projections have them). `moe` concerns mixture-of-experts models
-/// only.
-const CPU_BACKEND_OPS: [&str; 3] = ["gated_deltanet", "swiglu_mlp", "moe"];
+/// attention layer, the feed-forward blocks and the projections have them).
+const CPU_BACKEND_OPS: [&str; 1] = ["gated_deltanet"];
 
 /// A model loaded on a device, ready to score.
 pub struct Engine {
@@ -163,11 +162,7 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         // The CPU backend is this device: nothing falls back.
         return Vec::new();
     }
-    let mut missing: Vec<String> = CPU_BACKEND_OPS
-        .iter()
-        .filter(|op| is_moe || **op != "moe")
-        .map(|s| s.to_string())
-        .collect();
+    let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
     // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
     use lse_kernels::attention::{
@@ -186,6 +181,7 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         ("q/k norm and rope", &qk_norm_rope::qk_norm_rope::KERNEL),
         ("kv cache write", &kv_write::kv_write_bf16::KERNEL),
         ("attention output gate", &output_gate::output_gate::KERNEL),
+        ("swiglu_mlp", &lse_kernels::ffn::swiglu::swiglu::KERNEL),
         // The head's matrix form is the GEMM below; one row uses the matrix-vector kernel.
         (
             "lm_head",
@@ -212,9 +208,17 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
             &block_select::block_select::KERNEL,
         ),
     ];
+    use lse_kernels::ffn::{combine, gather, router};
+    let moe = [
+        ("moe (router)", &router::moe_router::KERNEL),
+        ("moe (gather)", &gather::moe_gather::KERNEL),
+        ("moe (combine)", &combine::moe_combine::KERNEL),
+    ];
+    let moe = if is_moe { &moe[..] } else { &[] };
     missing.extend(
         kernels
             .iter()
+            .chain(moe)
             .filter(|(_, k)| !device.has_kernel(k))
             .map(|(name, _)| name.to_string()),
     );

@@ -10,6 +10,7 @@ use crate::reference::attention::widen;
 
 pub mod attention;
 pub mod attention_layer;
+pub mod ffn;
 pub mod flashprefill;
 pub mod gemm;
 pub mod norm;
@@ -23,6 +24,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     out.extend(gemm::cases());
     out.extend(norm::cases());
     out.extend(attention_layer::cases());
+    out.extend(ffn::cases());
     out
 }
 

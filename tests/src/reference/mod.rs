@@ -1,5 +1,6 @@
 //! Plain-Rust references the differential tests compare kernels against.
 
 pub mod attention;
+pub mod ffn;
 pub mod flashprefill;
 pub mod norm;

@@ -1,0 +1,20 @@
+//! `ffn.moe_gather.v1`: copies token rows into the expert-sorted buffer the routed experts'
+//! GEMMs read, `xs[r, :] = x[rows[r], :]`. Each expert's rows are one contiguous segment of
+//! `xs`, so an expert's projections are one GEMM over that segment.
+
+use loom::kernel;
+
+/// `x`: `[tokens, h]`; `rows`: `[n_slots]`, each `< tokens` (the launcher checks);
+/// `xs`: `[n_slots, h]`. One workgroup per slot; work-items stride over the row.
+/// Grid: x = n_slots.
+#[kernel(name = "ffn.moe_gather", version = 1, workgroup = 256)]
+fn moe_gather(x: &[f32], rows: &[u32], xs: &mut [f32], h: u32) {
+    const WG: u32 = 256;
+    let r = group_id();
+    for c in 0..(h + WG - 1) / WG {
+        let i = c * WG + local_id();
+        if i < h {
+            xs[r * h + i] = x[rows[r] * h + i];
+        }
+    }
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `lse perplexity` against a PyTorch/transformers bf16 forward over the same tokens and
+# chunks, in one run on one machine: tokens/s of each, their ratio, both peak RSS and both
+# perplexities. By default on the Qwen3.5-0.8B-shaped random model (made once with
+# `lse synthetic-model --shape qwen35-0.8b`), wiki.test.raw, 2 threads: ctx 512 with 4
+# chunks, then ctx 8192 in one pass.
+#
+#   scripts/bench-vs-torch.sh [MODEL_DIR]
+#
+# Environment: PYTHON (a Python outside the repository with torch and transformers; default
+# /work/torchvenv/bin/python, else python3), THREADS (2), TEXT (data/wikitext-2-raw/wiki.test.raw),
+# RUNS ("512:4 8192:1", ctx:chunks pairs). Without torch the PyTorch column says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+THREADS="${THREADS:-2}"
+TEXT="${TEXT:-data/wikitext-2-raw/wiki.test.raw}"
+RUNS="${RUNS:-512:4 8192:1}"
+PYTHON="${PYTHON:-/work/torchvenv/bin/python}"
+[ -x "$PYTHON" ] || PYTHON=python3
+MODEL="${1:-${TMPDIR:-/tmp}/lse-bench-qwen35-0.8b}"
+for tool in jq /usr/bin/time; do
+    command -v "$tool" > /dev/null || { echo "bench-vs-torch: needs $tool" >&2; exit 1; }
+done
+
+cargo build --release --locked -p lse-cli >&2
+LSE=target/release/lse
+if [ ! -f "$MODEL/config.json" ]; then
+    echo "making the 0.8B-shaped model in $MODEL" >&2
+    "$LSE" synthetic-model --shape qwen35-0.8b --out "$MODEL" --tokenizer data/qwen35-tokenizer >&2
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Peak RSS in MB from `/usr/bin/time -v` output.
+peak_mb() { awk '/Maximum resident set size/ {printf "%.0f", $NF / 1024}' "$1"; }
+
+printf '%-6s %-6s | %-12s %-9s %-12s | %-12s %-9s %-12s | %s\n' ctx chunks \
+    "lse tok/s" "lse MB" "lse PPL" "torch tok/s" "torch MB" "torch PPL" "lse / torch"
+for run in $RUNS; do
+    ctx="${run%%:*}"
+    chunks="${run##*:}"
+    RAYON_NUM_THREADS="$THREADS" /usr/bin/time -v -o "$work/lse.time" "$LSE" perplexity \
+        --model "$MODEL" --perplexity "$TEXT" --perplexity-ctx "$ctx" \
+        --perplexity-chunks "$chunks" --batch-size "$ctx" --ubatch-size "$ctx" \
+        --kv-len "$ctx" --perplexity-output "$work/lse.json" > /dev/null 2> "$work/lse.err" \
+        || { cat "$work/lse.err" >&2; exit 1; }
+    lse_tps="$(jq -r '.prefill_tokens_per_second' "$work/lse.json")"
+    lse_ppl="$(jq -r '.perplexity' "$work/lse.json")"
+    lse_mb="$(peak_mb "$work/lse.time")"
+    if /usr/bin/time -v -o "$work/torch.time" "$PYTHON" scripts/torch-perplexity.py \
+        --model "$MODEL" --text "$TEXT" --ctx "$ctx" --chunks "$chunks" --threads "$THREADS" \
+        > "$work/torch.json" 2> "$work/torch.err"; then
+        torch_tps="$(jq -r '.prefill_tokens_per_second' "$work/torch.json")"
+        torch_ppl="$(jq -r '.perplexity' "$work/torch.json")"
+        torch_mb="$(peak_mb "$work/torch.time")"
+        ratio="$(echo "$lse_tps / $torch_tps" | bc -l)"
+    else
+        torch_tps="-"; torch_ppl="-"; torch_mb="-"
+        ratio="no torch: $(jq -r '.error // empty' "$work/torch.json" 2>/dev/null || true)$(tail -1 "$work/torch.err")"
+    fi
+    printf '%-6s %-6s | %-12.1f %-9s %-12.4f | %-12s %-9s %-12s | %s\n' "$ctx" "$chunks" \
+        "$lse_tps" "$lse_mb" "$lse_ppl" "$torch_tps" "$torch_mb" "$torch_ppl" "$ratio"
+done
