@@ -7,6 +7,7 @@
 use lse_dsl::rt::KernelDef;
 
 pub mod attention;
+pub mod deltanet;
 pub mod gemm;
 pub mod lm_head;
 pub mod lse_pick;
@@ -43,6 +44,10 @@ kernels!(
     gemm::gemm_xwt_f32,
     gemm::gemm_xwt_exact_bf16,
     gemm::gemm_xwt_exact_f16,
+    deltanet::conv::conv,
+    deltanet::gates::gates,
+    deltanet::delta_rule::delta_rule,
+    deltanet::gated_norm::gated_norm,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

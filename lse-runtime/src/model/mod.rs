@@ -113,6 +113,14 @@ impl HybridLM {
                 crate::ops::MAX_HEAD_DIM
             )));
         }
+        if cfg.linear_key_head_dim > crate::ops::MAX_KEY_HEAD_DIM {
+            return Err(ModelError::InvalidArgument(format!(
+                "{}: linear_key_head_dim {} is above {}, the largest the delta rule kernel takes",
+                dir.join("config.json").display(),
+                cfg.linear_key_head_dim,
+                crate::ops::MAX_KEY_HEAD_DIM
+            )));
+        }
         let ws = WeightStore::open(dir)?;
         let prefix = PREFIXES
             .iter()

@@ -12,16 +12,6 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// Softplus with torch's threshold (identity above 20).
-#[inline]
-pub fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
 /// Zero-centred RMSNorm in place over each row of width `w.len()`: `x·rsqrt(mean(x²)+eps)·(1+w)`.
 pub fn rmsnorm_zc_rows(x: &mut [f32], w: &[f32], eps: f32) {
     let d = w.len();
@@ -38,25 +28,6 @@ pub fn rmsnorm_zc_rows(x: &mut [f32], w: &[f32], eps: f32) {
 pub fn rmsnorm_zc_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     out[..x.len()].copy_from_slice(x);
     rmsnorm_zc_rows(&mut out[..x.len()], w, eps);
-}
-
-/// Gated RMSNorm of one head in place: `x/rms(x) · w · silu(z)` (plain weight, not 1+w).
-pub fn gated_rmsnorm(x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
-    let d = x.len();
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let r = 1.0 / (ss / d as f32 + eps).sqrt();
-    for i in 0..d {
-        x[i] = x[i] * r * w[i] * silu(z[i]);
-    }
-}
-
-/// L2-normalises `x` in place with eps on the sum of squares, then multiplies by `scale`.
-pub fn l2norm_scaled(x: &mut [f32], eps: f32, scale: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum();
-    let r = scale / (ss + eps).sqrt();
-    for v in x {
-        *v *= r;
-    }
 }
 
 /// RoPE tables: `inv_freq[i] = θ^(−2i/rot)` for i < rot/2.
@@ -102,12 +73,5 @@ mod tests {
         // Norm preserved.
         let n: f32 = x[..4].iter().map(|v| v * v).sum();
         assert!((n - 1.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn softplus_is_stable() {
-        assert_eq!(softplus(100.0), 100.0);
-        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-7);
-        assert!(softplus(-100.0) >= 0.0);
     }
 }

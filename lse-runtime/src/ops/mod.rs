@@ -6,6 +6,7 @@
 //! kernel's contract needs happens here.
 
 mod attention_shape;
+mod deltanet;
 mod flashprefill;
 mod gemm;
 mod lm_head;
@@ -15,6 +16,10 @@ mod topk_pairs;
 
 pub use attention_shape::{
     AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
+};
+pub use deltanet::{
+    delta_rule_chunked, deltanet_conv, deltanet_gated_norm, deltanet_gates, GdnShape,
+    MAX_KEY_HEAD_DIM,
 };
 pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
