@@ -15,3 +15,11 @@ fn every_kernel_agrees_across_generated_rust_llvm_host_and_reference() {
 fn gemm_agrees_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::gemm::cases());
 }
+
+/// The Gated DeltaNet kernels ([`lse_tests::cases::deltanet`]): conv, gates, chunked delta
+/// rule with states carried across passes, gated norm; every host level, generated Rust and
+/// f64 references.
+#[test]
+fn deltanet_agrees_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::deltanet::cases());
+}

@@ -239,14 +239,15 @@ pub fn deltanet_gated_norm(
 ) -> Result<(), OpError> {
     const OP: &str = "deltanet.gated_norm.v1";
     let dv = w.len();
-    if hv == 0 || dv == 0 {
-        return Err(OpError::Invalid {
+    let row = hv
+        .checked_mul(dv)
+        .filter(|&r| r > 0)
+        .ok_or_else(|| OpError::Invalid {
             op: OP,
-            message: format!("hv = {hv} and dv = {dv} must be positive"),
-        });
-    }
-    let t = o.len() / (hv * dv);
-    check_len(OP, "o", o.len(), t * hv * dv)?;
+            message: format!("hv = {hv} and dv = {dv} must be positive, their product below 2^64"),
+        })?;
+    let t = o.len() / row;
+    check_len(OP, "o", o.len(), t * row)?;
     check_len(OP, "z", z.len(), o.len())?;
     check_len(OP, "y", y.len(), o.len())?;
     to_u32(OP, "t * hv * dv", o.len())?;
@@ -264,4 +265,90 @@ pub fn deltanet_gated_norm(
     };
     dev.launch(grid, args)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Pool;
+
+    fn shape(dk: usize) -> GdnShape {
+        GdnShape {
+            hk: 1,
+            hv: 2,
+            dk,
+            dv: 8,
+            kc: 4,
+        }
+    }
+
+    /// `(qkv, beta, g, state, out)` of a `t`-row pass of `s`.
+    fn buffers(s: &GdnShape, t: usize) -> [Vec<f32>; 5] {
+        [
+            vec![0.0; t * s.conv_dim()],
+            vec![0.5; t * s.hv],
+            vec![-0.1; t * s.hv],
+            vec![0.0; s.recurrent_state_len()],
+            vec![0.0; t * s.value_dim()],
+        ]
+    }
+
+    #[test]
+    fn delta_rule_refuses_dk_above_the_maximum_with_an_error() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape(MAX_KEY_HEAD_DIM + 1);
+        let [qkv, beta, g, mut state, mut out] = buffers(&s, 3);
+        let err = delta_rule_chunked(&dev, &s, &qkv, &beta, &g, &mut state, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("dk = 129 is above 128"), "{err}");
+    }
+
+    #[test]
+    fn delta_rule_refuses_inconsistent_lengths_and_head_counts() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape(16);
+        let [qkv, beta, g, mut state, mut out] = buffers(&s, 3);
+        let short = &beta[1..];
+        let err = delta_rule_chunked(&dev, &s, &qkv, short, &g, &mut state, &mut out);
+        assert!(matches!(err, Err(OpError::Shape { what: "beta", .. })));
+        let odd = GdnShape { hk: 2, hv: 3, ..s };
+        let err = delta_rule_chunked(&dev, &odd, &qkv, &beta, &g, &mut state, &mut out);
+        assert!(matches!(err, Err(OpError::Invalid { .. })));
+    }
+
+    #[test]
+    fn conv_of_an_empty_pass_keeps_the_state() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let s = shape(16);
+        let w = vec![1.0; s.conv_dim() * s.kc];
+        let state: Vec<f32> = (0..s.conv_state_len()).map(|i| i as f32).collect();
+        let mut new_state = vec![0.0; state.len()];
+        deltanet_conv(
+            &dev,
+            &s,
+            &w,
+            &state,
+            &[],
+            1.0,
+            1e-6,
+            &mut [],
+            &mut new_state,
+        )
+        .unwrap();
+        assert_eq!(new_state, state);
+    }
+
+    #[test]
+    fn gates_and_gated_norm_refuse_mismatched_lengths() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let (mut beta, mut g) = (vec![0.0; 4], vec![0.0; 3]);
+        let err = deltanet_gates(
+            &dev, &[0.0; 4], &[0.0; 4], &[0.0; 2], &[0.0; 2], &mut beta, &mut g,
+        );
+        assert!(matches!(err, Err(OpError::Shape { what: "g", .. })));
+        let mut y = vec![0.0; 16];
+        let err = deltanet_gated_norm(&dev, 2, &[0.0; 16], &[0.0; 12], &[1.0; 8], 1e-6, &mut y);
+        assert!(matches!(err, Err(OpError::Shape { what: "z", .. })));
+    }
 }

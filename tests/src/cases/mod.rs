@@ -9,6 +9,7 @@ use crate::diff::Case;
 use crate::reference::attention::widen;
 
 pub mod attention;
+pub mod deltanet;
 pub mod flashprefill;
 pub mod gemm;
 pub mod scoring;
@@ -19,6 +20,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     out.extend(attention::cases());
     out.extend(flashprefill::cases());
     out.extend(gemm::cases());
+    out.extend(deltanet::cases());
     out
 }
 

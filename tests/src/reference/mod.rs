@@ -1,4 +1,5 @@
 //! Plain-Rust references the differential tests compare kernels against.
 
 pub mod attention;
+pub mod deltanet;
 pub mod flashprefill;
