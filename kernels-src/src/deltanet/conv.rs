@@ -15,7 +15,8 @@
 use loom::kernel;
 
 /// `state`: `[kc - 1, cd]`; `x`: `[t, cd]` (the `in_proj_qkv` rows of the pass); `w`:
-/// `[cd, kc]` (`w[c, kc - 1]` multiplies the current row); `out`: `[t, cd]`; `new_state`:
+/// `[kc, cd]`, tap-major so that work-items read consecutive channels (`w[kc - 1, c]`
+/// multiplies the current row); `out`: `[t, cd]`; `new_state`:
 /// `[kc - 1, cd]`, must not alias `state`. `cd = 2 hk dk + hv dv`; `q_scale` multiplies the
 /// normalised q, `eps` is added to the sum of squares. Grid: x = t, y = 2 hk + hv.
 #[kernel(name = "deltanet.conv", version = 1, workgroup = 64)]
@@ -34,54 +35,58 @@ fn conv(
     q_scale: f32,
     eps: f32,
 ) {
-    let seg = group_id_y();
-    let norm = seg < 2 * hk;
+    // Segment bounds are written out in each region that uses them (the reduction splits
+    // the kernel in two), so they stay uniform in the host code.
+    let norm = group_id_y() < 2 * hk;
     let width = if norm { dk } else { dv };
     let first = if norm {
-        seg * dk
+        group_id_y() * dk
     } else {
-        2 * hk * dk + (seg - 2 * hk) * dv
+        2 * hk * dk + (group_id_y() - 2 * hk) * dv
     };
-    let row = group_id();
     let mut ss = 0.0;
     for c0 in (0..width).step_by(group_size()) {
         if c0 + local_id() < width {
             let c = first + c0 + local_id();
             let mut s = 0.0;
             for j in 0..kc {
-                let m = row + j;
-                let xv = if m < kc - 1 {
-                    state[m * cd + c]
+                let xv = if group_id() + j < kc - 1 {
+                    state[(group_id() + j) * cd + c]
                 } else {
-                    x[(m - (kc - 1)) * cd + c]
+                    x[(group_id() + j - (kc - 1)) * cd + c]
                 };
-                s = fma(w[c * kc + j], xv, s);
+                s = fma(w[j * cd + c], xv, s);
             }
             let y = silu(s);
-            out[row * cd + c] = y;
+            out[group_id() * cd + c] = y;
             ss = fma(y, y, ss);
         }
     }
-    if norm {
+    if group_id_y() < 2 * hk {
         let total = reduce_sum(ss);
-        let scale = if seg < hk { q_scale } else { 1.0 };
+        let scale = if group_id_y() < hk { q_scale } else { 1.0 };
         let r = scale / sqrt(total + eps);
-        for c0 in (0..width).step_by(group_size()) {
-            if c0 + local_id() < width {
-                out[row * cd + first + c0 + local_id()] *= r;
+        for c0 in (0..dk).step_by(group_size()) {
+            if c0 + local_id() < dk {
+                out[group_id() * cd + group_id_y() * dk + c0 + local_id()] *= r;
             }
         }
     }
-    if row == 0 {
+    if group_id() == 0 {
+        let width = if group_id_y() < 2 * hk { dk } else { dv };
+        let first = if group_id_y() < 2 * hk {
+            group_id_y() * dk
+        } else {
+            2 * hk * dk + (group_id_y() - 2 * hk) * dv
+        };
         for i in 0..kc - 1 {
             for c0 in (0..width).step_by(group_size()) {
                 if c0 + local_id() < width {
                     let c = first + c0 + local_id();
-                    let m = t + i;
-                    new_state[i * cd + c] = if m < kc - 1 {
-                        state[m * cd + c]
+                    new_state[i * cd + c] = if t + i < kc - 1 {
+                        state[(t + i) * cd + c]
                     } else {
-                        x[(m - (kc - 1)) * cd + c]
+                        x[(t + i - (kc - 1)) * cd + c]
                     };
                 }
             }

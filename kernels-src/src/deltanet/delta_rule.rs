@@ -103,8 +103,11 @@ fn delta_rule(
                     0.0
                 };
                 for i in 0..n {
+                    // k_r below the diagonal, q_r on and above it, chosen by arithmetic
+                    // (exact: one term is 0) so the host code loads both as vectors.
+                    let below = if r < i { 1.0 } else { 0.0 };
                     m[i * CH + r] = fma(
-                        if r < i { kr } else { qr },
+                        fma(below, kr, (1.0 - below) * qr),
                         qkv[(c0 + i) * cd + kk + d],
                         m[i * CH + r],
                     );

@@ -21,7 +21,8 @@ pub struct GdnWeights {
     in_proj_b: Tensor,
     in_proj_a: Tensor,
     out_proj: Tensor,
-    /// [conv_dim, Kc].
+    /// [Kc, conv_dim]: the checkpoint's [conv_dim, 1, Kc] transposed, as the conv kernel
+    /// reads it.
     conv_w: Vec<f32>,
     dt_bias: Vec<f32>,
     /// Per value head; the decay rate is −exp(A_log).
@@ -33,10 +34,11 @@ pub struct GdnWeights {
 impl GdnWeights {
     /// Loads `{p}linear_attn.*` with shapes checked against `cfg`.
     pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
-        let (h, hv, dv) = (
+        let (h, hv, dv, kc) = (
             cfg.hidden_size,
             cfg.linear_num_value_heads,
             cfg.linear_value_head_dim,
+            cfg.linear_conv_kernel_dim,
         );
         let g = |n: &str, s: &[usize]| ws.get(&format!("{p}linear_attn.{n}"), s);
         Ok(GdnWeights {
@@ -45,16 +47,23 @@ impl GdnWeights {
             in_proj_b: g("in_proj_b.weight", &[hv, h])?,
             in_proj_a: g("in_proj_a.weight", &[hv, h])?,
             out_proj: g("out_proj.weight", &[h, cfg.value_dim()])?,
-            conv_w: g(
-                "conv1d.weight",
-                &[cfg.conv_dim(), 1, cfg.linear_conv_kernel_dim],
-            )?
-            .to_f32_vec(),
+            conv_w: transpose(
+                &g("conv1d.weight", &[cfg.conv_dim(), 1, kc])?.to_f32_vec(),
+                kc,
+            ),
             dt_bias: g("dt_bias", &[hv])?.to_f32_vec(),
             a_log: g("A_log", &[hv])?.to_f32_vec(),
             norm: g("norm.weight", &[dv])?.to_f32_vec(),
         })
     }
+}
+
+/// `m` (`[rows, cols]`, row-major) transposed to `[cols, rows]`.
+fn transpose(m: &[f32], cols: usize) -> Vec<f32> {
+    let rows = m.len() / cols;
+    (0..cols)
+        .flat_map(|c| (0..rows).map(move |r| m[r * cols + c]))
+        .collect()
 }
 
 /// The layer's sizes from the config.

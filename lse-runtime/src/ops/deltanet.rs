@@ -82,10 +82,11 @@ impl GdnShape {
 }
 
 /// The causal depthwise conv + SiLU of one pass, with the L2 norms of q (times `q_scale`)
-/// and k per key head (`eps` added to the sum of squares): `out[r, c] = silu(Σ_j w[c, j] ·
+/// and k per key head (`eps` added to the sum of squares): `out[r, c] = silu(Σ_j w[j, c] ·
 /// X[r + j, c])` over `X = [state | x]`, then each q and k head of `out` normalised. `state`
 /// is the `kc - 1` pre-conv rows carried from the previous pass (`[kc - 1, conv_dim]`), `x` the
-/// pass's `t` new rows, `w` `[conv_dim, kc]`; `new_state` gets the last `kc - 1` rows of `X`.
+/// pass's `t` new rows, `w` `[kc, conv_dim]` (the checkpoint's `conv1d.weight` transposed);
+/// `new_state` gets the last `kc - 1` rows of `X`.
 #[allow(clippy::too_many_arguments)]
 pub fn deltanet_conv(
     dev: &Device,

@@ -10,7 +10,7 @@ fn silu(x: f64) -> f64 {
 }
 
 /// The conv + SiLU and q/k norms of one pass: `(out [t, conv_dim], new_state [kc - 1,
-/// conv_dim])` for `state` `[kc - 1, conv_dim]`, `x` `[t, conv_dim]`, `w` `[conv_dim, kc]`.
+/// conv_dim])` for `state` `[kc - 1, conv_dim]`, `x` `[t, conv_dim]`, `w` `[kc, conv_dim]`.
 pub fn conv(
     shape: &GdnShape,
     w: &[f32],
@@ -27,7 +27,7 @@ pub fn conv(
         let conv: Vec<f64> = (0..cd)
             .map(|c| {
                 let s: f64 = (0..kc)
-                    .map(|j| w[c * kc + j] as f64 * rows[r + j][c] as f64)
+                    .map(|j| w[j * cd + c] as f64 * rows[r + j][c] as f64)
                     .sum();
                 silu(s)
             })
