@@ -46,6 +46,7 @@ kernels!(
     gemm::gemm_xwt_exact_f16,
     deltanet::conv::conv,
     deltanet::gates::gates,
+    deltanet::delta_prep::delta_prep,
     deltanet::delta_rule::delta_rule,
     deltanet::gated_norm::gated_norm,
 );

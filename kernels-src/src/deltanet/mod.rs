@@ -3,6 +3,7 @@
 //! gates β and g, the chunked gated delta rule, and the gated RMSNorm of its output.
 
 pub mod conv;
+pub mod delta_prep;
 pub mod delta_rule;
 pub mod gated_norm;
 pub mod gates;

@@ -1,9 +1,11 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v1`,
-//! `deltanet.gates.v1`, `deltanet.delta_rule.v1`, `deltanet.gated_norm.v1`), in the order the
-//! layer runs them: conv + SiLU + q/k norms, gates, the chunked delta rule, the output norm.
+//! `deltanet.gates.v1`, `deltanet.delta_prep.v1` with `deltanet.delta_rule.v1`,
+//! `deltanet.gated_norm.v1`), in the order the layer runs them: conv + SiLU + q/k norms,
+//! gates, the chunked delta rule, the output norm.
 
 use lse_kernels::deltanet::{
-    conv::conv, delta_rule::delta_rule, gated_norm::gated_norm, gates::gates,
+    conv::conv, delta_prep::delta_prep, delta_rule::delta_rule, gated_norm::gated_norm,
+    gates::gates,
 };
 
 use super::{check_len, to_u32, OpError};
@@ -15,6 +17,10 @@ pub const MAX_KEY_HEAD_DIM: usize = 128;
 
 /// Value columns per delta-rule workgroup (the kernel's `DVB`).
 const VALUE_BLOCK: usize = 32;
+
+/// Rows per chunk of the chunked delta rule (the kernels' `CH`; as in transformers, FLA and
+/// llama.cpp).
+const CHUNK: usize = 64;
 
 /// The sizes of a Gated DeltaNet layer (config.json's `linear_*` entries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +191,10 @@ pub fn deltanet_gates(
 /// updating `state` (`[hv, dk, dv]`): per value head `h` and row, with the key head `h / (hv
 /// / hk)`'s `q`, `k` and `h`'s `v` read from the conv output `qkv` (`[t, conv_dim]`, q and k
 /// normalised), the result of the recurrence `S = e^g S; S += k (β (v - Sᵀk))ᵀ; o = Sᵀq`.
-/// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`.
+/// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
+/// every chunk at once (`deltanet.delta_prep.v1`, into `64 · 64 + 128` floats of scratch per
+/// value head and chunk), then the chunks in order per block of value columns
+/// (`deltanet.delta_rule.v1`).
 pub fn delta_rule_chunked(
     dev: &Device,
     shape: &GdnShape,
@@ -207,21 +216,37 @@ pub fn delta_rule_chunked(
     if t == 0 {
         return Ok(());
     }
-    let grid = [
-        shape.dv.div_ceil(VALUE_BLOCK) as u32,
-        (shape.hv / shape.hk) as u32,
-        shape.hk as u32,
-    ];
-    let args = delta_rule::Args {
+    // Scratch of the prep: M ([hv, chunks, 64, 64]) and the decays ([hv, chunks, 2, 64]).
+    let chunks = t.div_ceil(CHUNK);
+    let mats_len = shape.hv * chunks * CHUNK * CHUNK;
+    to_u32(OP, "hv * chunks * 64 * 64", mats_len)?;
+    let mut mats = vec![0.0; mats_len];
+    let mut decay = vec![0.0; shape.hv * chunks * 2 * CHUNK];
+    let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
+    let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
+    let prep = delta_prep::Args {
         qkv,
         beta,
         g,
+        mats: &mut mats,
+        decay: &mut decay,
+        t,
+        cd,
+        dk,
+    };
+    dev.launch([chunks as u32, groups, hk], prep)?;
+    let grid = [shape.dv.div_ceil(VALUE_BLOCK) as u32, groups, hk];
+    let args = delta_rule::Args {
+        qkv,
+        beta,
+        mats: &mats,
+        decay: &decay,
         state,
         out,
-        t: t as u32,
-        cd: cd as u32,
-        dk: shape.dk as u32,
-        dv: shape.dv as u32,
+        t,
+        cd,
+        dk,
+        dv,
     };
     dev.launch(grid, args)?;
     Ok(())
