@@ -1,9 +1,9 @@
 //! Differential cases of the Gated DeltaNet kernels (`deltanet.conv`, `deltanet.gates`,
-//! `deltanet.delta_rule`, `deltanet.gated_norm`) against the f64 references of
-//! [`crate::reference::deltanet`]: ragged pass lengths around the 64-row chunk (1, 5, 63, 64,
-//! 65, 150), passes shorter than the conv state, passes split inside a chunk with both states
-//! carried, dk != dv, value blocks cut short (dv not a multiple of 32), hv = 2 hk, Qwen3.5's
-//! own head sizes, and decays as strong as g = -30.
+//! `deltanet.delta_prep` with `deltanet.delta_rule`, `deltanet.gated_norm`) against the f64
+//! references of [`crate::reference::deltanet`]: ragged pass lengths around the 64-row chunk
+//! (1, 5, 63, 64, 65, 150), passes shorter than the conv state, passes split inside a chunk
+//! with both states carried, dk != dv, value blocks cut short (dv not a multiple of 32),
+//! hv = 2 hk, Qwen3.5's own head sizes, and decays as strong as g = -30.
 //!
 //! None of these kernels uses `tile_dot`, so every host level equals the generated Rust bit
 //! for bit; the tolerances below are against the f64 references.
