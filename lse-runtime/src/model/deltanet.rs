@@ -126,3 +126,25 @@ pub fn forward(
     linear(dev, &y, t, WeightMat::of(&w.out_proj), out)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::synthetic::{write_random_model, SyntheticSpec};
+    use super::super::HybridLM;
+    use crate::ops::MAX_KEY_HEAD_DIM;
+
+    #[test]
+    fn loading_refuses_a_key_head_dim_above_the_delta_rule_maximum_naming_config_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = SyntheticSpec {
+            linear_key_head_dim: MAX_KEY_HEAD_DIM + 8,
+            ..SyntheticSpec::tiny()
+        };
+        write_random_model(dir.path(), &spec, 1).unwrap();
+        let err = HybridLM::load(dir.path()).err().unwrap().to_string();
+        assert!(
+            err.contains("config.json") && err.contains("linear_key_head_dim 136 is above 128"),
+            "{err}"
+        );
+    }
+}
