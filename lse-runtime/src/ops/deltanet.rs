@@ -58,9 +58,10 @@ impl GdnShape {
         self.hv * self.dk * self.dv
     }
 
-    /// Checks what every kernel assumes: positive sizes, `hk` dividing `hv`, `dk` within
-    /// [`MAX_KEY_HEAD_DIM`], and every buffer of a `t`-row pass indexable in 32 bits.
-    fn check(&self, op: &'static str, t: usize) -> Result<(), OpError> {
+    /// Checks what every kernel assumes of the sizes: positive, `hk` dividing `hv`, `dk`
+    /// within [`MAX_KEY_HEAD_DIM`], and the weight and state sizes below 2^32; returns
+    /// `conv_dim`.
+    fn check(&self, op: &'static str) -> Result<usize, OpError> {
         let invalid = |message: String| Err(OpError::Invalid { op, message });
         let GdnShape { hk, hv, dk, dv, kc } = *self;
         if hk == 0 || hv == 0 || dk == 0 || dv == 0 || kc == 0 {
@@ -74,11 +75,30 @@ impl GdnShape {
                 "dk = {dk} is above {MAX_KEY_HEAD_DIM}, the largest the delta rule takes"
             ));
         }
+        let value_dim = hv.checked_mul(dv);
+        let conv_dim = hk
+            .checked_mul(2 * dk)
+            .zip(value_dim)
+            .and_then(|(k, v)| k.checked_add(v));
         let sizes = [
-            ("(t + kc) * conv_dim", (t + kc).checked_mul(self.conv_dim())),
-            ("conv_dim * kc", self.conv_dim().checked_mul(kc)),
+            ("conv_dim * kc", conv_dim.and_then(|c| c.checked_mul(kc))),
+            ("hv * dk * dv", value_dim.and_then(|v| v.checked_mul(dk))),
+        ];
+        for (what, v) in sizes {
+            to_u32(op, what, v.unwrap_or(usize::MAX))?;
+        }
+        Ok(self.conv_dim())
+    }
+
+    /// Checks that every buffer of a `t`-row pass is indexable in 32 bits (after
+    /// [`GdnShape::check`]).
+    fn check_rows(&self, op: &'static str, t: usize) -> Result<(), OpError> {
+        let sizes = [
+            (
+                "(t + kc) * conv_dim",
+                (t + self.kc).checked_mul(self.conv_dim()),
+            ),
             ("t * hv * dv", t.checked_mul(self.value_dim())),
-            ("hv * dk * dv", Some(self.recurrent_state_len())),
         ];
         for (what, v) in sizes {
             to_u32(op, what, v.unwrap_or(usize::MAX))?;
@@ -106,9 +126,9 @@ pub fn deltanet_conv(
     new_state: &mut [f32],
 ) -> Result<(), OpError> {
     const OP: &str = "deltanet.conv.v1";
-    let cd = shape.conv_dim();
-    let t = x.len() / cd.max(1);
-    shape.check(OP, t)?;
+    let cd = shape.check(OP)?;
+    let t = x.len() / cd;
+    shape.check_rows(OP, t)?;
     check_len(OP, "w", w.len(), cd * shape.kc)?;
     check_len(OP, "state", state.len(), shape.conv_state_len())?;
     check_len(OP, "x", x.len(), t * cd)?;
@@ -205,9 +225,9 @@ pub fn delta_rule_chunked(
     out: &mut [f32],
 ) -> Result<(), OpError> {
     const OP: &str = "deltanet.delta_rule.v1";
-    let cd = shape.conv_dim();
-    let t = qkv.len() / cd.max(1);
-    shape.check(OP, t)?;
+    let cd = shape.check(OP)?;
+    let t = qkv.len() / cd;
+    shape.check_rows(OP, t)?;
     check_len(OP, "qkv", qkv.len(), t * cd)?;
     check_len(OP, "beta", beta.len(), t * shape.hv)?;
     check_len(OP, "g", g.len(), t * shape.hv)?;
