@@ -7,6 +7,7 @@
 use lse_dsl::rt::KernelDef;
 
 pub mod attention;
+pub mod deltanet;
 pub mod embedding;
 pub mod ffn;
 pub mod gemm;
@@ -60,6 +61,11 @@ kernels!(
     ffn::router::moe_router,
     ffn::gather::moe_gather,
     ffn::combine::moe_combine,
+    deltanet::conv::conv,
+    deltanet::gates::gates,
+    deltanet::delta_prep::delta_prep,
+    deltanet::delta_rule::delta_rule,
+    deltanet::gated_norm::gated_norm,
 );
 
 /// Finds a kernel by id (`logits.lse_pick.v1`), by Rust fn name (`lse_pick`), or by stable

@@ -35,3 +35,11 @@ fn attention_layer_steps_agree_across_generated_rust_every_host_level_and_refere
 fn ffn_agrees_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::ffn::cases());
 }
+
+/// The Gated DeltaNet kernels ([`lse_tests::cases::deltanet`]): conv, gates, chunked delta
+/// rule with states carried across passes, gated norm; every host level, generated Rust and
+/// f64 references.
+#[test]
+fn deltanet_agrees_across_generated_rust_every_host_level_and_reference() {
+    run_cases(lse_tests::cases::deltanet::cases());
+}

@@ -1,7 +1,7 @@
 //! Matrix products for prefill. Projections (`Y = X · Wᵀ` with W in its stored dtype) run
 //! through the LOOM GEMM (`kernels-src/src/gemm.rs`) on the engine's device ([`linear`]);
-//! the Gated DeltaNet's chunk algebra on f32 activations still uses a strided f32 SGEMM
-//! ([`gemm`], `matrixmultiply`) until the delta rule moves into LOOM.
+//! a strided f32 SGEMM ([`gemm`], `matrixmultiply`) remains for the plain-Rust LM head the
+//! tests compare against.
 
 use std::borrow::Cow;
 

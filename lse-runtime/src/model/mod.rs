@@ -11,7 +11,6 @@ pub mod error;
 pub mod ffn;
 pub mod kv_cache;
 pub mod linear;
-pub mod ops;
 pub mod prefill;
 pub mod safetensors_file;
 pub mod synthetic;
@@ -114,6 +113,14 @@ impl HybridLM {
                 crate::ops::MAX_HEAD_DIM
             )));
         }
+        if cfg.linear_key_head_dim > crate::ops::MAX_KEY_HEAD_DIM {
+            return Err(ModelError::InvalidArgument(format!(
+                "{}: linear_key_head_dim {} is above {}, the largest the delta rule kernel takes",
+                dir.join("config.json").display(),
+                cfg.linear_key_head_dim,
+                crate::ops::MAX_KEY_HEAD_DIM
+            )));
+        }
         let ws = WeightStore::open(dir)?;
         let prefix = PREFIXES
             .iter()
@@ -156,7 +163,7 @@ impl HybridLM {
                 ffn: Ffn::load(&ws, &p, &cfg)?,
             });
         }
-        let inv_freq = ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
+        let inv_freq = crate::ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
         Ok(HybridLM {
             tokenizer: TextTokenizer::load(dir)?,
             dir: dir.to_path_buf(),

@@ -7,6 +7,7 @@
 //! kernel's contract needs happens here.
 
 mod attention_shape;
+mod deltanet;
 mod embedding;
 mod flashprefill;
 mod gemm;
@@ -24,6 +25,10 @@ mod topk_pairs;
 pub use attention_shape::{
     AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
 };
+pub use deltanet::{
+    delta_rule_chunked, deltanet_conv, deltanet_gated_norm, deltanet_gates, GdnShape,
+    MAX_KEY_HEAD_DIM,
+};
 pub use embedding::embed_tokens;
 pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
@@ -37,7 +42,7 @@ pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm_zc, rmsnorm_zc};
 pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
-pub use rope::{qk_norm_rope, HeadLayout, RopeTable};
+pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};
 pub use swiglu::swiglu;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 

@@ -6,6 +6,14 @@ use lse_kernels::attention::qk_norm_rope::qk_norm_rope as kernel;
 use super::{check_len, to_u32, OpError};
 use crate::device::Device;
 
+/// RoPE frequencies: `inv_freq[i] = θ^(−2i/rot)` for `i < rot / 2`, formed in f64 and
+/// rounded to f32 as transformers does.
+pub fn rope_inv_freq(theta: f64, rot: usize) -> Vec<f32> {
+    (0..rot / 2)
+        .map(|i| (1.0 / theta.powf(2.0 * i as f64 / rot as f64)) as f32)
+        .collect()
+}
+
 /// The RoPE cosines and sines of one prefill pass: `[t, 2 · half]`, each token's `half`
 /// cosines then its `half` sines. Built once per pass on the host and read by every
 /// full-attention layer: the angle `pos · inv_freq[i]` is formed in f32 and its sine and
@@ -155,6 +163,12 @@ mod tests {
             e.to_string().contains("src has 15 elements, expected 16"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn rope_frequencies_fall_from_one_by_theta_over_the_rotated_pairs() {
+        assert_eq!(rope_inv_freq(10000.0, 4), vec![1.0, 0.01]);
+        assert!(rope_inv_freq(10000.0, 1).is_empty());
     }
 
     #[test]

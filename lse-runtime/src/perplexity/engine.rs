@@ -48,11 +48,6 @@ pub enum EngineError {
     BaseEnded(String),
 }
 
-/// The forward-pass operations that run on the CPU backend for every device today: the rest
-/// of the prefill is plain Rust until its LOOM kernels land (the embedding, the norms, the
-/// attention layer, the feed-forward blocks and the projections have them).
-const CPU_BACKEND_OPS: [&str; 1] = ["gated_deltanet"];
-
 /// A model loaded on a device, ready to score.
 pub struct Engine {
     settings: EngineSettings,
@@ -162,12 +157,12 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         // The CPU backend is this device: nothing falls back.
         return Vec::new();
     }
-    let mut missing: Vec<String> = CPU_BACKEND_OPS.iter().map(|s| s.to_string()).collect();
     // The model is not loaded yet, so its head dtype is unknown; the instances of a generic
     // kernel come from one LOOM source and are built together, so the bf16 one stands for all.
     use lse_kernels::attention::{
         block_score, block_select, key_blocks, kv_write, output_gate, prefill, qk_norm_rope,
     };
+    use lse_kernels::deltanet;
     let kernels = [
         (
             "embedding",
@@ -182,6 +177,20 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         ("kv cache write", &kv_write::kv_write_bf16::KERNEL),
         ("attention output gate", &output_gate::output_gate::KERNEL),
         ("swiglu_mlp", &lse_kernels::ffn::swiglu::swiglu::KERNEL),
+        ("gated_deltanet (conv)", &deltanet::conv::conv::KERNEL),
+        ("gated_deltanet (gates)", &deltanet::gates::gates::KERNEL),
+        (
+            "gated_deltanet (delta_prep)",
+            &deltanet::delta_prep::delta_prep::KERNEL,
+        ),
+        (
+            "gated_deltanet (delta_rule)",
+            &deltanet::delta_rule::delta_rule::KERNEL,
+        ),
+        (
+            "gated_deltanet (gated_norm)",
+            &deltanet::gated_norm::gated_norm::KERNEL,
+        ),
         // The head's matrix form is the GEMM below; one row uses the matrix-vector kernel.
         (
             "lm_head",
@@ -215,14 +224,12 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
         ("moe (combine)", &combine::moe_combine::KERNEL),
     ];
     let moe = if is_moe { &moe[..] } else { &[] };
-    missing.extend(
-        kernels
-            .iter()
-            .chain(moe)
-            .filter(|(_, k)| !device.has_kernel(k))
-            .map(|(name, _)| name.to_string()),
-    );
-    missing
+    kernels
+        .iter()
+        .chain(moe)
+        .filter(|(_, k)| !device.has_kernel(k))
+        .map(|(name, _)| name.to_string())
+        .collect()
 }
 
 /// The path a report names a base by.

@@ -10,6 +10,7 @@ use crate::reference::attention::widen;
 
 pub mod attention;
 pub mod attention_layer;
+pub mod deltanet;
 pub mod ffn;
 pub mod flashprefill;
 pub mod gemm;
@@ -25,6 +26,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     out.extend(norm::cases());
     out.extend(attention_layer::cases());
     out.extend(ffn::cases());
+    out.extend(deltanet::cases());
     out
 }
 
