@@ -541,7 +541,9 @@ fn f32_and_moe_models_score_chunk_zero_like_transformers_with_and_without_cpu_fa
         );
         let s: Value = serde_json::from_slice(&strict.stdout).unwrap();
         assert_eq!(s["perplexity"], r["perplexity"], "{name}");
-        assert_eq!(s["windows"], r["windows"], "{name}");
+        for (a, b) in s["windows"].as_array().unwrap().iter().zip(windows) {
+            assert_eq!(a["nll_sum"], b["nll_sum"], "{name}");
+        }
     }
 }
 

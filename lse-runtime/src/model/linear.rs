@@ -1,7 +1,5 @@
-//! Matrix products for prefill. Projections (`Y = X · Wᵀ` with W in its stored dtype) run
-//! through the LOOM GEMM (`kernels-src/src/gemm.rs`) on the engine's device ([`linear`]);
-//! a strided f32 SGEMM ([`gemm`], `matrixmultiply`) remains for the plain-Rust LM head the
-//! tests compare against.
+//! The projections of prefill: `Y = X · Wᵀ` with W in its stored dtype, through the LOOM
+//! GEMM (`kernels-src/src/gemm.rs`) on the engine's device ([`linear`]).
 
 use std::borrow::Cow;
 
@@ -10,58 +8,6 @@ use half::{bf16, f16};
 use super::weights::{DType, Tensor};
 use crate::device::Device;
 use crate::ops::{self, Activations, GemmOut, HeadWeight, OpError};
-
-/// Strided f32 GEMM: `C = alpha·A·B + beta·C` with A [m,k], B [k,n], C [m,n].
-///
-/// Strides are in elements. Panics if a slice is too short for the given shape and strides.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: &[f32],
-    (rsa, csa): (usize, usize),
-    b: &[f32],
-    (rsb, csb): (usize, usize),
-    beta: f32,
-    c: &mut [f32],
-    (rsc, csc): (usize, usize),
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let need = |r: usize, cols: usize, rs: usize, cs: usize| {
-        if r == 0 || cols == 0 {
-            0
-        } else {
-            (r - 1) * rs + (cols - 1) * cs + 1
-        }
-    };
-    assert!(a.len() >= need(m, k, rsa, csa), "gemm: A too short");
-    assert!(b.len() >= need(k, n, rsb, csb), "gemm: B too short");
-    assert!(c.len() >= need(m, n, rsc, csc), "gemm: C too short");
-    // SAFETY: the asserts above guarantee every accessed element lies inside the slices, and
-    // `c` is uniquely borrowed.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
-            beta,
-            c.as_mut_ptr(),
-            rsc as isize,
-            csc as isize,
-        );
-    }
-}
 
 /// A row-major weight matrix [n, k] inside a tensor, in its stored dtype.
 #[derive(Clone, Copy)]
@@ -153,24 +99,4 @@ pub fn linear(
         GemmOut::Overwrite,
         Activations::F32,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gemm_matches_naive_with_strides() {
-        let (m, k, n) = (5, 7, 3);
-        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect(); // [n,k], used transposed
-        let mut c = vec![0.0; m * n];
-        gemm(m, k, n, 1.0, &a, (k, 1), &b, (1, k), 0.0, &mut c, (n, 1));
-        for i in 0..m {
-            for j in 0..n {
-                let r: f32 = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
-                assert!((c[i * n + j] - r).abs() < 1e-5);
-            }
-        }
-    }
 }

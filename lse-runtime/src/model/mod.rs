@@ -31,7 +31,7 @@ use attention::AttnWeights;
 use deltanet::GdnWeights;
 use ffn::Ffn;
 use kv_cache::LayerState;
-use linear::{gemm, WeightMat};
+use linear::WeightMat;
 use tokenizer::TextTokenizer;
 use weights::{Tensor, WeightStore};
 
@@ -298,25 +298,25 @@ impl HybridLM {
         Ok(u)
     }
 
-    /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ, in f32
-    /// with the weight widened (no LOOM kernel).
+    /// Plain-Rust LM head for tests: logits [rows, V] = hidden [rows, H] · W_headᵀ, each dot
+    /// product summed in f64 from the widened weight (no LOOM kernel), rows of the vocabulary
+    /// split across threads.
     pub fn logits_reference(&self, hidden: &[f32], rows: usize) -> Vec<f32> {
+        use rayon::prelude::*;
         let (h, v) = (self.cfg.hidden_size, self.cfg.vocab_size);
         let w = self.head.to_f32_vec();
         let mut out = vec![0.0; rows * v];
-        gemm(
-            rows,
-            h,
-            v,
-            1.0,
-            hidden,
-            (h, 1),
-            &w,
-            (1, h),
-            0.0,
-            &mut out,
-            (v, 1),
-        );
+        for (o, x) in out.chunks_exact_mut(v).zip(hidden.chunks_exact(h)) {
+            o.par_iter_mut()
+                .zip(w.par_chunks_exact(h))
+                .for_each(|(o, wr)| {
+                    *o = x
+                        .iter()
+                        .zip(wr)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>() as f32;
+                });
+        }
         out
     }
 }
