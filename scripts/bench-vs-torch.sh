@@ -51,10 +51,10 @@ for run in $RUNS; do
     if /usr/bin/time -v -o "$work/torch.time" "$PYTHON" scripts/torch-perplexity.py \
         --model "$MODEL" --text "$TEXT" --ctx "$ctx" --chunks "$chunks" --threads "$THREADS" \
         > "$work/torch.json" 2> "$work/torch.err"; then
-        torch_tps="$(jq -r '.prefill_tokens_per_second' "$work/torch.json")"
-        torch_ppl="$(jq -r '.perplexity' "$work/torch.json")"
+        torch_tps="$(jq -r '.prefill_tokens_per_second * 10 | round / 10' "$work/torch.json")"
+        torch_ppl="$(jq -r '.perplexity * 10000 | round / 10000' "$work/torch.json")"
         torch_mb="$(peak_mb "$work/torch.time")"
-        ratio="$(echo "$lse_tps / $torch_tps" | bc -l)"
+        ratio="$(jq -rn --argjson a "$lse_tps" --argjson b "$torch_tps" '$a / $b * 100 | round / 100')"
     else
         torch_tps="-"; torch_ppl="-"; torch_mb="-"
         ratio="no torch: $(jq -r '.error // empty' "$work/torch.json" 2>/dev/null || true)$(tail -1 "$work/torch.err")"

@@ -3,7 +3,7 @@
 //! the per-chunk matrices [`super::delta_prep`] formed.
 //!
 //! The value columns of a head's state `S` (`[dk, dv]`) evolve independently, so one
-//! workgroup takes one value head and a block of 32 value columns, one work-item per column,
+//! workgroup takes one value head and a block of 64 value columns, one work-item per column,
 //! and keeps that block of `S` in shared memory for the whole pass; no work-item reads
 //! another's column, so the kernel has no barrier. Per chunk of `n <= 64` rows (the last one
 //! may be short; nothing is padded), with `M`, `e^Γ` and `e^(Γ_last - Γ)` from the prep:
@@ -16,16 +16,19 @@
 //!
 //! `q`, `k` and `v` are read in place from the conv output rows. Every accumulation is a
 //! chain of `fma` in increasing index order, so the host code and the generated Rust agree
-//! bit for bit. Shared memory: `128 * 32 + 64 * 32` floats = 24 KiB.
+//! bit for bit. Shared memory: `128 * 64 + 64 * 64` floats = 48 KiB (the most static shared memory
+//! an NVIDIA block may have). 64 columns, not fewer: the host runs a workgroup's work-items
+//! side by side, so each `fma` chain over `dk` or over the chunk's rows has four vectors in
+//! flight, twice what 32 columns give (the chains are latency-bound).
 
 use loom::kernel;
 
 /// `qkv`: `[t, cd]` conv output rows `[q: hk dk | k: hk dk | v: hv dv]`, q and k normalised;
 /// `beta`: `[t, hv]`; `mats`, `decay`: [`super::delta_prep`]'s for the same rows; `state`:
 /// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`. Value head `h` reads key head
-/// `h / (hv / hk)`. `dk <= 128`. Grid: x = ceil(dv / 32), y = hv / hk, z = hk (value head
+/// `h / (hv / hk)`. `dk <= 128`. Grid: x = ceil(dv / 64), y = hv / hk, z = hk (value head
 /// `h = z * (hv / hk) + y`, key head `z`).
-#[kernel(name = "deltanet.delta_rule", version = 1, workgroup = 32)]
+#[kernel(name = "deltanet.delta_rule", version = 1, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32],
     beta: &[f32],
@@ -40,7 +43,7 @@ fn delta_rule(
 ) {
     // Chunk length, value columns per workgroup (the workgroup size), largest dk.
     const CH: u32 = 64;
-    const DVB: u32 = 32;
+    const DVB: u32 = 64;
     const MAX_DK: u32 = 128;
     let s = shared::<f32>(MAX_DK * DVB);
     let vn = shared::<f32>(CH * DVB);

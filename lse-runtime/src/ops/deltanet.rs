@@ -11,12 +11,12 @@ use lse_kernels::deltanet::{
 use super::{check_len, to_u32, OpError};
 use crate::device::Device;
 
-/// Largest key head dim (`dk`) the delta rule takes: its kernel keeps a `dk x 32` block of
+/// Largest key head dim (`dk`) the delta rule takes: its kernel keeps a `dk x 64` block of
 /// the state in shared memory. Qwen3.5's is 128.
 pub const MAX_KEY_HEAD_DIM: usize = 128;
 
 /// Value columns per delta-rule workgroup (the kernel's `DVB`).
-const VALUE_BLOCK: usize = 32;
+const VALUE_BLOCK: usize = 64;
 
 /// Rows per chunk of the chunked delta rule (the kernels' `CH`; as in transformers, FLA and
 /// llama.cpp).
