@@ -14,7 +14,15 @@ use loom::kernel;
 /// Grid: x = ceil(n / 64) column blocks, y = ceil(m / 64) row blocks. `accumulate` = 1 adds
 /// the product to `y` (a fused residual add); 0 overwrites `y`.
 #[kernel(name = "gemm.xwt", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
-fn gemm_xwt<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumulate: u32) {
+fn gemm_xwt<W>(
+    x: &[f32; m * k],
+    w: &[W; n * k],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
     const BM: u32 = 64;
     const BN: u32 = 64;
     const BK: u32 = 64;
@@ -39,7 +47,15 @@ fn gemm_xwt<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumu
 /// widened weight computes it. The model's projections use it: rounding activations to
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM").
 #[kernel(name = "gemm.xwt_exact", version = 1, workgroup = 64, elem = [bf16, f16])]
-fn gemm_xwt_exact<W>(x: &[f32], w: &[W], y: &mut [f32], m: u32, n: u32, k: u32, accumulate: u32) {
+fn gemm_xwt_exact<W>(
+    x: &[f32; m * k],
+    w: &[W; n * k],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
     const BM: u32 = 64;
     const BN: u32 = 64;
     const BK: u32 = 64;

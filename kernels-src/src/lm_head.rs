@@ -15,7 +15,13 @@ use loom::kernel;
 /// `hidden`: `[dim]` f32; `w`: `[vocab, dim]` in the instance's element type; `out`: `[vocab]`
 /// f32. Grid: x = ceil(vocab / 256).
 #[kernel(name = "lm_head.matvec", version = 1, workgroup = 256, elem = [bf16, f16, f32])]
-fn lm_head_matvec<W>(hidden: &[f32], w: &[W], out: &mut [f32], vocab: u32, dim: u32) {
+fn lm_head_matvec<W>(
+    hidden: &[f32; dim],
+    w: &[W; vocab * dim],
+    out: &mut [f32; vocab],
+    vocab: u32,
+    dim: u32,
+) {
     let col = group_id() * group_size() + local_id();
     if col < vocab {
         let wrow = col * dim;

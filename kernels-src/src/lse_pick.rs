@@ -16,7 +16,8 @@
 use loom::kernel;
 
 /// `logits`: `[rows, vocab]`; `ids`: `[rows, n_ids]`, every id `< vocab` (the launcher checks);
-/// `stats`: `[rows, 2]` = (max, sum of exp(logit - max)); `picked`: `[rows, n_ids]`.
+/// `stats`: `[rows, 2]` = (max, sum of exp(logit - max)); `picked`: `[rows, n_ids]`. Grid:
+/// x = rows, which is not a parameter, so no length is declared.
 #[kernel(name = "logits.lse_pick", version = 1, workgroup = 256)]
 fn lse_pick(
     logits: &[f32],

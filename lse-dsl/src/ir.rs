@@ -81,11 +81,17 @@ pub enum Access {
 /// A kernel parameter, in declaration order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Param {
-    /// A global buffer: `&[T]` (read) or `&mut [T]` (read-write), T in f32/bf16/f16/u32/i32.
+    /// A global buffer: `&[T]` (read) or `&mut [T]` (read-write), T in f32/bf16/f16/u32/i32;
+    /// `&[T; len]` / `&mut [T; len]` also declares its minimum length.
     Buffer {
         name: String,
         elem: Ty,
         access: Access,
+        /// The declared minimum length in elements, checked by the kernel's typed launcher
+        /// before a launch; `None` for a plain `&[T]`. Launcher metadata only: no lowering
+        /// reads it.
+        #[serde(default)]
+        len: Option<LenExpr>,
     },
     /// A scalar passed by value: f32, i32 or u32.
     Scalar { name: String, ty: Ty },
@@ -95,6 +101,85 @@ impl Param {
     pub fn name(&self) -> &str {
         match self {
             Param::Buffer { name, .. } | Param::Scalar { name, .. } => name,
+        }
+    }
+}
+
+/// A buffer's declared minimum length (`x: &[f32; rows * d]`): an expression over the
+/// kernel's `u32` scalar parameters and integer literals, evaluated by the launcher in `u64`
+/// with checked arithmetic (overflow, a negative intermediate or a division by zero is an
+/// error, never a wrap).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LenExpr {
+    Lit(u64),
+    /// A `u32` scalar parameter, by name.
+    Scalar(String),
+    Bin(LenOp, Box<LenExpr>, Box<LenExpr>),
+}
+
+/// The operations of a [`LenExpr`]: `+ - * /` (`/` truncates) and `min(a, b)`, `max(a, b)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LenOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+}
+
+impl LenOp {
+    /// The symbol and binding strength of an infix operator; `None` for `min`/`max`, which
+    /// are written as calls.
+    fn infix(self) -> Option<(&'static str, u8)> {
+        match self {
+            LenOp::Add => Some(("+", 1)),
+            LenOp::Sub => Some(("-", 1)),
+            LenOp::Mul => Some(("*", 2)),
+            LenOp::Div => Some(("/", 2)),
+            LenOp::Min | LenOp::Max => None,
+        }
+    }
+}
+
+impl LenExpr {
+    /// How strongly the expression binds when it is an operand (`u8::MAX`: never needs
+    /// parentheses).
+    fn strength(&self) -> u8 {
+        match self {
+            LenExpr::Bin(op, ..) => op.infix().map_or(u8::MAX, |(_, p)| p),
+            _ => u8::MAX,
+        }
+    }
+}
+
+/// The canonical source form: `rows * d`, `(pos0 + t) * n`, `max(a, b) - 1`. Parentheses
+/// appear exactly where the tree needs them (a right operand of equal strength keeps them:
+/// `a - (b - c)`), so the text reads back to the same tree.
+impl std::fmt::Display for LenExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LenExpr::Lit(v) => write!(f, "{v}"),
+            LenExpr::Scalar(name) => f.write_str(name),
+            LenExpr::Bin(op, a, b) => match op.infix() {
+                None => {
+                    let name = if *op == LenOp::Min { "min" } else { "max" };
+                    write!(f, "{name}({a}, {b})")
+                }
+                Some((sym, p)) => {
+                    if a.strength() < p {
+                        write!(f, "({a})")?;
+                    } else {
+                        write!(f, "{a}")?;
+                    }
+                    write!(f, " {sym} ")?;
+                    if b.strength() <= p {
+                        write!(f, "({b})")
+                    } else {
+                        write!(f, "{b}")
+                    }
+                }
+            },
         }
     }
 }

@@ -9,6 +9,10 @@
 //! half-open range of linearised workgroup ids to run (`x` fastest, then `y`, then `z`).
 //! Ranges let the runtime spread workgroups over threads.
 
+mod shape;
+
+pub use shape::{check_length, Len, LenFault, ShapeError, ShapeProblem};
+
 /// One buffer argument: base pointer and length in elements.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -60,27 +64,72 @@ impl Elem for half::f16 {
 /// A buffer a kernel may read as elements of `T`: the type of a read-only parameter
 /// (`&[T]`) in a kernel's generated `Args`. Host slices implement it here; the runtime
 /// implements it for its device views.
-pub trait In<T: Elem> {}
+pub trait In<T: Elem> {
+    /// The number of elements, checked against the parameter's declared length.
+    fn len(&self) -> usize;
+
+    /// Whether there are no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// A buffer a kernel may write as elements of `T`: the type of a writable parameter
 /// (`&mut [T]`) in a kernel's generated `Args`. A read-only buffer does not implement it.
-pub trait Out<T: Elem> {}
+pub trait Out<T: Elem> {
+    /// The number of elements, checked against the parameter's declared length.
+    fn len(&self) -> usize;
 
-impl<T: Elem> In<T> for &[T] {}
-impl<T: Elem> In<T> for &Vec<T> {}
-impl<T: Elem, const N: usize> In<T> for &[T; N] {}
-impl<T: Elem> Out<T> for &mut [T] {}
-impl<T: Elem> Out<T> for &mut Vec<T> {}
-impl<T: Elem, const N: usize> Out<T> for &mut [T; N] {}
+    /// Whether there are no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: Elem> In<T> for &[T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+}
+impl<T: Elem> In<T> for &Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+impl<T: Elem, const N: usize> In<T> for &[T; N] {
+    fn len(&self) -> usize {
+        N
+    }
+}
+impl<T: Elem> Out<T> for &mut [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+}
+impl<T: Elem> Out<T> for &mut Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+impl<T: Elem, const N: usize> Out<T> for &mut [T; N] {
+    fn len(&self) -> usize {
+        N
+    }
+}
 
 /// The typed arguments of one launch of one kernel: the `Args` struct `#[loom::kernel]`
 /// generates next to each `KERNEL`, whose fields rustc checks against the kernel's
 /// parameters (element types, writability, scalar types, none missing or extra). A runtime
-/// launches them by converting each field, in parameter order, into its own argument type
-/// `A`.
+/// checks the buffers' declared lengths ([`Launch::check_lengths`]), then launches the
+/// arguments by converting each field, in parameter order, into its own argument type `A`.
 pub trait Launch<A> {
     /// The kernel these arguments are for.
     fn kernel(&self) -> &'static KernelDef;
+    /// Checks every buffer whose parameter declares a minimum length (`x: &[f32; rows * d]`)
+    /// against that length evaluated from these arguments' scalars; the first buffer that
+    /// falls short, or whose length has no value (overflow, a negative difference, a division
+    /// by zero), is the error. Buffers without a declared length are not checked.
+    fn check_lengths(&self) -> Result<(), ShapeError>;
     /// The arguments in parameter order.
     fn into_args(self) -> Vec<A>;
 }

@@ -1043,11 +1043,13 @@ mod tests {
                 name: "x".into(),
                 elem: Ty::F32,
                 access: crate::ir::Access::Read,
+                len: None,
             },
             Param::Buffer {
                 name: "out".into(),
                 elem: Ty::F32,
                 access: crate::ir::Access::ReadWrite,
+                len: None,
             },
             Param::Scalar {
                 name: "n".into(),
@@ -1293,6 +1295,7 @@ mod tests {
             name: "x".into(),
             elem: Ty::Bf16,
             access: crate::ir::Access::ReadWrite,
+            len: None,
         }];
         let src = source(&base_kernel(params, vec![], body));
         // The pretty printer breaks long lines; compare without whitespace.

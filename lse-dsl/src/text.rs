@@ -16,8 +16,8 @@ use crate::ir::{
 };
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
-/// prints); includes name, version, workgroup size, targets, params, shared arrays, locals
-/// and the body.
+/// prints); includes name, version, workgroup size, targets, params (with declared buffer
+/// lengths), shared arrays, locals and the body.
 pub fn ir_text(k: &Kernel) -> String {
     let mut p = Printer {
         k,
@@ -60,13 +60,22 @@ impl Printer<'_> {
         let _ = writeln!(o, "params {{");
         for (i, p) in k.params.iter().enumerate() {
             let _ = match p {
-                Param::Buffer { name, elem, access } => {
+                Param::Buffer {
+                    name,
+                    elem,
+                    access,
+                    len,
+                } => {
                     let m = if *access == Access::ReadWrite {
                         "mut "
                     } else {
                         ""
                     };
-                    writeln!(o, "  p{i} {name}: &{m}[{}]", elem.rust_name())
+                    let elem = elem.rust_name();
+                    match len {
+                        Some(len) => writeln!(o, "  p{i} {name}: &{m}[{elem}; {len}]"),
+                        None => writeln!(o, "  p{i} {name}: &{m}[{elem}]"),
+                    }
                 }
                 Param::Scalar { name, ty } => writeln!(o, "  p{i} {name}: {}", ty.rust_name()),
             };
@@ -366,7 +375,7 @@ fn math_name(f: MathFn) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{BinOp, Local, SharedArray};
+    use crate::ir::{BinOp, LenExpr, Local, SharedArray};
 
     fn kernel() -> Kernel {
         let i = Expr::new(ExprKind::Var(0), Ty::U32);
@@ -382,11 +391,13 @@ mod tests {
                     name: "x".into(),
                     elem: Ty::F32,
                     access: Access::Read,
+                    len: None,
                 },
                 Param::Buffer {
                     name: "out".into(),
                     elem: Ty::F32,
                     access: Access::ReadWrite,
+                    len: Some(LenExpr::Scalar("n".into())),
                 },
                 Param::Scalar {
                     name: "n".into(),
@@ -451,7 +462,7 @@ workgroup 64
 targets gfx942
 params {
   p0 x: &[f32]
-  p1 out: &mut [f32]
+  p1 out: &mut [f32; n]
   p2 n: u32
 }
 shared {

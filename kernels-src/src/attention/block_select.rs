@@ -18,7 +18,8 @@ use loom::kernel;
 /// `scores`: `[n_kv_heads, n_qblocks, n_kblocks]` (from `attention.block_score`); `blocks`:
 /// `[n_kv_heads, n_qblocks, n_kblocks]`; `counts`: `[n_kv_heads, n_qblocks]`. The integer
 /// parameters are at most `n_kblocks` (the launcher clamps them, which changes no decision).
-/// Grid: x = n_qblocks, y = n_kv_heads.
+/// Grid: x = n_qblocks, y = n_kv_heads. Every buffer is sized by the grid, so no length is
+/// declared.
 ///
 /// Work-item `lid` takes key blocks `lid`, `lid + 64`, ... up to the diagonal:
 /// 1. the row maximum, one workgroup `reduce_max`;

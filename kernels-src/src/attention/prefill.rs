@@ -50,15 +50,17 @@ use loom::kernel;
 /// each `<=` the row's query block; `counts`: `[n_kv_heads, n_qblocks]`, at least 1. A query
 /// tile in absolute query block `I` reads row `kvh * n_qblocks + I - qblock0` and attends to
 /// keys `J * block_size .. min((J + 1) * block_size, p + 1)` of each listed block `J`.
-/// Grid: x = ceil((pos0 + t) / 16) - pos0 / 16, y = n_heads.
+/// Grid: x = ceil((pos0 + t) / 16) - pos0 / 16, y = n_heads. The lengths of `blocks` and
+/// `counts` depend on the mode (1 element when dense), so they are not declared; the op
+/// checks them.
 #[kernel(name = "attention.prefill", version = 1, workgroup = 16, elem = [bf16, f16, f32])]
 fn prefill<W>(
-    q: &[f32],
-    k: &[W],
-    v: &[W],
+    q: &[f32; t * n_heads * head_dim],
+    k: &[W; (pos0 + t) * n_kv_heads * head_dim],
+    v: &[W; (pos0 + t) * n_kv_heads * head_dim],
     blocks: &[u32],
     counts: &[u32],
-    out: &mut [f32],
+    out: &mut [f32; t * n_heads * head_dim],
     t: u32,
     pos0: u32,
     n_heads: u32,

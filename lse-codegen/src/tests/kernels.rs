@@ -42,6 +42,7 @@ pub fn buffer(name: &str, elem: Ty, access: Access) -> Param {
         name: name.into(),
         elem,
         access,
+        len: None,
     }
 }
 pub fn scalar(name: &str, ty: Ty) -> Param {

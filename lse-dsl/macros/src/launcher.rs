@@ -17,12 +17,21 @@
 //!
 //! so rustc rejects a buffer of the wrong element type, a read-only buffer for a writable
 //! parameter, a scalar of the wrong type and a missing or unknown field where the arguments
-//! are written.
+//! are written. A buffer with a declared length (`x: &[f32; n * 4]`) gets a run-time check in
+//! `check_lengths`, which the runtime calls before every launch:
+//!
+//! ```ignore
+//! fn check_lengths(&self) -> Result<(), rt::ShapeError> {
+//!     rt::check_length("x", "n * 4", <B0 as rt::In<f32>>::len(&self.x),
+//!         &rt::Len::Mul(&rt::Len::Scalar("n", self.n), &rt::Len::Lit(4u64)))?;
+//!     Ok(())
+//! }
+//! ```
 
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::{Literal, Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote};
 
-use lse_dsl::ir::{Access, Kernel, Param, Ty};
+use lse_dsl::ir::{Access, Kernel, LenExpr, LenOp, Param, Ty};
 
 /// The `Args` struct and its `Launch` impl for kernel `k` (placed in the kernel's module,
 /// next to `KERNEL`).
@@ -32,20 +41,40 @@ pub(crate) fn tokens(k: &Kernel) -> TokenStream2 {
     let mut launch_bounds = Vec::new();
     let mut fields = Vec::new();
     let mut conversions = Vec::new();
+    let mut checks = Vec::new();
     for p in &k.params {
         let name = syn::Ident::new(p.name(), Span::call_site());
         match p {
-            Param::Buffer { elem, access, .. } => {
+            Param::Buffer {
+                elem, access, len, ..
+            } => {
                 let g = format_ident!("B{}", generics.len());
                 let elem_ty = ty_tokens(*elem);
                 let role = match access {
                     Access::Read => quote!(::lse_dsl::rt::In<#elem_ty>),
                     Access::ReadWrite => quote!(::lse_dsl::rt::Out<#elem_ty>),
                 };
-                let doc = match access {
-                    Access::Read => format!("`{}: &[{}]`", p.name(), elem.rust_name()),
-                    Access::ReadWrite => format!("`{}: &mut [{}]`", p.name(), elem.rust_name()),
+                let m = if *access == Access::ReadWrite {
+                    "mut "
+                } else {
+                    ""
                 };
+                let elem_name = elem.rust_name();
+                let doc = match len {
+                    Some(len) => format!("`{}: &{m}[{elem_name}; {len}]`", p.name()),
+                    None => format!("`{}: &{m}[{elem_name}]`", p.name()),
+                };
+                if let Some(len) = len {
+                    let (pname, declared, need) = (p.name(), len.to_string(), len_tokens(len));
+                    checks.push(quote! {
+                        ::lse_dsl::rt::check_length(
+                            #pname,
+                            #declared,
+                            <#g as #role>::len(&self.#name),
+                            &#need,
+                        )?;
+                    });
+                }
                 struct_bounds.push(quote!(#g: #role));
                 launch_bounds.push(quote!(#g: #role + ::core::convert::Into<A>));
                 fields.push(quote!(#[doc = #doc] pub #name: #g));
@@ -65,7 +94,9 @@ pub(crate) fn tokens(k: &Kernel) -> TokenStream2 {
     let struct_doc = format!(
         "The arguments of one launch of `{id}`, one field per parameter: a read-only buffer \
          parameter takes anything that is `lse_dsl::rt::In` of its element type, a writable \
-         one anything `lse_dsl::rt::Out`, a scalar its own type."
+         one anything `lse_dsl::rt::Out`, a scalar its own type. A buffer whose parameter \
+         declares a length (`&[T; len]`) must hold at least that many elements \
+         (`check_lengths`, run by the runtime before each launch)."
     );
     quote! {
         #[doc = #struct_doc]
@@ -85,9 +116,40 @@ pub(crate) fn tokens(k: &Kernel) -> TokenStream2 {
                 &KERNEL
             }
 
+            fn check_lengths(&self) -> ::core::result::Result<(), ::lse_dsl::rt::ShapeError> {
+                #(#checks)*
+                ::core::result::Result::Ok(())
+            }
+
             fn into_args(self) -> ::std::vec::Vec<A> {
                 ::std::vec![#(#conversions),*]
             }
+        }
+    }
+}
+
+/// A declared length as an `lse_dsl::rt::Len` built from the `Args` fields (`self`).
+fn len_tokens(e: &LenExpr) -> TokenStream2 {
+    match e {
+        LenExpr::Lit(v) => {
+            let v = Literal::u64_suffixed(*v);
+            quote!(::lse_dsl::rt::Len::Lit(#v))
+        }
+        LenExpr::Scalar(name) => {
+            let field = syn::Ident::new(name, Span::call_site());
+            quote!(::lse_dsl::rt::Len::Scalar(#name, self.#field))
+        }
+        LenExpr::Bin(op, a, b) => {
+            let variant = match op {
+                LenOp::Add => quote!(Add),
+                LenOp::Sub => quote!(Sub),
+                LenOp::Mul => quote!(Mul),
+                LenOp::Div => quote!(Div),
+                LenOp::Min => quote!(Min),
+                LenOp::Max => quote!(Max),
+            };
+            let (a, b) = (len_tokens(a), len_tokens(b));
+            quote!(::lse_dsl::rt::Len::#variant(&#a, &#b))
         }
     }
 }

@@ -110,7 +110,9 @@ fn param_infos(k: &Kernel) -> Vec<TokenStream2> {
     k.params
         .iter()
         .map(|p| match p {
-            Param::Buffer { name, elem, access } => {
+            Param::Buffer {
+                name, elem, access, ..
+            } => {
                 let elem = elem.rust_name();
                 let writable = *access == Access::ReadWrite;
                 quote! {

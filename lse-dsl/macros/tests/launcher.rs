@@ -1,10 +1,11 @@
 //! The typed launcher `#[loom::kernel]` generates (`<kernel>::Args` and its
 //! `lse_dsl::rt::Launch` impl): it names its kernel and hands the fields over in parameter
-//! order, each converted by the runtime's argument type. Misuses that must not compile are in
-//! `tests/ui/launch_*.rs`.
+//! order, each converted by the runtime's argument type, and checks the buffers' declared
+//! lengths. Misuses that must not compile are in `tests/ui/launch_*.rs` and
+//! `tests/ui/length_*.rs`.
 
 use lse_dsl::__private::half::bf16;
-use lse_dsl::rt::Launch;
+use lse_dsl::rt::{Launch, LenFault, ShapeProblem};
 
 #[loom::kernel(name = "test.launcher", version = 2, workgroup = 32)]
 fn mixed(w: &[bf16], ids: &[u32], out: &mut [f32], n: u32, bias: i32, scale: f32) {
@@ -19,6 +20,15 @@ fn widen<W>(x: &[W], out: &mut [f32], n: u32) {
     let i = local_id();
     if i < n {
         out[i] = to_f32(x[i]);
+    }
+}
+
+/// Differences of consecutive rows' first elements: `x` `[rows, d]`, `out` `[rows - 1]`.
+#[loom::kernel(name = "test.launcher_lengths", version = 1, workgroup = 32)]
+fn steps(x: &[f32; rows * d], out: &mut [f32; rows - 1], rows: u32, d: u32) {
+    let r = group_id();
+    if local_id() == 0 && r + 1 < rows {
+        out[r] = x[(r + 1) * d] - x[r * d];
     }
 }
 
@@ -129,4 +139,59 @@ fn each_instance_of_a_generic_kernel_has_its_own_launcher() {
     );
     let seen: Vec<Seen> = args.into_args();
     assert_eq!(seen[0], Seen::Read("f32", 2));
+}
+
+#[test]
+fn buffers_at_least_their_declared_lengths_pass_the_check() {
+    let x = vec![0.0f32; 7];
+    let mut out = vec![0.0f32; 2];
+    let args = steps::Args {
+        x: x.as_slice(),
+        out: &mut out,
+        rows: 3,
+        d: 2,
+    };
+    assert_eq!(Launch::<Seen>::check_lengths(&args), Ok(()));
+}
+
+#[test]
+fn a_buffer_shorter_than_its_declared_length_fails_the_check() {
+    let x = vec![0.0f32; 5];
+    let mut out = vec![0.0f32; 2];
+    let args = steps::Args {
+        x: x.as_slice(),
+        out: &mut out,
+        rows: 3,
+        d: 2,
+    };
+    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    assert_eq!((err.param, err.declared, err.len), ("x", "rows * d", 5));
+    assert_eq!(err.problem, ShapeProblem::TooShort { need: 6 });
+    assert_eq!(err.scalars, "rows = 3, d = 2");
+
+    let x = vec![0.0f32; 6];
+    let mut out = vec![0.0f32; 1];
+    let args = steps::Args {
+        x: x.as_slice(),
+        out: &mut out,
+        rows: 3,
+        d: 2,
+    };
+    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    assert_eq!((err.param, err.declared, err.len), ("out", "rows - 1", 1));
+}
+
+#[test]
+fn a_declared_length_below_zero_fails_the_check_instead_of_wrapping() {
+    let x: Vec<f32> = Vec::new();
+    let mut out = vec![0.0f32; 4];
+    let args = steps::Args {
+        x: x.as_slice(),
+        out: &mut out,
+        rows: 0,
+        d: 2,
+    };
+    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    assert_eq!(err.param, "out");
+    assert_eq!(err.problem, ShapeProblem::NoValue(LenFault::Negative));
 }

@@ -182,11 +182,13 @@ pub(super) fn in_instance(e: syn::Error, ty: Ty) -> syn::Error {
     out.unwrap_or_else(|| syn::Error::new(Span::call_site(), "error in a kernel instance"))
 }
 
-/// The element type of a buffer type `&[T]` / `&mut [T]` (through parentheses).
+/// The element type of a buffer type `&[T]` / `&mut [T]`, or `&[T; len]` / `&mut [T; len]`
+/// with a declared length (through parentheses).
 fn buffer_elem(ty: &syn::Type) -> Option<&syn::Type> {
     match ty {
         syn::Type::Reference(r) => match &*r.elem {
             syn::Type::Slice(s) => Some(&s.elem),
+            syn::Type::Array(a) => Some(&a.elem),
             _ => None,
         },
         syn::Type::Paren(p) => buffer_elem(&p.elem),
@@ -194,10 +196,12 @@ fn buffer_elem(ty: &syn::Type) -> Option<&syn::Type> {
     }
 }
 
+/// [`buffer_elem`], to replace it (a declared length stays as written).
 fn buffer_elem_mut(ty: &mut syn::Type) -> Option<&mut syn::Type> {
     match ty {
         syn::Type::Reference(r) => match &mut *r.elem {
             syn::Type::Slice(s) => Some(&mut s.elem),
+            syn::Type::Array(a) => Some(&mut a.elem),
             _ => None,
         },
         syn::Type::Paren(p) => buffer_elem_mut(&mut p.elem),
@@ -290,7 +294,8 @@ mod tests {
                 Param::Buffer {
                     name: "w".into(),
                     elem: ty,
-                    access: Access::Read
+                    access: Access::Read,
+                    len: None
                 }
             );
         }
@@ -302,6 +307,33 @@ mod tests {
         assert!(text.contains("f16_to_f32("), "{text}");
         let text = crate::text::ir_text(&ks[1]);
         assert!(!text.contains("to_f32("), "{text}");
+    }
+
+    #[test]
+    fn instances_keep_declared_lengths() {
+        let item: syn::ItemFn = syn::parse_quote! {
+            fn mv<W>(x: &[f32; k], w: &[W; n * k], y: &mut [f32; n], n: u32, k: u32) {
+                let i = local_id();
+                if i < n { y[i] = x[0] * to_f32(w[i * k]); }
+            }
+        };
+        let attr = quote!(
+            name = "t.mv",
+            version = 1,
+            workgroup = 64,
+            elem = [bf16, f32]
+        );
+        let ks = parse_kernels(attr, &item).unwrap();
+        for (k, ty) in ks.iter().zip([Ty::Bf16, Ty::F32]) {
+            let Param::Buffer { elem, len, .. } = &k.params[1] else {
+                panic!("w is a buffer")
+            };
+            assert_eq!(*elem, ty);
+            assert_eq!(
+                len.as_ref().map(ToString::to_string).as_deref(),
+                Some("n * k")
+            );
+        }
     }
 
     #[test]

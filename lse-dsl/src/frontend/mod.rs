@@ -1,7 +1,8 @@
 //! The LOOM front end: a `#[loom::kernel(...)]` Rust `fn` in, a typed and checked
 //! [`ir::Kernel`] out (the language is `LOOM.md`).
 //!
-//! Stages, each in its own module: the attribute (`attr`), the signature (`params`),
+//! Stages, each in its own module: the attribute (`attr`), the signature (`params`, with
+//! declared buffer lengths in `lengths`),
 //! element-type instances of generic kernels (`generic`), statements (`stmt`, `bindings`,
 //! `assign`, `control`) and expressions with bidirectional type inference (`expr`,
 //! `literal`, `builtins`), constant folding (`fold`), then two checks over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
@@ -20,6 +21,7 @@ mod cx;
 mod expr;
 mod fold;
 mod generic;
+mod lengths;
 mod literal;
 mod params;
 mod render;

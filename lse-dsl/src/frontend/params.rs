@@ -1,9 +1,11 @@
 //! The kernel's signature: no return value (generics are `generic`'s), and parameters that are buffers
-//! (`&[T]`, `&mut [T]`) or scalars.
+//! (`&[T]`, `&mut [T]`, or with a declared minimum length `&[T; len]`, `&mut [T; len]`: see
+//! `lengths`) or scalars.
 
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, Signature, Type};
 
+use super::lengths;
 use super::types::{named_ty, ty_list, type_text};
 use crate::ir::{Access, Param, Ty};
 
@@ -42,9 +44,11 @@ pub(super) fn check_signature(sig: &Signature) -> syn::Result<()> {
     Ok(())
 }
 
-/// The parameters in declaration order.
+/// The parameters in declaration order, declared buffer lengths included.
 pub(super) fn parse_params(sig: &Signature) -> syn::Result<Vec<Param>> {
     let mut out: Vec<Param> = Vec::new();
+    // (parameter index, declared length), resolved once every parameter is known.
+    let mut lens = Vec::new();
     for arg in &sig.inputs {
         let pt = match arg {
             FnArg::Receiver(r) => {
@@ -80,31 +84,48 @@ pub(super) fn parse_params(sig: &Signature) -> syn::Result<Vec<Param>> {
                 format!("parameter `{name}` is declared twice"),
             ));
         }
-        out.push(param(name, &pt.ty)?);
+        let (p, len) = param(name, &pt.ty)?;
+        if let Some(len) = len {
+            lens.push((out.len(), len));
+        }
+        out.push(p);
+    }
+    for (i, e) in lens {
+        let parsed = lengths::parse(e, &out)?;
+        if let Param::Buffer { len, .. } = &mut out[i] {
+            *len = Some(parsed);
+        }
     }
     Ok(out)
 }
 
-fn param(name: String, ty: &Type) -> syn::Result<Param> {
+/// One parameter, and for a buffer with a declared length that length's expression (parsed
+/// by the caller, which knows every parameter).
+fn param(name: String, ty: &Type) -> syn::Result<(Param, Option<&syn::Expr>)> {
     match ty {
         Type::Reference(r) => {
-            let Type::Slice(slice) = &*r.elem else {
-                return Err(syn::Error::new(
-                    ty.span(),
-                    format!(
-                        "bad parameter type `{}`: buffers are `&[T]` or `&mut [T]`",
-                        type_text(ty)
-                    ),
-                ));
+            let (elem_ty, len) = match &*r.elem {
+                Type::Slice(s) => (&*s.elem, None),
+                Type::Array(a) => (&*a.elem, Some(&a.len)),
+                _ => {
+                    return Err(syn::Error::new(
+                        ty.span(),
+                        format!(
+                            "bad parameter type `{}`: buffers are `&[T]` or `&mut [T]`, or \
+                             `&[T; len]` or `&mut [T; len]` with a declared minimum length",
+                            type_text(ty)
+                        ),
+                    ));
+                }
             };
-            let elem = named_ty(&slice.elem)
+            let elem = named_ty(elem_ty)
                 .filter(|t| BUFFER_ELEMS.contains(t))
                 .ok_or_else(|| {
                     syn::Error::new(
-                        slice.elem.span(),
+                        elem_ty.span(),
                         format!(
                             "bad buffer element type `{}`: expected {}",
-                            type_text(&slice.elem),
+                            type_text(elem_ty),
                             ty_list(&BUFFER_ELEMS)
                         ),
                     )
@@ -114,13 +135,19 @@ fn param(name: String, ty: &Type) -> syn::Result<Param> {
             } else {
                 Access::Read
             };
-            Ok(Param::Buffer { name, elem, access })
+            let p = Param::Buffer {
+                name,
+                elem,
+                access,
+                len: None,
+            };
+            Ok((p, len))
         }
         Type::Paren(p) => param(name, &p.elem),
         _ => {
             let ty_ok = named_ty(ty).filter(|t| SCALARS.contains(t));
             match ty_ok {
-                Some(t) => Ok(Param::Scalar { name, ty: t }),
+                Some(t) => Ok((Param::Scalar { name, ty: t }, None)),
                 None => Err(syn::Error::new(
                     ty.span(),
                     format!(
@@ -154,17 +181,20 @@ mod tests {
                 Param::Buffer {
                     name: "a".into(),
                     elem: Ty::F32,
-                    access: Access::Read
+                    access: Access::Read,
+                    len: None
                 },
                 Param::Buffer {
                     name: "b".into(),
                     elem: Ty::Bf16,
-                    access: Access::ReadWrite
+                    access: Access::ReadWrite,
+                    len: None
                 },
                 Param::Buffer {
                     name: "c".into(),
                     elem: Ty::F16,
-                    access: Access::Read
+                    access: Access::Read,
+                    len: None
                 },
                 Param::Scalar {
                     name: "n".into(),

@@ -228,3 +228,24 @@ fn the_ir_hash_ignores_formatting_but_not_meaning() {
     assert_eq!(ir_hash(&a), ir_hash(&b));
     assert_ne!(ir_hash(&a), ir_hash(&c));
 }
+
+#[test]
+fn declared_lengths_change_the_ir_text_and_hash_but_not_the_lowering() {
+    let body = "{ let i = local_id(); if i < n { out[i] = x[i] * 2.0; } }";
+    let attr = "#[kernel(name = \"t.k\", version = 1, workgroup = 64)]";
+    let plain = format!("{attr}\nfn k(x: &[f32], out: &mut [f32], n: u32) {body}");
+    let declared = format!("{attr}\nfn k(x: &[f32; n], out: &mut [f32; n], n: u32) {body}");
+    let (a, b) = (
+        kernels_in_file(&plain).unwrap().remove(0),
+        kernels_in_file(&declared).unwrap().remove(0),
+    );
+    assert_eq!((&a.body, &a.locals), (&b.body, &b.locals));
+    let rust = |k: &Kernel| crate::rustgen::cpu_entry_source(&crate::wil::transform(k), "k");
+    assert_eq!(rust(&a), rust(&b));
+    let text = crate::text::ir_text(&b);
+    assert!(
+        text.contains("p0 x: &[f32; n]\n  p1 out: &mut [f32; n]\n"),
+        "{text}"
+    );
+    assert_ne!(crate::text::ir_hash(&a), crate::text::ir_hash(&b));
+}

@@ -367,8 +367,17 @@ impl<'a, T: Elem> From<&'a mut [T]> for DevSliceMut<'a, T> {
     }
 }
 
-impl<T: Elem> lse_dsl::rt::In<T> for DevSlice<'_, T> {}
-impl<T: Elem> lse_dsl::rt::Out<T> for DevSliceMut<'_, T> {}
+impl<T: Elem> lse_dsl::rt::In<T> for DevSlice<'_, T> {
+    fn len(&self) -> usize {
+        self.raw.len
+    }
+}
+
+impl<T: Elem> lse_dsl::rt::Out<T> for DevSliceMut<'_, T> {
+    fn len(&self) -> usize {
+        self.raw.len
+    }
+}
 
 #[cfg(test)]
 impl<T> DevSlice<'_, T> {

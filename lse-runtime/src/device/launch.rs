@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use lse_dsl::rt::{Elem, KernelDef, Launch, ParamKind, RawBuf};
+use lse_dsl::rt::{Elem, KernelDef, Launch, ParamKind, RawBuf, ShapeError};
 use rayon::prelude::*;
 
 use super::buffer::{DevSlice, DevSliceMut};
@@ -159,6 +159,15 @@ pub enum LaunchError {
         name: &'static str,
         expected: String,
         got: String,
+    },
+    /// A buffer shorter than its parameter's declared length (`x: &[f32; rows * d]`), or a
+    /// declared length without a value for the launch's scalars; `error` names the
+    /// parameter, the declared length, its value and the buffer's length.
+    #[error("{kernel}: {error}")]
+    Length {
+        kernel: &'static str,
+        #[source]
+        error: ShapeError,
     },
     #[error("{kernel}: the grid {grid:?} has more than 2^32 - 1 workgroups")]
     Grid {
@@ -319,16 +328,23 @@ impl Device {
     /// };
     /// ```
     ///
-    /// Types aside, the arguments are checked again here against the kernel's parameter list
-    /// and `self` (device memory must be this device's own). The caller guarantees the
-    /// kernel's own contract (index ranges implied by the shapes it passes); the typed
-    /// wrappers in [`crate::ops`] check those before launching.
+    /// Before anything runs, every buffer whose parameter declares a minimum length
+    /// (`x: &[f32; rows * d]`, `LOOM.md`) is checked against that length evaluated from the
+    /// launch's scalars ([`LaunchError::Length`]). Types aside, the arguments are checked
+    /// again here against the kernel's parameter list and `self` (device memory must be this
+    /// device's own). The caller guarantees the rest of the kernel's contract (the grid, and
+    /// the lengths a kernel does not declare); the typed wrappers in [`crate::ops`] check
+    /// those before launching.
     pub fn launch<'a>(
         &self,
         grid: [u32; 3],
         args: impl Launch<Arg<'a>>,
     ) -> Result<(), LaunchError> {
         let kernel = args.kernel();
+        args.check_lengths().map_err(|error| LaunchError::Length {
+            kernel: kernel.id,
+            error,
+        })?;
         let args = args.into_args();
         let (placed, scalars) = marshal(self, kernel, &args)?;
         let total = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
@@ -394,9 +410,68 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
+    use lse_dsl::rt::ShapeProblem;
+    use lse_kernels::gemm::gemm_xwt_f32;
+    use lse_kernels::lm_head::lm_head_matvec_f32;
     use lse_kernels::topk_pairs::topk_pairs::{self, KERNEL as TOPK};
 
     use super::*;
+
+    /// A buffer shorter than its parameter's declared length (`w: &[W; vocab * dim]`) is
+    /// refused on the CPU-side devices before the kernel runs (the output keeps its values),
+    /// naming the kernel, the parameter, the declared length, its value and the buffer's
+    /// length. Device views are checked like host slices.
+    #[test]
+    fn a_buffer_shorter_than_its_declared_length_is_refused_before_the_kernel_runs() {
+        for pool in [Pool::Cpu, Pool::Host] {
+            let dev = Device::open(pool).unwrap();
+            let hidden = vec![1.0f32; 3];
+            let w = vec![1.0f32; 14];
+            let mut out = vec![-7.0f32; 5];
+            let args = lm_head_matvec_f32::Args {
+                hidden: &hidden,
+                w: &w,
+                out: &mut out,
+                vocab: 5,
+                dim: 3,
+            };
+            let err = dev.launch([1, 1, 1], args).unwrap_err();
+            let LaunchError::Length { kernel, error } = &err else {
+                panic!("{pool}: {err:?}");
+            };
+            assert_eq!(*kernel, "lm_head.matvec_f32.v1");
+            assert_eq!(
+                (error.param, error.declared, error.len),
+                ("w", "vocab * dim", 14)
+            );
+            assert_eq!(error.problem, ShapeProblem::TooShort { need: 15 });
+            assert_eq!(
+                err.to_string(),
+                "lm_head.matvec_f32.v1: buffer `w` holds 14 elements, fewer than its declared \
+                 length `vocab * dim` = 15 (vocab = 5, dim = 3)"
+            );
+            assert!(out.iter().all(|&v| v == -7.0), "{pool}: the kernel ran");
+
+            let (x, w) = (vec![1.0f32; 6], vec![1.0f32; 6]);
+            let mut y = dev.alloc::<f32>(3).unwrap();
+            let args = gemm_xwt_f32::Args {
+                x: &x,
+                w: &w,
+                y: y.slice_mut(..).unwrap(),
+                m: 2,
+                n: 2,
+                k: 3,
+                accumulate: 0,
+            };
+            let err = dev.launch([1, 1, 1], args).unwrap_err().to_string();
+            assert!(
+                err.contains(
+                    "buffer `y` holds 3 elements, fewer than its declared length `m * n` = 4"
+                ),
+                "{pool}: {err}"
+            );
+        }
+    }
 
     /// GPU memory (an address of some opened GPU) is refused by a device that is not that
     /// GPU, naming the argument and the device that owns it.
