@@ -19,7 +19,7 @@ use loom::kernel;
 #[kernel(name = "attention.qk_norm_rope", version = 1, workgroup = 64)]
 fn qk_norm_rope(
     src: &[f32],
-    w: &[f32],
+    w: &[f32; head_dim],
     cos_sin: &[f32],
     dst: &mut [f32],
     src_row: u32,

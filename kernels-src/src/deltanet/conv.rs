@@ -21,11 +21,11 @@ use loom::kernel;
 /// normalised q, `eps` is added to the sum of squares. Grid: x = t, y = 2 hk + hv.
 #[kernel(name = "deltanet.conv", version = 1, workgroup = 64)]
 fn conv(
-    state: &[f32],
-    x: &[f32],
-    w: &[f32],
-    out: &mut [f32],
-    new_state: &mut [f32],
+    state: &[f32; (kc - 1) * cd],
+    x: &[f32; t * cd],
+    w: &[f32; kc * cd],
+    out: &mut [f32; t * cd],
+    new_state: &mut [f32; (kc - 1) * cd],
     t: u32,
     cd: u32,
     kc: u32,

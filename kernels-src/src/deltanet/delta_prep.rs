@@ -20,7 +20,7 @@ use loom::kernel;
 /// (hv / hk) + y`, key head `z`).
 #[kernel(name = "deltanet.delta_prep", version = 1, workgroup = 64)]
 fn delta_prep(
-    qkv: &[f32],
+    qkv: &[f32; t * cd],
     beta: &[f32],
     g: &[f32],
     mats: &mut [f32],

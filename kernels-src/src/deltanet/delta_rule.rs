@@ -30,7 +30,7 @@ use loom::kernel;
 /// `h = z * (hv / hk) + y`, key head `z`).
 #[kernel(name = "deltanet.delta_rule", version = 1, workgroup = 64)]
 fn delta_rule(
-    qkv: &[f32],
+    qkv: &[f32; t * cd],
     beta: &[f32],
     mats: &[f32],
     decay: &[f32],

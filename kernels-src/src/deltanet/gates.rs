@@ -12,12 +12,12 @@ use loom::kernel;
 /// work-item per element; grid x = ceil(n / 256).
 #[kernel(name = "deltanet.gates", version = 1, workgroup = 256)]
 fn gates(
-    b: &[f32],
-    a: &[f32],
-    a_log: &[f32],
-    dt_bias: &[f32],
-    beta: &mut [f32],
-    g: &mut [f32],
+    b: &[f32; n],
+    a: &[f32; n],
+    a_log: &[f32; hv],
+    dt_bias: &[f32; hv],
+    beta: &mut [f32; n],
+    g: &mut [f32; n],
     n: u32,
     hv: u32,
 ) {

@@ -6,7 +6,7 @@ use loom::kernel;
 /// `a`, `b`: `n` values each (the gate and up projections); `a` is overwritten. One
 /// work-item per element. Grid: x = ceil(n / 256).
 #[kernel(name = "ffn.swiglu", version = 1, workgroup = 256)]
-fn swiglu(a: &mut [f32], b: &[f32], n: u32) {
+fn swiglu(a: &mut [f32; n], b: &[f32; n], n: u32) {
     let i = group_id() * group_size() + local_id();
     if i < n {
         a[i] = silu(a[i]) * b[i];
