@@ -13,11 +13,11 @@ use crate::ops::{self, KvCacheMut, KvSlice, KvView, OpError};
 /// bf16 because Qwen3.5 checkpoints are bf16 and bf16 has f32's range).
 pub const DEFAULT_KV_DTYPE: DType = DType::BF16;
 
-/// One tensor of a KV cache in its storage dtype.
+/// The keys and the values of a KV cache, in one storage dtype.
 enum KvStore {
-    Bf16(Vec<bf16>),
-    F16(Vec<f16>),
-    F32(Vec<f32>),
+    Bf16(Vec<bf16>, Vec<bf16>),
+    F16(Vec<f16>, Vec<f16>),
+    F32(Vec<f32>, Vec<f32>),
 }
 
 /// `len` zeroed elements from the allocator's zeroed pages, or `None` when the allocator
@@ -29,33 +29,23 @@ fn try_zeroed<T: bytemuck::Zeroable>(len: usize) -> Option<Vec<T>> {
 }
 
 impl KvStore {
-    /// Zeroed storage from the allocator's zeroed pages: slots the windows never reach cost
-    /// no memory and no time. `None` when the allocation fails.
+    /// `len` zeroed keys and as many values from the allocator's zeroed pages: slots the
+    /// windows never reach cost no memory and no time. `None` when an allocation fails.
     fn zeros(dtype: DType, len: usize) -> Option<KvStore> {
         Some(match dtype {
-            DType::BF16 => KvStore::Bf16(try_zeroed(len)?),
-            DType::F16 => KvStore::F16(try_zeroed(len)?),
-            DType::F32 => KvStore::F32(try_zeroed(len)?),
+            DType::BF16 => KvStore::Bf16(try_zeroed(len)?, try_zeroed(len)?),
+            DType::F16 => KvStore::F16(try_zeroed(len)?, try_zeroed(len)?),
+            DType::F32 => KvStore::F32(try_zeroed(len)?, try_zeroed(len)?),
         })
-    }
-
-    fn slice(&self) -> KvSlice<'_> {
-        match self {
-            KvStore::Bf16(x) => KvSlice::Bf16(x),
-            KvStore::F16(x) => KvSlice::F16(x),
-            KvStore::F32(x) => KvSlice::F32(x),
-        }
     }
 }
 
 /// Keys and values of one full-attention layer: layout [token][kv head][head_dim], in the
 /// cache dtype, as the attention kernels read them.
 pub struct KvCache {
-    dtype: DType,
     capacity: usize,
     row: usize,
-    k: KvStore,
-    v: KvStore,
+    store: KvStore,
 }
 
 impl KvCache {
@@ -65,16 +55,18 @@ impl KvCache {
         let len = capacity.checked_mul(row)?;
         len.checked_mul(dtype.size())?;
         Some(KvCache {
-            dtype,
             capacity,
             row,
-            k: KvStore::zeros(dtype, len)?,
-            v: KvStore::zeros(dtype, len)?,
+            store: KvStore::zeros(dtype, len)?,
         })
     }
     /// Storage dtype.
     pub fn dtype(&self) -> DType {
-        self.dtype
+        match self.store {
+            KvStore::Bf16(..) => DType::BF16,
+            KvStore::F16(..) => DType::F16,
+            KvStore::F32(..) => DType::F32,
+        }
     }
     /// Capacity in tokens.
     pub fn capacity(&self) -> usize {
@@ -89,20 +81,21 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) -> std::result::Result<(), OpError> {
-        let cache = match (&mut self.k, &mut self.v) {
-            (KvStore::Bf16(k), KvStore::Bf16(v)) => KvCacheMut::Bf16(k, v),
-            (KvStore::F16(k), KvStore::F16(v)) => KvCacheMut::F16(k, v),
-            (KvStore::F32(k), KvStore::F32(v)) => KvCacheMut::F32(k, v),
-            _ => unreachable!("a cache's keys and values share its dtype"),
+        let cache = match &mut self.store {
+            KvStore::Bf16(kc, vc) => KvCacheMut::Bf16(kc, vc),
+            KvStore::F16(kc, vc) => KvCacheMut::F16(kc, vc),
+            KvStore::F32(kc, vc) => KvCacheMut::F32(kc, vc),
         };
         ops::kv_write(dev, k, v, self.row, pos0, cache)
     }
     /// The whole cache (every token slot, written or not) as the attention kernels take it.
     pub fn view(&self) -> KvView<'_> {
-        KvView {
-            k: self.k.slice(),
-            v: self.v.slice(),
-        }
+        let (k, v) = match &self.store {
+            KvStore::Bf16(k, v) => (KvSlice::Bf16(k), KvSlice::Bf16(v)),
+            KvStore::F16(k, v) => (KvSlice::F16(k), KvSlice::F16(v)),
+            KvStore::F32(k, v) => (KvSlice::F32(k), KvSlice::F32(v)),
+        };
+        KvView { k, v }
     }
 }
 

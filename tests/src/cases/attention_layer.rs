@@ -15,19 +15,12 @@ use half::{bf16, f16};
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, HeadLayout, KvCacheMut, RopeTable};
 
-use super::Dtype;
+use super::{Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol, SAME_ORDER};
 use crate::reference::norm::{rmsnorm_zc, rope_neox, sigmoid};
 
 const EPS: f32 = 1e-6;
 const U: f32 = f32::EPSILON / 2.0;
-
-/// Frequencies `θ^(-2i/rot)` as the model forms them.
-fn inv_freq(theta: f64, half: usize) -> Vec<f32> {
-    (0..half)
-        .map(|i| (1.0 / theta.powf(i as f64 / half as f64)) as f32)
-        .collect()
-}
 
 struct QkCase {
     t: usize,
@@ -42,7 +35,7 @@ impl QkCase {
         let mut rng = Rng(0x9e + (self.t * 13 + l.head_dim + l.row) as u64);
         let src = rng.f32s(self.t * l.row, 2.0);
         let w = rng.f32s(l.head_dim, 0.5);
-        (src, w, inv_freq(1e7, self.half))
+        (src, w, ops::rope_inv_freq(1e7, 2 * self.half))
     }
 }
 
@@ -154,18 +147,6 @@ impl KvWriteCase {
     }
 }
 
-/// `values` stored in `dtype` and widened back.
-fn round_to(dtype: Dtype, values: &[f32]) -> Vec<f32> {
-    values
-        .iter()
-        .map(|&x| match dtype {
-            Dtype::Bf16 => bf16::from_f32(x).to_f32(),
-            Dtype::F16 => f16::from_f32(x).to_f32(),
-            Dtype::F32 => x,
-        })
-        .collect()
-}
-
 impl Case for KvWriteCase {
     fn name(&self) -> String {
         format!(
@@ -202,10 +183,10 @@ impl Case for KvWriteCase {
     fn reference(&self) -> Vec<Out> {
         let (k, v, old) = self.inputs();
         let at = self.pos0 * self.row..(self.pos0 + self.t) * self.row;
-        let mut kc = round_to(self.dtype, &old);
+        let mut kc = Stored::new(&old, self.dtype).widened();
         let mut vc = kc.clone();
-        kc[at.clone()].copy_from_slice(&round_to(self.dtype, &k));
-        vc[at].copy_from_slice(&round_to(self.dtype, &v));
+        kc[at.clone()].copy_from_slice(&Stored::new(&k, self.dtype).widened());
+        vc[at].copy_from_slice(&Stored::new(&v, self.dtype).widened());
         vec![Out::F32("k_cache", kc), Out::F32("v_cache", vc)]
     }
 
