@@ -131,8 +131,8 @@ fn main() {
             scale: 1.0 / (HEAD_DIM as f32).sqrt(),
         };
         let kv = KvView {
-            k: KvSlice::Bf16(&k),
-            v: KvSlice::Bf16(&v),
+            k: KvSlice::Bf16((&k).into()),
+            v: KvSlice::Bf16((&v).into()),
         };
         let mut dense = vec![0.0; q.len()];
         let mut sparse = vec![0.0; q.len()];

@@ -8,6 +8,7 @@
 
 use std::ops::Range;
 
+use crate::device::DevSlice;
 use crate::model::{DType, HybridLM, ModelError, PrefillAttention, Result, Session};
 
 /// Runs prompts through a model pass by pass, carrying one session.
@@ -88,7 +89,8 @@ impl<'m> Generator<'m> {
 
     /// Scores a prompt the way serving prefills it: runs `tokens` through the pass plan and,
     /// after each pass, hands the final hidden rows of the positions in `rows` that the pass
-    /// produced to `head`, at most `head_rows` rows at a time, as `(hidden [n, H], positions)`.
+    /// produced to `head`, at most `head_rows` rows at a time, as `(hidden [n, H], positions)`,
+    /// the rows where the pass left them (on a GPU, in its memory).
     ///
     /// Fails before any work if the prompt does not fit in the remaining KV capacity.
     pub fn score<E: From<ModelError>>(
@@ -98,23 +100,23 @@ impl<'m> Generator<'m> {
         batch_size: usize,
         ubatch_size: usize,
         head_rows: usize,
-        mut head: impl FnMut(&[f32], Range<usize>) -> std::result::Result<(), E>,
+        mut head: impl FnMut(DevSlice<'_, f32>, Range<usize>) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let plan = Self::prefill_passes(tokens.len(), batch_size, ubatch_size)?;
         self.session.check_fits(tokens.len())?;
         let dim = self.model.config().hidden_size;
         for pass in plan {
-            let hidden = self
-                .model
-                .hidden(&mut self.session, &tokens[pass.clone()], self.attn)?;
+            let hidden =
+                self.model
+                    .hidden_on_device(&mut self.session, &tokens[pass.clone()], self.attn)?;
             let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
             let mut b = lo;
             while b < hi {
                 let e = (b + head_rows.max(1)).min(hi);
-                head(
-                    &hidden[(b - pass.start) * dim..(e - pass.start) * dim],
-                    b..e,
-                )?;
+                let block = hidden
+                    .slice((b - pass.start) * dim..(e - pass.start) * dim)
+                    .map_err(ModelError::from)?;
+                head(block, b..e)?;
                 b = e;
             }
         }

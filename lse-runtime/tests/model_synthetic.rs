@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use lse_runtime::device::{Device, Pool};
+use lse_runtime::device::{DevSlice, Device, Pool};
 use lse_runtime::generator::Generator;
 use lse_runtime::model::synthetic::{
     write_random_model, write_safetensors, SyntheticSpec, TensorDecl,
@@ -417,10 +417,12 @@ fn score_hands_the_head_exactly_the_requested_rows_in_blocks() {
         16,
         7,
         4,
-        |hidden: &[f32], rows: std::ops::Range<usize>| -> Result<(), ModelError> {
+        |hidden: DevSlice<'_, f32>, rows: std::ops::Range<usize>| -> Result<(), ModelError> {
             assert!(rows.len() <= 4 && !rows.is_empty());
             assert_eq!(hidden.len(), rows.len() * dim);
-            got.push((rows, hidden.to_vec()));
+            let mut host = vec![0.0; hidden.len()];
+            model.device().download(hidden, &mut host).unwrap();
+            got.push((rows, host));
             Ok(())
         },
     )

@@ -191,7 +191,7 @@ const STRENGTHS: [f32; 10] = [0.0, 2.0, 0.0, 12.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
 #[test]
 fn forced_blocks_add_exactly_what_they_should() {
     let (shape, q, k) = exact_pattern(640, &STRENGTHS);
-    let k = KvSlice::F32(&k);
+    let k = KvSlice::F32((&k).into());
     let threshold = |qb: u32| -> Vec<u32> {
         match qb {
             0..=2 => (0..=qb).collect(),
@@ -346,11 +346,17 @@ fn slash_is_found() {
         };
     }
     let params = bare(b, 0.1);
-    assert_lists(&shape, &q, KvSlice::F32(&k), &params, |qb| match qb {
-        0..=2 => (0..=qb).collect(),
-        3 => vec![0, 3],
-        _ => vec![qb - 4, qb - 3, qb],
-    });
+    assert_lists(
+        &shape,
+        &q,
+        KvSlice::F32((&k).into()),
+        &params,
+        |qb| match qb {
+            0..=2 => (0..=qb).collect(),
+            3 => vec![0, 3],
+            _ => vec![qb - 4, qb - 3, qb],
+        },
+    );
 }
 
 /// `alpha = 0` keeps every causal block, whatever the scores.
@@ -383,7 +389,8 @@ fn padding_rows_never_count() {
         let row = c.shape.n_heads * c.shape.head_dim;
         for dev in devices() {
             let st =
-                ops::flashprefill_stages(&dev, &c.shape, &q, KvSlice::F32(&k), &c.params).unwrap();
+                ops::flashprefill_stages(&dev, &c.shape, &q, KvSlice::F32((&k).into()), &c.params)
+                    .unwrap();
             // The last query block (1) against both key blocks, for both KV heads.
             for at in [2, 3, 6, 7] {
                 let (got, want) = (f64::from(st.scores[at]), sel.scores[at]);
@@ -430,9 +437,14 @@ fn padding_rows_never_count() {
 
             let mut k_padded = k.clone();
             k_padded.resize(k.len() + 56 * c.shape.n_kv_heads * c.shape.head_dim, -3.0e4);
-            let padded =
-                ops::flashprefill_stages(&dev, &c.shape, &q, KvSlice::F32(&k_padded), &c.params)
-                    .unwrap();
+            let padded = ops::flashprefill_stages(
+                &dev,
+                &c.shape,
+                &q,
+                KvSlice::F32((&k_padded).into()),
+                &c.params,
+            )
+            .unwrap();
             assert_eq!(
                 padded,
                 st,

@@ -9,10 +9,15 @@
 //! Besides each op on host slices, the resident path the scoring head takes is exercised:
 //! device buffers round-tripped through GPU memory, the LM-head weight made resident once,
 //! hidden rows uploaded, logits left in a device buffer and reduced there by `lse_pick` and
-//! `topk_pairs` (whose ids and outputs are host slices in the same launches).
+//! `topk_pairs` (whose ids and outputs are host slices in the same launches). And the whole
+//! forward pass resident on the device: a dense and a MoE model loaded onto it
+//! (`HybridLM::load_on`), their sessions' caches and states in its memory, two passes whose
+//! hidden rows come back only at the end.
 
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
+use lse_runtime::model::synthetic::{write_random_model, SyntheticSpec};
+use lse_runtime::model::{DType, HybridLM, MoeConfig, PrefillAttention};
 use lse_runtime::ops::{self, HeadWeight, ResidentHeadWeight};
 use lse_tests::cases;
 use lse_tests::diff::{compare, Out, Rng, Tol};
@@ -22,6 +27,13 @@ use lse_tests::diff::{compare, Out, Rng, Tol};
 const RESIDENT: Tol = Tol {
     abs: 1e-4,
     rel: 1e-4,
+};
+
+/// Tolerance of the resident forward: hidden rows after 4 layers of a random model, whose
+/// kernels' f32 rounding (and a GPU's contracted multiply-adds) compound from layer to layer.
+const FORWARD: Tol = Tol {
+    abs: 2e-3,
+    rel: 2e-3,
 };
 
 /// A named device path without a plain-Rust reference: runs on a device, returns its outputs.
@@ -42,6 +54,42 @@ fn resident_checks() -> Vec<Check> {
         }
     }
     out
+}
+
+/// The tiny random model, dense with f32 weights or MoE with bf16 weights and a tied head.
+fn forward_spec(moe: bool) -> SyntheticSpec {
+    if !moe {
+        return SyntheticSpec::tiny();
+    }
+    SyntheticSpec {
+        moe: Some(MoeConfig {
+            num_experts: 6,
+            num_experts_per_tok: 2,
+            moe_intermediate_size: 12,
+            shared_expert_intermediate_size: 10,
+        }),
+        dtype: DType::BF16,
+        tie_word_embeddings: true,
+        ..SyntheticSpec::tiny()
+    }
+}
+
+/// The model loaded onto `dev` and run there in two passes (9 tokens, then 7: the second
+/// continues the first's KV cache, conv and delta states, all in `dev`'s memory); the final
+/// hidden rows of each pass.
+fn resident_forward(dev: &Device, moe: bool) -> Vec<Out> {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = forward_spec(moe);
+    write_random_model(dir.path(), &spec, 17).unwrap();
+    let model = HybridLM::load_on(dir.path(), dev).unwrap();
+    let tokens: Vec<u32> = (0..16u32)
+        .map(|i| i * 37 % spec.vocab_size as u32)
+        .collect();
+    let attn = PrefillAttention::dense(dev);
+    let mut session = model.new_session(DType::BF16, 32).unwrap();
+    let first = model.hidden(&mut session, &tokens[..9], &attn).unwrap();
+    let second = model.hidden(&mut session, &tokens[9..], &attn).unwrap();
+    vec![Out::F32("pass 1", first), Out::F32("pass 2", second)]
 }
 
 /// f32 (into a larger buffer, whose tail must come back zeroed), bf16 and u32 buffers
@@ -158,6 +206,16 @@ fn gpu_matches_cpu_reference() {
     }
     for (name, run) in resident_checks() {
         outcome(name, compare(&run(&gpu), &run(&cpu), RESIDENT));
+    }
+    for (name, moe) in [
+        ("resident forward, dense", false),
+        ("resident forward, MoE", true),
+    ] {
+        let got = resident_forward(&gpu, moe);
+        outcome(
+            name.into(),
+            compare(&got, &resident_forward(&cpu, moe), FORWARD),
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -29,6 +29,13 @@ pub enum BufError {
         got: usize,
         len: usize,
     },
+    /// A view downloaded into a host slice of another length.
+    #[error("a view of {len} {elem} elements downloaded into {got} elements")]
+    ViewLen {
+        elem: &'static str,
+        got: usize,
+        len: usize,
+    },
     /// A view outside the buffer.
     #[error("device buffer view {start}..{end} is outside a buffer of {len} {elem} elements")]
     Range {
@@ -40,6 +47,9 @@ pub enum BufError {
     /// A buffer larger than the address space.
     #[error("a device buffer of {len} {elem} elements is larger than the address space")]
     Size { elem: &'static str, len: usize },
+    /// Host memory the allocator refused.
+    #[error("could not allocate a buffer of {len} {elem} elements in host memory")]
+    HostAlloc { elem: &'static str, len: usize },
     /// A GPU runtime call failed; `message` names the call and the runtime's error text.
     #[error("device buffer on {pool}: {message}")]
     Gpu { pool: Pool, message: String },
@@ -94,11 +104,19 @@ fn byte_len<T: Elem>(len: usize) -> Result<usize, BufError> {
 }
 
 impl Device {
-    /// A zeroed buffer of `len` elements in this device's memory.
-    pub fn alloc<T: Elem>(&self, len: usize) -> Result<DeviceBuf<T>, BufError> {
+    /// A zeroed buffer of `len` elements in this device's memory. Host memory comes from the
+    /// allocator's zeroed pages, so elements never written cost no memory.
+    pub fn alloc<T: Elem + bytemuck::Zeroable>(
+        &self,
+        len: usize,
+    ) -> Result<DeviceBuf<T>, BufError> {
         let bytes = byte_len::<T>(len)?;
         let mem = match self.gpu_device() {
-            None => Mem::Host(vec![T::default(); len]),
+            None => Mem::Host(
+                bytemuck::allocation::try_zeroed_slice_box(len)
+                    .map(|b: Box<[T]>| b.into_vec())
+                    .map_err(|_| BufError::HostAlloc { elem: T::NAME, len })?,
+            ),
             Some(gpu) => {
                 let ptr = gpu.alloc(bytes).map_err(|message| BufError::Gpu {
                     pool: self.pool(),
@@ -114,13 +132,66 @@ impl Device {
         Ok(DeviceBuf { len, mem })
     }
 
+    /// A buffer of this device's memory holding a copy of `data`.
+    pub fn buffer_from<T: Elem + bytemuck::Zeroable>(
+        &self,
+        data: &[T],
+    ) -> Result<DeviceBuf<T>, BufError> {
+        let mut buf = self.alloc(data.len())?;
+        buf.upload(data)?;
+        Ok(buf)
+    }
+
+    /// Copies the elements of `src` (in host memory or this device's) into `out`, of the same
+    /// length, after every kernel launched before.
+    pub fn download<T: Elem>(&self, src: DevSlice<'_, T>, out: &mut [T]) -> Result<(), BufError> {
+        if out.len() != src.raw.len {
+            return Err(BufError::ViewLen {
+                elem: T::NAME,
+                got: out.len(),
+                len: src.raw.len,
+            });
+        }
+        match src.place {
+            Place::Host => {
+                // SAFETY: a host-placed view borrows `len` readable elements of `T` for its
+                // lifetime, and `out` is a distinct exclusive borrow of as many.
+                let s = unsafe { std::slice::from_raw_parts(src.raw.ptr as *const T, out.len()) };
+                out.copy_from_slice(s);
+            }
+            Place::Gpu { id, pool } => {
+                let gpu = self
+                    .gpu_device()
+                    .filter(|_| self.gpu_id() == Some(id))
+                    .ok_or_else(|| BufError::Gpu {
+                        pool,
+                        message: format!("the view is memory of {pool}, not of {}", self.pool()),
+                    })?;
+                if !out.is_empty() {
+                    // SAFETY: `out` is writable for its byte size, which equals the view's,
+                    // and the view lies inside an allocation of this GPU.
+                    unsafe {
+                        gpu.download(
+                            out.as_mut_ptr().cast(),
+                            src.raw.ptr as u64,
+                            mem::size_of_val(out),
+                        )
+                    }
+                    .map_err(|message| BufError::Gpu { pool, message })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `data` made available to this device's kernels: on a GPU a device copy uploaded now;
     /// on the CPU-side devices `data` itself (nothing is copied).
-    pub fn resident<'a, T: Elem>(&self, data: &'a [T]) -> Result<Resident<'a, T>, BufError> {
+    pub fn resident<'a, T: Elem + bytemuck::Zeroable>(
+        &self,
+        data: &'a [T],
+    ) -> Result<Resident<'a, T>, BufError> {
         let mem = if self.gpu_device().is_some() {
-            let mut buf = self.alloc(data.len())?;
-            buf.upload(data)?;
-            ResidentMem::Copied(buf)
+            ResidentMem::Copied(self.buffer_from(data)?)
         } else {
             ResidentMem::Borrowed(data)
         };
@@ -195,6 +266,29 @@ impl<T: Elem> DeviceBuf<T> {
         Ok(())
     }
 
+    /// All elements copied to a new host vector (after every kernel launched before).
+    pub fn to_vec(&self) -> Result<Vec<T>, BufError> {
+        let mut out = vec![T::default(); self.len];
+        self.download(&mut out)?;
+        Ok(out)
+    }
+
+    /// All elements as a read-only kernel argument.
+    pub fn view(&self) -> DevSlice<'_, T> {
+        let (raw, place) = self.view_within(0, self.len);
+        DevSlice {
+            raw,
+            place,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// All elements as a writable kernel argument.
+    pub fn view_mut(&mut self) -> DevSliceMut<'_, T> {
+        let len = self.len;
+        self.writable_within(0, len)
+    }
+
     /// The elements in `range` as a read-only kernel argument.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DevSlice<'_, T>, BufError> {
         let (start, end) = self.bounds(range)?;
@@ -212,16 +306,21 @@ impl<T: Elem> DeviceBuf<T> {
         range: impl RangeBounds<usize>,
     ) -> Result<DevSliceMut<'_, T>, BufError> {
         let (start, end) = self.bounds(range)?;
+        Ok(self.writable_within(start, end))
+    }
+
+    /// Elements `start..end` (with `start <= end <= len`) as a writable kernel argument.
+    fn writable_within(&mut self, start: usize, end: usize) -> DevSliceMut<'_, T> {
         let (mut raw, place) = self.view_within(start, end);
         if let Mem::Host(v) = &mut self.mem {
             // Kernels write through this address: derive it from the exclusive borrow.
             raw.ptr = v[start..end].as_mut_ptr().cast();
         }
-        Ok(DevSliceMut {
+        DevSliceMut {
             raw,
             place,
             _borrow: PhantomData,
-        })
+        }
     }
 
     /// `range` as `start..end`, which must lie in the buffer.
@@ -367,6 +466,111 @@ impl<'a, T: Elem> From<&'a mut [T]> for DevSliceMut<'a, T> {
     }
 }
 
+impl<'a, T: Elem> From<&'a Vec<T>> for DevSlice<'a, T> {
+    fn from(data: &'a Vec<T>) -> Self {
+        data.as_slice().into()
+    }
+}
+
+impl<'a, T: Elem, const N: usize> From<&'a [T; N]> for DevSlice<'a, T> {
+    fn from(data: &'a [T; N]) -> Self {
+        data.as_slice().into()
+    }
+}
+
+impl<'a, T: Elem> From<&'a mut Vec<T>> for DevSliceMut<'a, T> {
+    fn from(data: &'a mut Vec<T>) -> Self {
+        data.as_mut_slice().into()
+    }
+}
+
+impl<'a, T: Elem, const N: usize> From<&'a mut [T; N]> for DevSliceMut<'a, T> {
+    fn from(data: &'a mut [T; N]) -> Self {
+        data.as_mut_slice().into()
+    }
+}
+
+impl<'a, T: Elem> From<&'a Resident<'_, T>> for DevSlice<'a, T> {
+    fn from(data: &'a Resident<'_, T>) -> Self {
+        data.as_slice()
+    }
+}
+
+impl<'a, T: Elem> From<&'a DeviceBuf<T>> for DevSlice<'a, T> {
+    fn from(data: &'a DeviceBuf<T>) -> Self {
+        data.view()
+    }
+}
+
+impl<'a, T: Elem> From<&'a mut DeviceBuf<T>> for DevSliceMut<'a, T> {
+    fn from(data: &'a mut DeviceBuf<T>) -> Self {
+        data.view_mut()
+    }
+}
+
+impl<'a, T: Elem> DevSlice<'a, T> {
+    /// Elements `range` of this view, borrowed for as long as the view.
+    pub fn sub(&self, range: std::ops::Range<usize>) -> Result<DevSlice<'a, T>, BufError> {
+        let raw = sub_raw::<T>(self.raw, range)?;
+        Ok(DevSlice {
+            raw,
+            place: self.place,
+            _borrow: PhantomData,
+        })
+    }
+}
+
+impl<T: Elem> DevSliceMut<'_, T> {
+    /// Elements `range` of this view as a writable view, borrowing this one.
+    pub fn sub_mut(
+        &mut self,
+        range: std::ops::Range<usize>,
+    ) -> Result<DevSliceMut<'_, T>, BufError> {
+        let raw = sub_raw::<T>(self.raw, range)?;
+        Ok(DevSliceMut {
+            raw,
+            place: self.place,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// The same elements as a read-only view, borrowing this one.
+    pub fn reborrow(&self) -> DevSlice<'_, T> {
+        DevSlice {
+            raw: self.raw,
+            place: self.place,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The same elements as a writable view, borrowing this one (to pass it to an op and
+    /// keep it).
+    pub fn reborrow_mut(&mut self) -> DevSliceMut<'_, T> {
+        DevSliceMut {
+            raw: self.raw,
+            place: self.place,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// Elements `range` of the `T` elements at `raw` (host or device address alike).
+fn sub_raw<T: Elem>(raw: RawBuf, range: std::ops::Range<usize>) -> Result<RawBuf, BufError> {
+    if range.start > range.end || range.end > raw.len {
+        return Err(BufError::Range {
+            elem: T::NAME,
+            start: range.start,
+            end: range.end,
+            len: raw.len,
+        });
+    }
+    Ok(RawBuf {
+        // In bounds of the view, so the offset stays inside the allocation.
+        ptr: raw.ptr.wrapping_add(range.start * mem::size_of::<T>()),
+        len: range.end - range.start,
+    })
+}
+
 impl<T: Elem> lse_dsl::rt::In<T> for DevSlice<'_, T> {
     fn len(&self) -> usize {
         self.raw.len
@@ -485,6 +689,32 @@ mod tests {
         assert!(buf.slice(4..).unwrap().is_empty());
         let e = dev.alloc::<f32>(usize::MAX / 2).unwrap_err().to_string();
         assert!(e.contains("larger than the address space"), "{e}");
+    }
+
+    #[test]
+    fn views_download_their_own_elements_and_refuse_bad_ranges_and_lengths() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let buf = dev.buffer_from(&[1.0f32, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        let view = buf.slice(1..5).unwrap();
+        let mid = view.sub(1..3).unwrap();
+        let mut out = [0.0f32; 2];
+        dev.download(mid, &mut out).unwrap();
+        assert_eq!(out, [3.0, 4.0]);
+        assert!(view.sub(3..2).is_err() && view.sub(2..5).is_err());
+        let e = dev.download(view, &mut out).unwrap_err().to_string();
+        assert_eq!(e, "a view of 4 f32 elements downloaded into 2 elements");
+        assert_eq!(buf.to_vec().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn host_memory_the_allocator_refuses_is_an_error() {
+        let dev = Device::open(Pool::Cpu).unwrap();
+        // 2^60 bytes: within the address-space check, beyond any machine's memory.
+        let e = dev.alloc::<f32>(1 << 58).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "could not allocate a buffer of 288230376151711744 f32 elements in host memory"
+        );
     }
 
     #[test]

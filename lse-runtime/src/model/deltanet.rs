@@ -4,36 +4,37 @@
 //! output projection. Every step runs on the engine's device.
 
 use super::config::ModelConfig;
+use super::device_weights::{small, DeviceWeight};
 use super::error::Result;
 use super::kv_cache::LinearState;
 use super::linear::{linear, WeightMat};
-use super::weights::{Tensor, WeightStore};
-use crate::device::Device;
+use super::weights::WeightStore;
+use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
 use crate::ops::{self, GdnShape};
 
 /// Eps of the q/k L2 norms (added to the sum of squares), fixed by the model (spec §8.5).
 const QK_NORM_EPS: f32 = 1e-6;
 
-/// Weights of one Gated DeltaNet layer.
+/// Weights of one Gated DeltaNet layer, on the engine's device.
 pub struct GdnWeights {
-    in_proj_qkv: Tensor,
-    in_proj_z: Tensor,
-    in_proj_b: Tensor,
-    in_proj_a: Tensor,
-    out_proj: Tensor,
+    in_proj_qkv: DeviceWeight,
+    in_proj_z: DeviceWeight,
+    in_proj_b: DeviceWeight,
+    in_proj_a: DeviceWeight,
+    out_proj: DeviceWeight,
     /// [Kc, conv_dim]: the checkpoint's [conv_dim, 1, Kc] transposed, as the conv kernel
     /// reads it.
-    conv_w: Vec<f32>,
-    dt_bias: Vec<f32>,
+    conv_w: DeviceBuf<f32>,
+    dt_bias: DeviceBuf<f32>,
     /// Per value head; the decay rate is −exp(A_log).
-    a_log: Vec<f32>,
+    a_log: DeviceBuf<f32>,
     /// Plain gated-norm weight [dv].
-    norm: Vec<f32>,
+    norm: DeviceBuf<f32>,
 }
 
 impl GdnWeights {
-    /// Loads `{p}linear_attn.*` with shapes checked against `cfg`.
-    pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
+    /// Loads `{p}linear_attn.*` onto `dev` with shapes checked against `cfg`.
+    pub fn load(dev: &Device, ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
         let (h, hv, dv, kc) = (
             cfg.hidden_size,
             cfg.linear_num_value_heads,
@@ -41,19 +42,22 @@ impl GdnWeights {
             cfg.linear_conv_kernel_dim,
         );
         let g = |n: &str, s: &[usize]| ws.get(&format!("{p}linear_attn.{n}"), s);
+        let w = |n: &str, s: &[usize]| DeviceWeight::new(dev, &g(n, s)?);
+        let f32s = |n: &str, s: &[usize]| small(dev, &g(n, s)?.to_f32_vec());
+        let conv_w = transpose(
+            &g("conv1d.weight", &[cfg.conv_dim(), 1, kc])?.to_f32_vec(),
+            kc,
+        );
         Ok(GdnWeights {
-            in_proj_qkv: g("in_proj_qkv.weight", &[cfg.conv_dim(), h])?,
-            in_proj_z: g("in_proj_z.weight", &[cfg.value_dim(), h])?,
-            in_proj_b: g("in_proj_b.weight", &[hv, h])?,
-            in_proj_a: g("in_proj_a.weight", &[hv, h])?,
-            out_proj: g("out_proj.weight", &[h, cfg.value_dim()])?,
-            conv_w: transpose(
-                &g("conv1d.weight", &[cfg.conv_dim(), 1, kc])?.to_f32_vec(),
-                kc,
-            ),
-            dt_bias: g("dt_bias", &[hv])?.to_f32_vec(),
-            a_log: g("A_log", &[hv])?.to_f32_vec(),
-            norm: g("norm.weight", &[dv])?.to_f32_vec(),
+            in_proj_qkv: w("in_proj_qkv.weight", &[cfg.conv_dim(), h])?,
+            in_proj_z: w("in_proj_z.weight", &[cfg.value_dim(), h])?,
+            in_proj_b: w("in_proj_b.weight", &[hv, h])?,
+            in_proj_a: w("in_proj_a.weight", &[hv, h])?,
+            out_proj: w("out_proj.weight", &[h, cfg.value_dim()])?,
+            conv_w: small(dev, &conv_w)?,
+            dt_bias: f32s("dt_bias", &[hv])?,
+            a_log: f32s("A_log", &[hv])?,
+            norm: f32s("norm.weight", &[dv])?,
         })
     }
 }
@@ -77,31 +81,31 @@ pub fn shape(cfg: &ModelConfig) -> GdnShape {
     }
 }
 
-/// Runs the layer on `u` [t, H], continuing from and updating `st`; writes [t, H] to `out`.
-/// Every step runs on `dev`.
+/// Runs the layer on `u` [t, H] (t ≥ 1), continuing from and updating `st`; writes [t, H] to
+/// `out`. Every step runs on `dev`, every intermediate in its memory.
 pub fn forward(
     dev: &Device,
     cfg: &ModelConfig,
     w: &GdnWeights,
-    u: &[f32],
-    t: usize,
+    u: DevSlice<'_, f32>,
     st: &mut LinearState,
-    out: &mut [f32],
+    out: DevSliceMut<'_, f32>,
 ) -> Result<()> {
     let shape = shape(cfg);
     let (hv, cd, vd) = (shape.hv, shape.conv_dim(), shape.value_dim());
+    let t = u.len() / cfg.hidden_size;
     let eps = cfg.rms_norm_eps as f32;
-    let mut x = vec![0.0; t * cd];
-    linear(dev, u, t, WeightMat::of(&w.in_proj_qkv), &mut x)?;
-    let mut z = vec![0.0; t * vd];
-    linear(dev, u, t, WeightMat::of(&w.in_proj_z), &mut z)?;
-    let mut b = vec![0.0; t * hv];
-    let mut a = vec![0.0; t * hv];
-    linear(dev, u, t, WeightMat::of(&w.in_proj_b), &mut b)?;
-    linear(dev, u, t, WeightMat::of(&w.in_proj_a), &mut a)?;
+    let mut x = dev.alloc(t * cd)?;
+    linear(dev, u, WeightMat::of(&w.in_proj_qkv), x.view_mut())?;
+    let mut z = dev.alloc(t * vd)?;
+    linear(dev, u, WeightMat::of(&w.in_proj_z), z.view_mut())?;
+    let mut b = dev.alloc(t * hv)?;
+    let mut a = dev.alloc(t * hv)?;
+    linear(dev, u, WeightMat::of(&w.in_proj_b), b.view_mut())?;
+    linear(dev, u, WeightMat::of(&w.in_proj_a), a.view_mut())?;
 
-    let mut qkv = vec![0.0; t * cd];
-    let mut conv_state = vec![0.0; st.conv.len()];
+    let mut qkv = dev.alloc(t * cd)?;
+    let mut conv_state = dev.alloc(st.conv.len())?;
     let q_scale = 1.0 / (shape.dk as f32).sqrt();
     ops::deltanet_conv(
         dev,
@@ -116,14 +120,14 @@ pub fn forward(
     )?;
     st.conv = conv_state;
     drop(x);
-    let mut beta = vec![0.0; t * hv];
-    let mut g = vec![0.0; t * hv];
+    let mut beta = dev.alloc(t * hv)?;
+    let mut g = dev.alloc(t * hv)?;
     ops::deltanet_gates(dev, &b, &a, &w.a_log, &w.dt_bias, &mut beta, &mut g)?;
-    let mut o = vec![0.0; t * vd];
+    let mut o = dev.alloc(t * vd)?;
     ops::delta_rule_chunked(dev, &shape, &qkv, &beta, &g, &mut st.recurrent, &mut o)?;
-    let mut y = vec![0.0; t * vd];
+    let mut y = dev.alloc(t * vd)?;
     ops::deltanet_gated_norm(dev, hv, &o, &z, &w.norm, eps, &mut y)?;
-    linear(dev, &y, t, WeightMat::of(&w.out_proj), out)?;
+    linear(dev, y.view(), WeightMat::of(&w.out_proj), out)?;
     Ok(())
 }
 

@@ -8,9 +8,13 @@ use std::path::PathBuf;
 /// Anything that can go wrong while loading a model directory or running prefill.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// A prefill kernel (attention) refused its inputs or failed to launch.
-    #[error("prefill attention: {0}")]
+    /// A prefill kernel refused its inputs or failed to launch, or a device buffer could not
+    /// be made.
+    #[error("prefill: {0}")]
     Kernel(#[from] crate::ops::OpError),
+    /// The device to load the weights for could not be opened.
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceOpenError),
     /// A required file is absent.
     #[error("{path}: missing file ({what})")]
     MissingFile {
@@ -140,6 +144,12 @@ pub enum ModelError {
         /// The cache capacity in tokens.
         capacity: usize,
     },
+}
+
+impl From<crate::device::BufError> for ModelError {
+    fn from(e: crate::device::BufError) -> Self {
+        ModelError::Kernel(e.into())
+    }
 }
 
 /// Result alias for this module.

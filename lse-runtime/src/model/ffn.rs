@@ -9,181 +9,181 @@
 //! bookkeeping).
 
 use super::config::{ModelConfig, MoeConfig};
+use super::device_weights::DeviceWeight;
 use super::error::{ModelError, Result};
 use super::linear::{linear, WeightMat};
-use super::weights::{Tensor, WeightStore};
-use crate::device::Device;
+use super::weights::WeightStore;
+use crate::device::{DevSlice, DevSliceMut, Device};
 use crate::ops::{self, ExpertSlots};
 
-/// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`.
+/// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`, its weights on the engine's device.
 pub struct Mlp {
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
+    gate: DeviceWeight,
+    up: DeviceWeight,
+    down: DeviceWeight,
 }
 
 impl Mlp {
-    /// Loads `{p}{gate,up,down}_proj.weight` with width `i`.
-    pub fn load(ws: &WeightStore, p: &str, h: usize, i: usize) -> Result<Self> {
+    /// Loads `{p}{gate,up,down}_proj.weight` with width `i` onto `dev`.
+    pub fn load(dev: &Device, ws: &WeightStore, p: &str, h: usize, i: usize) -> Result<Self> {
+        let w = |n: &str, s: &[usize]| DeviceWeight::new(dev, &ws.get(&format!("{p}{n}"), s)?);
         Ok(Mlp {
-            gate: ws.get(&format!("{p}gate_proj.weight"), &[i, h])?,
-            up: ws.get(&format!("{p}up_proj.weight"), &[i, h])?,
-            down: ws.get(&format!("{p}down_proj.weight"), &[h, i])?,
+            gate: w("gate_proj.weight", &[i, h])?,
+            up: w("up_proj.weight", &[i, h])?,
+            down: w("down_proj.weight", &[h, i])?,
         })
     }
-    /// Applies the MLP to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
-    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
-        swiglu(
-            dev,
-            x,
-            t,
-            WeightMat::of(&self.gate),
-            WeightMat::of(&self.up),
-            WeightMat::of(&self.down),
-            out,
-        )
+    /// Applies the MLP to `x` [t, H], writing [t, H] to `out`; everything runs on `dev`.
+    pub fn forward(
+        &self,
+        dev: &Device,
+        x: DevSlice<'_, f32>,
+        out: DevSliceMut<'_, f32>,
+    ) -> Result<()> {
+        let t = x.len() / self.gate.cols;
+        let i = self.gate.rows;
+        let mut a = dev.alloc(t * i)?;
+        let mut b = dev.alloc(t * i)?;
+        linear(dev, x, WeightMat::of(&self.gate), a.view_mut())?;
+        linear(dev, x, WeightMat::of(&self.up), b.view_mut())?;
+        ops::swiglu(dev, &mut a, &b)?;
+        linear(dev, a.view(), WeightMat::of(&self.down), out)?;
+        Ok(())
     }
-}
-
-fn swiglu(
-    dev: &Device,
-    x: &[f32],
-    t: usize,
-    g: WeightMat,
-    u: WeightMat,
-    d: WeightMat,
-    out: &mut [f32],
-) -> Result<()> {
-    let i = g.n;
-    let mut a = vec![0.0; t * i];
-    let mut b = vec![0.0; t * i];
-    linear(dev, x, t, g, &mut a)?;
-    linear(dev, x, t, u, &mut b)?;
-    ops::swiglu(dev, &mut a, &b)?;
-    linear(dev, &a, t, d, out)?;
-    Ok(())
 }
 
 enum Experts {
-    Fused { gate_up: Tensor, down: Tensor },
-    Split(Vec<[Tensor; 3]>),
+    Fused {
+        gate_up: DeviceWeight,
+        down: DeviceWeight,
+    },
+    Split(Vec<[DeviceWeight; 3]>),
 }
 
-/// The MoE block of one layer.
+/// The MoE block of one layer, its weights on the engine's device.
 pub struct Moe {
     cfg: MoeConfig,
     hidden: usize,
-    router: Tensor,
+    router: DeviceWeight,
     experts: Experts,
     shared: Mlp,
-    shared_gate: Tensor,
+    shared_gate: DeviceWeight,
 }
 
 impl Moe {
-    /// Loads `{p}mlp.*` (router, experts in either layout, shared expert and its gate).
-    pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
+    /// Loads `{p}mlp.*` (router, experts in either layout, shared expert and its gate) onto
+    /// `dev`.
+    pub fn load(dev: &Device, ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
         let m = cfg
             .moe
             .clone()
             .ok_or_else(|| ModelError::InvalidArgument("MoE layer without MoE config".into()))?;
         let (h, e, im) = (cfg.hidden_size, m.num_experts, m.moe_intermediate_size);
         let fused = format!("{p}mlp.experts.gate_up_proj");
+        let w = |name: &str, s: &[usize]| DeviceWeight::new(dev, &ws.get(name, s)?);
         let experts = if ws.contains(&fused) {
             Experts::Fused {
-                gate_up: ws.get(&fused, &[e, 2 * im, h])?,
-                down: ws.get(&format!("{p}mlp.experts.down_proj"), &[e, h, im])?,
+                gate_up: w(&fused, &[e, 2 * im, h])?,
+                down: w(&format!("{p}mlp.experts.down_proj"), &[e, h, im])?,
             }
         } else {
             let mut v = Vec::with_capacity(e);
             for x in 0..e {
                 let q = format!("{p}mlp.experts.{x}.");
                 v.push([
-                    ws.get(&format!("{q}gate_proj.weight"), &[im, h])?,
-                    ws.get(&format!("{q}up_proj.weight"), &[im, h])?,
-                    ws.get(&format!("{q}down_proj.weight"), &[h, im])?,
+                    w(&format!("{q}gate_proj.weight"), &[im, h])?,
+                    w(&format!("{q}up_proj.weight"), &[im, h])?,
+                    w(&format!("{q}down_proj.weight"), &[h, im])?,
                 ]);
             }
             Experts::Split(v)
         };
         Ok(Moe {
-            router: ws.get(&format!("{p}mlp.gate.weight"), &[e, h])?,
+            router: w(&format!("{p}mlp.gate.weight"), &[e, h])?,
             shared: Mlp::load(
+                dev,
                 ws,
                 &format!("{p}mlp.shared_expert."),
                 h,
                 m.shared_expert_intermediate_size,
             )?,
-            shared_gate: ws.get(&format!("{p}mlp.shared_expert_gate.weight"), &[1, h])?,
+            shared_gate: w(&format!("{p}mlp.shared_expert_gate.weight"), &[1, h])?,
             cfg: m,
             hidden: h,
             experts,
         })
     }
 
-    fn expert(&self, e: usize) -> (WeightMat<'_>, WeightMat<'_>, WeightMat<'_>) {
+    fn expert(&self, e: usize) -> Result<(WeightMat<'_>, WeightMat<'_>, WeightMat<'_>)> {
         let (h, im) = (self.hidden, self.cfg.moe_intermediate_size);
-        match &self.experts {
+        Ok(match &self.experts {
             Experts::Fused { gate_up, down } => (
-                WeightMat::rows(gate_up, e * 2 * im, im, h),
-                WeightMat::rows(gate_up, e * 2 * im + im, im, h),
-                WeightMat::rows(down, e * h, h, im),
+                WeightMat::rows(gate_up, e * 2 * im, im, h)?,
+                WeightMat::rows(gate_up, e * 2 * im + im, im, h)?,
+                WeightMat::rows(down, e * h, h, im)?,
             ),
             Experts::Split(v) => (
                 WeightMat::of(&v[e][0]),
                 WeightMat::of(&v[e][1]),
                 WeightMat::of(&v[e][2]),
             ),
-        }
+        })
     }
 
     /// Applies the block to `x` [t, H], writing [t, H] to `out`, all on `dev`: the router
     /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, each expert's
     /// SwiGLU over its contiguous rows (one `ffn.swiglu` for all experts), the shared expert
     /// and its gate, and `ffn.moe_combine`.
-    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
+    pub fn forward(
+        &self,
+        dev: &Device,
+        x: DevSlice<'_, f32>,
+        out: DevSliceMut<'_, f32>,
+    ) -> Result<()> {
         let (h, ne, k, im) = (
             self.hidden,
             self.cfg.num_experts,
             self.cfg.num_experts_per_tok,
             self.cfg.moe_intermediate_size,
         );
-        let (x, out) = (&x[..t * h], &mut out[..t * h]);
-        let mut logits = vec![0.0; t * ne];
-        linear(dev, x, t, WeightMat::of(&self.router), &mut logits)?;
+        let t = x.len() / h;
+        let mut logits = dev.alloc(t * ne)?;
+        linear(dev, x, WeightMat::of(&self.router), logits.view_mut())?;
+        // The routing comes to the host for the integer sort by expert.
         let routing = ops::moe_router(dev, &logits, ne, k)?;
         let slots = ExpertSlots::new(&routing)?;
         let n = slots.len();
-        let mut xs = vec![0.0; n * h];
+        let mut xs = dev.alloc(n * h)?;
         ops::moe_gather(dev, x, h, &slots, &mut xs)?;
         // Routed experts: gate and up over each expert's rows, SwiGLU over all rows, down.
-        let mut a = vec![0.0; n * im];
-        let mut b = vec![0.0; n * im];
+        let mut a = dev.alloc(n * im)?;
+        let mut b = dev.alloc(n * im)?;
         for e in 0..ne {
             let r = slots.segment(e);
             if r.is_empty() {
                 continue;
             }
-            let (g, u, _) = self.expert(e);
-            let rows = &xs[r.start * h..r.end * h];
-            linear(dev, rows, r.len(), g, &mut a[r.start * im..r.end * im])?;
-            linear(dev, rows, r.len(), u, &mut b[r.start * im..r.end * im])?;
+            let (g, u, _) = self.expert(e)?;
+            let rows = xs.slice(r.start * h..r.end * h)?;
+            linear(dev, rows, g, a.slice_mut(r.start * im..r.end * im)?)?;
+            linear(dev, rows, u, b.slice_mut(r.start * im..r.end * im)?)?;
         }
         ops::swiglu(dev, &mut a, &b)?;
-        let mut ys = vec![0.0; n * h];
+        let mut ys = dev.alloc(n * h)?;
         for e in 0..ne {
             let r = slots.segment(e);
             if r.is_empty() {
                 continue;
             }
-            let (_, _, d) = self.expert(e);
-            let rows = &a[r.start * im..r.end * im];
-            linear(dev, rows, r.len(), d, &mut ys[r.start * h..r.end * h])?;
+            let (_, _, d) = self.expert(e)?;
+            let rows = a.slice(r.start * im..r.end * im)?;
+            linear(dev, rows, d, ys.slice_mut(r.start * h..r.end * h)?)?;
         }
         // Shared expert and the logit of its scalar gate.
-        let mut shared = vec![0.0; t * h];
-        self.shared.forward(dev, x, t, &mut shared)?;
-        let mut sg = vec![0.0; t];
-        linear(dev, x, t, WeightMat::of(&self.shared_gate), &mut sg)?;
+        let mut shared = dev.alloc(t * h)?;
+        self.shared.forward(dev, x, shared.view_mut())?;
+        let mut sg = dev.alloc(t)?;
+        linear(dev, x, WeightMat::of(&self.shared_gate), sg.view_mut())?;
         ops::moe_combine(dev, &routing, &slots, &ys, &shared, &sg, h, out)?;
         Ok(())
     }
@@ -198,12 +198,13 @@ pub enum Ffn {
 }
 
 impl Ffn {
-    /// Loads the dense MLP or the MoE block of the layer with prefix `p`.
-    pub fn load(ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
+    /// Loads the dense MLP or the MoE block of the layer with prefix `p` onto `dev`.
+    pub fn load(dev: &Device, ws: &WeightStore, p: &str, cfg: &ModelConfig) -> Result<Self> {
         if cfg.moe.is_some() {
-            Ok(Ffn::Moe(Box::new(Moe::load(ws, p, cfg)?)))
+            Ok(Ffn::Moe(Box::new(Moe::load(dev, ws, p, cfg)?)))
         } else {
             Ok(Ffn::Dense(Box::new(Mlp::load(
+                dev,
                 ws,
                 &format!("{p}mlp."),
                 cfg.hidden_size,
@@ -211,11 +212,16 @@ impl Ffn {
             )?)))
         }
     }
-    /// Applies the block to `x` [t, H], writing [t, H] to `out`; projections run on `dev`.
-    pub fn forward(&self, dev: &Device, x: &[f32], t: usize, out: &mut [f32]) -> Result<()> {
+    /// Applies the block to `x` [t, H], writing [t, H] to `out`; everything runs on `dev`.
+    pub fn forward(
+        &self,
+        dev: &Device,
+        x: DevSlice<'_, f32>,
+        out: DevSliceMut<'_, f32>,
+    ) -> Result<()> {
         match self {
-            Ffn::Dense(m) => m.forward(dev, x, t, out),
-            Ffn::Moe(m) => m.forward(dev, x, t, out),
+            Ffn::Dense(m) => m.forward(dev, x, out),
+            Ffn::Moe(m) => m.forward(dev, x, out),
         }
     }
 }

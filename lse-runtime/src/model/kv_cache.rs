@@ -6,42 +6,35 @@ use super::error::{ModelError, Result};
 use half::{bf16, f16};
 
 use super::weights::DType;
-use crate::device::Device;
+use crate::device::{BufError, DevSlice, Device, DeviceBuf, Elem};
 use crate::ops::{self, KvCacheMut, KvSlice, KvView, OpError};
 
 /// KV-cache dtype used unless the user asks otherwise (llama.cpp's default is f16; LSE keeps
 /// bf16 because Qwen3.5 checkpoints are bf16 and bf16 has f32's range).
 pub const DEFAULT_KV_DTYPE: DType = DType::BF16;
 
-/// The keys and the values of a KV cache, in one storage dtype.
+/// The keys and the values of a KV cache, in one storage dtype, in the device's memory.
 enum KvStore {
-    Bf16(Vec<bf16>, Vec<bf16>),
-    F16(Vec<f16>, Vec<f16>),
-    F32(Vec<f32>, Vec<f32>),
-}
-
-/// `len` zeroed elements from the allocator's zeroed pages, or `None` when the allocator
-/// refuses.
-fn try_zeroed<T: bytemuck::Zeroable>(len: usize) -> Option<Vec<T>> {
-    bytemuck::allocation::try_zeroed_slice_box(len)
-        .ok()
-        .map(|b: Box<[T]>| b.into_vec())
+    Bf16(DeviceBuf<bf16>, DeviceBuf<bf16>),
+    F16(DeviceBuf<f16>, DeviceBuf<f16>),
+    F32(DeviceBuf<f32>, DeviceBuf<f32>),
 }
 
 impl KvStore {
-    /// `len` zeroed keys and as many values from the allocator's zeroed pages: slots the
-    /// windows never reach cost no memory and no time. `None` when an allocation fails.
-    fn zeros(dtype: DType, len: usize) -> Option<KvStore> {
-        Some(match dtype {
-            DType::BF16 => KvStore::Bf16(try_zeroed(len)?, try_zeroed(len)?),
-            DType::F16 => KvStore::F16(try_zeroed(len)?, try_zeroed(len)?),
-            DType::F32 => KvStore::F32(try_zeroed(len)?, try_zeroed(len)?),
+    /// `len` zeroed keys and as many values in `dev`'s memory (on the CPU-side devices from
+    /// the allocator's zeroed pages: slots the windows never reach cost no memory and no
+    /// time).
+    fn zeros(dev: &Device, dtype: DType, len: usize) -> std::result::Result<KvStore, BufError> {
+        Ok(match dtype {
+            DType::BF16 => KvStore::Bf16(dev.alloc(len)?, dev.alloc(len)?),
+            DType::F16 => KvStore::F16(dev.alloc(len)?, dev.alloc(len)?),
+            DType::F32 => KvStore::F32(dev.alloc(len)?, dev.alloc(len)?),
         })
     }
 }
 
 /// Keys and values of one full-attention layer: layout [token][kv head][head_dim], in the
-/// cache dtype, as the attention kernels read them.
+/// cache dtype, as the attention kernels read them, in the device's memory.
 pub struct KvCache {
     capacity: usize,
     row: usize,
@@ -49,15 +42,22 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for `capacity` tokens of `row` values (nKV·hd) each for K and for V;
-    /// `None` when the size overflows or the allocation fails.
-    pub fn new(dtype: DType, capacity: usize, row: usize) -> Option<Self> {
-        let len = capacity.checked_mul(row)?;
-        len.checked_mul(dtype.size())?;
-        Some(KvCache {
+    /// An empty cache in `dev`'s memory for `capacity` tokens of `row` values (nKV·hd) each
+    /// for K and for V; an error when the size overflows or the allocation fails.
+    pub fn new(
+        dev: &Device,
+        dtype: DType,
+        capacity: usize,
+        row: usize,
+    ) -> std::result::Result<Self, BufError> {
+        let len = capacity.checked_mul(row).ok_or(BufError::Size {
+            elem: dtype.name(),
+            len: usize::MAX,
+        })?;
+        Ok(KvCache {
             capacity,
             row,
-            store: KvStore::zeros(dtype, len)?,
+            store: KvStore::zeros(dev, dtype, len)?,
         })
     }
     /// Storage dtype.
@@ -78,33 +78,48 @@ impl KvCache {
         &mut self,
         dev: &Device,
         pos0: usize,
-        k: &[f32],
-        v: &[f32],
+        k: DevSlice<'_, f32>,
+        v: DevSlice<'_, f32>,
     ) -> std::result::Result<(), OpError> {
         let cache = match &mut self.store {
-            KvStore::Bf16(kc, vc) => KvCacheMut::Bf16(kc, vc),
-            KvStore::F16(kc, vc) => KvCacheMut::F16(kc, vc),
-            KvStore::F32(kc, vc) => KvCacheMut::F32(kc, vc),
+            KvStore::Bf16(kc, vc) => KvCacheMut::Bf16(kc.view_mut(), vc.view_mut()),
+            KvStore::F16(kc, vc) => KvCacheMut::F16(kc.view_mut(), vc.view_mut()),
+            KvStore::F32(kc, vc) => KvCacheMut::F32(kc.view_mut(), vc.view_mut()),
         };
         ops::kv_write(dev, k, v, self.row, pos0, cache)
     }
     /// The whole cache (every token slot, written or not) as the attention kernels take it.
     pub fn view(&self) -> KvView<'_> {
         let (k, v) = match &self.store {
-            KvStore::Bf16(k, v) => (KvSlice::Bf16(k), KvSlice::Bf16(v)),
-            KvStore::F16(k, v) => (KvSlice::F16(k), KvSlice::F16(v)),
-            KvStore::F32(k, v) => (KvSlice::F32(k), KvSlice::F32(v)),
+            KvStore::Bf16(k, v) => (KvSlice::Bf16(k.view()), KvSlice::Bf16(v.view())),
+            KvStore::F16(k, v) => (KvSlice::F16(k.view()), KvSlice::F16(v.view())),
+            KvStore::F32(k, v) => (KvSlice::F32(k.view()), KvSlice::F32(v.view())),
         };
         KvView { k, v }
     }
+    /// The keys and the values widened to f32, copied to the host (for tests and
+    /// inspection).
+    pub fn to_f32(&self) -> std::result::Result<(Vec<f32>, Vec<f32>), BufError> {
+        fn widen<T: Elem + bytemuck::Zeroable>(
+            b: &DeviceBuf<T>,
+            f: impl Fn(T) -> f32,
+        ) -> std::result::Result<Vec<f32>, BufError> {
+            Ok(b.to_vec()?.into_iter().map(f).collect())
+        }
+        Ok(match &self.store {
+            KvStore::Bf16(k, v) => (widen(k, bf16::to_f32)?, widen(v, bf16::to_f32)?),
+            KvStore::F16(k, v) => (widen(k, f16::to_f32)?, widen(v, f16::to_f32)?),
+            KvStore::F32(k, v) => (k.to_vec()?, v.to_vec()?),
+        })
+    }
 }
 
-/// Gated DeltaNet state of one linear-attention layer.
+/// Gated DeltaNet state of one linear-attention layer, in the device's memory.
 pub struct LinearState {
     /// The last Kc−1 pre-conv rows of the qkv projection, oldest first: [(Kc−1), conv_dim].
-    pub conv: Vec<f32>,
+    pub conv: DeviceBuf<f32>,
     /// Recurrent state per value head, [Hv][dk][dv], f32.
-    pub recurrent: Vec<f32>,
+    pub recurrent: DeviceBuf<f32>,
 }
 
 /// Element counts of a session's per-layer state, from the config.
@@ -201,8 +216,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// A fresh session for `cfg` whose KV cache holds `kv_len` tokens of `kv_dtype`.
-    pub fn new(cfg: &ModelConfig, kv_dtype: DType, kv_len: usize) -> Result<Self> {
+    /// A fresh session for `cfg` whose KV cache holds `kv_len` tokens of `kv_dtype`, its state
+    /// in `dev`'s memory.
+    pub fn new(dev: &Device, cfg: &ModelConfig, kv_dtype: DType, kv_len: usize) -> Result<Self> {
         if kv_len == 0 {
             return Err(ModelError::InvalidArgument(
                 "kv_len must be at least 1 token".into(),
@@ -213,6 +229,9 @@ impl Session {
             what: sizes.describe(cfg, kv_dtype, kv_len),
         };
         sizes.total_bytes().ok_or_else(too_big)?;
+        let refused = |e: BufError| ModelError::OutOfMemory {
+            what: format!("{} ({e})", sizes.describe(cfg, kv_dtype, kv_len)),
+        };
         let mut layers = Vec::new();
         layers
             .try_reserve(cfg.layer_types.len())
@@ -220,11 +239,11 @@ impl Session {
         for kind in &cfg.layer_types {
             layers.push(match kind {
                 LayerKind::Full => LayerState::Full(
-                    KvCache::new(kv_dtype, kv_len, sizes.kv_row).ok_or_else(too_big)?,
+                    KvCache::new(dev, kv_dtype, kv_len, sizes.kv_row).map_err(refused)?,
                 ),
                 LayerKind::Linear => LayerState::Linear(LinearState {
-                    conv: try_zeroed(sizes.conv).ok_or_else(too_big)?,
-                    recurrent: try_zeroed(sizes.recurrent).ok_or_else(too_big)?,
+                    conv: dev.alloc(sizes.conv).map_err(refused)?,
+                    recurrent: dev.alloc(sizes.recurrent).map_err(refused)?,
                 }),
             });
         }
@@ -264,17 +283,10 @@ mod tests {
     fn kv_write_rounds_to_the_cache_dtype_at_the_token_row() {
         let dev = Device::open(Pool::Host).unwrap();
         for (dt, tol) in [(DType::F32, 0.0), (DType::F16, 1e-3), (DType::BF16, 1e-2)] {
-            let mut c = KvCache::new(dt, 3, 4).unwrap();
-            c.write(&dev, 1, &[1.0, 2.0, 0.3, -4.0], &[0.1, 0.2, 0.3, 0.4])
-                .unwrap();
-            let widen = |x: KvSlice| -> Vec<f32> {
-                match x {
-                    KvSlice::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
-                    KvSlice::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
-                    KvSlice::F32(x) => x.to_vec(),
-                }
-            };
-            let (k, v) = (widen(c.view().k), widen(c.view().v));
+            let mut c = KvCache::new(&dev, dt, 3, 4).unwrap();
+            let (k, v) = ([1.0, 2.0, 0.3, -4.0], [0.1, 0.2, 0.3, 0.4]);
+            c.write(&dev, 1, (&k).into(), (&v).into()).unwrap();
+            let (k, v) = c.to_f32().unwrap();
             assert_eq!(k.len(), 12);
             assert_eq!(&k[..4], &[0.0; 4]);
             assert!((k[6] - 0.3).abs() <= tol * 0.3 + 1e-9 && (v[7] - 0.4).abs() <= tol);
@@ -299,7 +311,8 @@ mod size_tests {
         let cfg = config();
         // 2^40 tokens: 2^50 bytes per K or V store, past any address space (so the
         // allocation fails whatever the machine's overcommit policy).
-        let msg = match Session::new(&cfg, DType::BF16, 1 << 40) {
+        let dev = Device::open(crate::device::Pool::Host).unwrap();
+        let msg = match Session::new(&dev, &cfg, DType::BF16, 1 << 40) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a 2^40-token KV cache was allocated"),
         };
@@ -308,13 +321,18 @@ mod size_tests {
             "{msg}"
         );
         // 2^57 tokens: the byte count overflows a usize instead of wrapping to 0.
-        let msg = match Session::new(&cfg, DType::F32, 1 << 57) {
+        let msg = match Session::new(&dev, &cfg, DType::F32, 1 << 57) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a 2^57-token KV cache was allocated"),
         };
         assert!(msg.contains(&format!("--kv-len {}", 1u64 << 57)), "{msg}");
-        assert!(KvCache::new(DType::F32, usize::MAX, 2).is_none());
+        assert!(KvCache::new(&dev, DType::F32, usize::MAX, 2).is_err());
         // A sane size still works.
-        assert_eq!(Session::new(&cfg, DType::BF16, 64).unwrap().capacity(), 64);
+        assert_eq!(
+            Session::new(&dev, &cfg, DType::BF16, 64)
+                .unwrap()
+                .capacity(),
+            64
+        );
     }
 }

@@ -1,5 +1,11 @@
 //! The Qwen3.5 hybrid model (Gated DeltaNet + gated attention, dense or MoE): loading from a
-//! Hugging Face directory and CPU prefill in f32 activations.
+//! Hugging Face directory onto a device, and prefill through the LOOM kernels.
+//!
+//! Residency: the weights are made available to the device once, at load
+//! ([`device_weights`]); a session's KV cache and DeltaNet states live in the device's memory,
+//! and so does every activation of a pass. On a GPU nothing crosses to the host during a pass
+//! but the MoE router's choices and FlashPrefill's block lists (small, integer bookkeeping);
+//! the final hidden rows stay on the device for the head.
 //!
 //! Numerics: activations stay f32 end to end (llama.cpp style); weights are read in their
 //! stored dtype and converted tile by tile. The KV cache rounds K/V to its dtype.
@@ -7,6 +13,7 @@
 pub mod attention;
 pub mod config;
 pub mod deltanet;
+pub mod device_weights;
 pub mod error;
 pub mod ffn;
 pub mod kv_cache;
@@ -25,13 +32,14 @@ pub use kv_cache::{Session, DEFAULT_KV_DTYPE};
 pub use prefill::{PrefillAttention, SparseWhen};
 pub use weights::DType;
 
-use crate::ops::RopeTable;
+use crate::device::{Device, DeviceBuf, Pool};
+use crate::ops::{RopeTable, WeightView};
 
 use attention::AttnWeights;
 use deltanet::GdnWeights;
+use device_weights::{small, DeviceWeight};
 use ffn::Ffn;
 use kv_cache::LayerState;
-use linear::WeightMat;
 use tokenizer::TextTokenizer;
 use weights::{Tensor, WeightStore};
 
@@ -41,8 +49,8 @@ enum Mixer {
 }
 
 struct Layer {
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
+    input_norm: DeviceBuf<f32>,
+    post_norm: DeviceBuf<f32>,
     mixer: Mixer,
     ffn: Ffn,
 }
@@ -60,13 +68,17 @@ pub struct LmHeadView<'a> {
     pub bytes: &'a [u8],
 }
 
-/// A loaded Qwen3.5 text model ready for prefill.
+/// A loaded Qwen3.5 text model ready for prefill, its weights available to one device.
 pub struct HybridLM {
     cfg: ModelConfig,
     dir: PathBuf,
-    embed: Tensor,
+    device: Device,
+    embed: DeviceWeight,
+    /// `None` when the head is tied to the embedding.
+    head_weight: Option<DeviceWeight>,
+    /// The head's tensor as stored (the embedding's when tied).
     head: Tensor,
-    final_norm: Vec<f32>,
+    final_norm: DeviceBuf<f32>,
     layers: Vec<Layer>,
     inv_freq: Vec<f32>,
     tokenizer: Option<TextTokenizer>,
@@ -101,9 +113,18 @@ impl HybridLM {
         ModelConfig::from_file(&dir.join("config.json"))
     }
 
-    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
-    /// tokenizer from an HF model directory. Weights stay memory-mapped.
+    /// [`HybridLM::load_on`] the CPU-side devices: weights stay memory-mapped, read where
+    /// they are.
     pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_on(dir, &Device::open(Pool::Cpu)?)
+    }
+
+    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
+    /// tokenizer from an HF model directory, with the weights made available to `dev` once:
+    /// on a GPU uploaded to its memory; on the CPU-side devices memory-mapped and read where
+    /// they are (copied once if not aligned for their dtype). Sessions of the model keep
+    /// their state in `dev`'s memory.
+    pub fn load_on(dir: &Path, dev: &Device) -> Result<Self> {
         let cfg = Self::read_config(dir)?;
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
@@ -144,23 +165,27 @@ impl HybridLM {
                 .unwrap_or("lm_head.weight");
             ws.get(name, &[v, h])?
         };
-        let final_norm = ws.get(&format!("{prefix}norm.weight"), &[h])?.to_f32_vec();
+        let head_weight = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(DeviceWeight::new(dev, &head)?)
+        };
+        let norm = |name: &str| -> Result<DeviceBuf<f32>> {
+            small(dev, &ws.get(name, &[h])?.to_f32_vec())
+        };
+        let final_norm = norm(&format!("{prefix}norm.weight"))?;
         let mut layers = Vec::with_capacity(cfg.num_layers());
         for (i, kind) in cfg.layer_types.iter().enumerate() {
             let p = format!("{prefix}layers.{i}.");
             let mixer = match kind {
-                LayerKind::Full => Mixer::Attn(AttnWeights::load(&ws, &p, &cfg)?),
-                LayerKind::Linear => Mixer::Linear(GdnWeights::load(&ws, &p, &cfg)?),
+                LayerKind::Full => Mixer::Attn(AttnWeights::load(dev, &ws, &p, &cfg)?),
+                LayerKind::Linear => Mixer::Linear(GdnWeights::load(dev, &ws, &p, &cfg)?),
             };
             layers.push(Layer {
-                input_norm: ws
-                    .get(&format!("{p}input_layernorm.weight"), &[h])?
-                    .to_f32_vec(),
-                post_norm: ws
-                    .get(&format!("{p}post_attention_layernorm.weight"), &[h])?
-                    .to_f32_vec(),
+                input_norm: norm(&format!("{p}input_layernorm.weight"))?,
+                post_norm: norm(&format!("{p}post_attention_layernorm.weight"))?,
                 mixer,
-                ffn: Ffn::load(&ws, &p, &cfg)?,
+                ffn: Ffn::load(dev, &ws, &p, &cfg)?,
             });
         }
         let inv_freq = crate::ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
@@ -168,7 +193,9 @@ impl HybridLM {
             tokenizer: TextTokenizer::load(dir)?,
             dir: dir.to_path_buf(),
             cfg,
-            embed,
+            device: dev.clone(),
+            embed: DeviceWeight::new(dev, &embed)?,
+            head_weight,
             head,
             final_norm,
             layers,
@@ -191,6 +218,17 @@ impl HybridLM {
         }
     }
 
+    /// The LM-head weight `[vocab, hidden]` as the head's kernels read it, on the device the
+    /// model was loaded for (the embedding's when tied).
+    pub fn head_view(&self) -> WeightView<'_> {
+        self.head_weight.as_ref().unwrap_or(&self.embed).view()
+    }
+
+    /// The device the weights were made available to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// The tokenizer, if the directory has `tokenizer.json`.
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {
         self.tokenizer.as_ref()
@@ -207,14 +245,16 @@ impl HybridLM {
         }
     }
 
-    /// A fresh session whose KV cache stores `kv_len` tokens in `kv_dtype`.
+    /// A fresh session whose KV cache stores `kv_len` tokens in `kv_dtype`, its state in the
+    /// memory of the device the model was loaded for.
     pub fn new_session(&self, kv_dtype: DType, kv_len: usize) -> Result<Session> {
-        Session::new(&self.cfg, kv_dtype, kv_len)
+        Session::new(&self.device, &self.cfg, kv_dtype, kv_len)
     }
 
     /// One prefill pass over `tokens`, continuing `session` (KV cache, conv and recurrent
     /// states, position), with the full-attention layers' attention run by `attn`. Returns the
-    /// final-norm hidden rows [T, H] in f32.
+    /// final-norm hidden rows [T, H] in f32, copied to the host ([`HybridLM::hidden_on_device`]
+    /// keeps them on the device).
     ///
     /// All checks (token ids, KV capacity, session shape) happen before any state changes.
     pub fn hidden(
@@ -223,6 +263,16 @@ impl HybridLM {
         tokens: &[u32],
         attn: &PrefillAttention,
     ) -> Result<Vec<f32>> {
+        Ok(self.hidden_on_device(session, tokens, attn)?.to_vec()?)
+    }
+
+    /// [`HybridLM::hidden`] with the hidden rows left in the memory of `attn`'s device.
+    pub fn hidden_on_device(
+        &self,
+        session: &mut Session,
+        tokens: &[u32],
+        attn: &PrefillAttention,
+    ) -> Result<DeviceBuf<f32>> {
         let (h, t) = (self.cfg.hidden_size, tokens.len());
         let kinds_match = session.layers.len() == self.layers.len()
             && session.layers.iter().zip(&self.layers).all(|(s, l)| {
@@ -251,19 +301,16 @@ impl HybridLM {
         }
         session.check_fits(t)?;
         let dev = attn.device();
-        let mut x = vec![0.0; t * h];
-        crate::ops::embed_tokens(
-            dev,
-            WeightMat::of(&self.embed).typed().weight(),
-            h,
-            tokens,
-            &mut x,
-        )?;
+        let mut u = dev.alloc(t * h)?;
+        if t == 0 {
+            return Ok(u);
+        }
+        let mut x = dev.alloc(t * h)?;
+        crate::ops::embed_tokens(dev, self.embed.view(), h, tokens, &mut x)?;
         let pos0 = session.pos;
         let eps = self.cfg.rms_norm_eps as f32;
-        let rope = RopeTable::new(&self.inv_freq, pos0, t);
-        let mut u = vec![0.0; t * h];
-        let mut m = vec![0.0; t * h];
+        let rope = RopeTable::new(dev, &self.inv_freq, pos0, t)?;
+        let mut m = dev.alloc(t * h)?;
         // Each norm after the first adds the residual it follows (`x += m`) in the same pass;
         // the last layer's second one is the final norm.
         let first_norm = self
@@ -278,16 +325,23 @@ impl HybridLM {
             .enumerate()
         {
             match (&layer.mixer, state) {
-                (Mixer::Attn(w), LayerState::Full(cache)) => {
-                    attention::forward(&self.cfg, w, &rope, &u, t, pos0, cache, attn, &mut m)?
-                }
+                (Mixer::Attn(w), LayerState::Full(cache)) => attention::forward(
+                    &self.cfg,
+                    w,
+                    &rope,
+                    u.view(),
+                    pos0,
+                    cache,
+                    attn,
+                    m.view_mut(),
+                )?,
                 (Mixer::Linear(w), LayerState::Linear(st)) => {
-                    deltanet::forward(dev, &self.cfg, w, &u, t, st, &mut m)?
+                    deltanet::forward(dev, &self.cfg, w, u.view(), st, m.view_mut())?
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
             crate::ops::add_rmsnorm_zc(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
-            layer.ffn.forward(dev, &u, t, &mut m)?;
+            layer.ffn.forward(dev, u.view(), m.view_mut())?;
             let next_norm = self
                 .layers
                 .get(i + 1)

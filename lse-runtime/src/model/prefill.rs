@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 use crate::ops::{self, AttnShape, FlashPrefillParams, KvView, OpError};
 
 /// When FlashPrefill V2 runs (`--FlashPrefillV2`).
@@ -60,9 +60,9 @@ impl<'d> PrefillAttention<'d> {
     pub fn run(
         &self,
         shape: &AttnShape,
-        q: &[f32],
+        q: DevSlice<'_, f32>,
         kv: KvView,
-        out: &mut [f32],
+        out: DevSliceMut<'_, f32>,
     ) -> Result<(), OpError> {
         if !self.is_sparse(shape) {
             return ops::prefill_attention_dense(self.device, shape, q, kv, out);
@@ -125,15 +125,15 @@ mod tests {
         let q: Vec<f32> = (0..s.t * 2 * 8).map(|i| (i % 7) as f32 * 0.1).collect();
         let k: Vec<f32> = (0..s.t * 8).map(|i| (i % 5) as f32 * 0.1).collect();
         let kv = KvView {
-            k: KvSlice::F32(&k),
-            v: KvSlice::F32(&k),
+            k: KvSlice::F32((&k).into()),
+            v: KvSlice::F32((&k).into()),
         };
         let mut out = vec![0.0; q.len()];
         let dense = PrefillAttention::dense(&dev);
-        dense.run(&s, &q, kv, &mut out).unwrap();
+        dense.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
         assert_eq!(dense.density(), None);
         let sparse = PrefillAttention::new(&dev, SparseWhen::Always, params);
-        sparse.run(&s, &q, kv, &mut out).unwrap();
+        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
         // 4 query blocks of 64: the default window of 4 blocks keeps all 1 + 2 + 3 + 4.
         assert_eq!(sparse.density(), Some(1.0));
         // Only the best block and the diagonal: fewer, and the counts accumulate over passes.
@@ -145,10 +145,10 @@ mod tests {
             ..params
         };
         let sparse = PrefillAttention::new(&dev, SparseWhen::Always, tight);
-        sparse.run(&s, &q, kv, &mut out).unwrap();
+        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
         let once = sparse.density().unwrap();
         assert!(once < 1.0, "{once}");
-        sparse.run(&s, &q, kv, &mut out).unwrap();
+        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
         assert_eq!(sparse.density(), Some(once));
     }
 }

@@ -4,13 +4,15 @@
 use half::{bf16, f16};
 
 use super::OpError;
+use crate::device::DevSlice;
 
-/// One of a KV cache's two tensors, `[rows, n_kv_heads, head_dim]`, in its stored dtype.
+/// One of a KV cache's two tensors, `[rows, n_kv_heads, head_dim]`, in its stored dtype, in
+/// host or device memory.
 #[derive(Clone, Copy, Debug)]
 pub enum KvSlice<'a> {
-    Bf16(&'a [bf16]),
-    F16(&'a [f16]),
-    F32(&'a [f32]),
+    Bf16(DevSlice<'a, bf16>),
+    F16(DevSlice<'a, f16>),
+    F32(DevSlice<'a, f32>),
 }
 
 impl KvSlice<'_> {

@@ -9,7 +9,7 @@ use lse_kernels::deltanet::{
 };
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Largest key head dim (`dk`) the delta rule takes: its kernel keeps a `dk x 64` block of
 /// the state in shared memory. Qwen3.5's is 128.
@@ -112,20 +112,23 @@ impl GdnShape {
 /// X[r + j, c])` over `X = [state | x]`, then each q and k head of `out` normalised. `state`
 /// is the `kc - 1` pre-conv rows carried from the previous pass (`[kc - 1, conv_dim]`), `x` the
 /// pass's `t` new rows, `w` `[kc, conv_dim]` (the checkpoint's `conv1d.weight` transposed);
-/// `new_state` gets the last `kc - 1` rows of `X`.
+/// `new_state` gets the last `kc - 1` rows of `X`. A pass of no rows is an error (the state
+/// simply stays).
 #[allow(clippy::too_many_arguments)]
-pub fn deltanet_conv(
+pub fn deltanet_conv<'a>(
     dev: &Device,
     shape: &GdnShape,
-    w: &[f32],
-    state: &[f32],
-    x: &[f32],
+    w: impl Into<DevSlice<'a, f32>>,
+    state: impl Into<DevSlice<'a, f32>>,
+    x: impl Into<DevSlice<'a, f32>>,
     q_scale: f32,
     eps: f32,
-    out: &mut [f32],
-    new_state: &mut [f32],
+    out: impl Into<DevSliceMut<'a, f32>>,
+    new_state: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     const OP: &str = "deltanet.conv.v1";
+    let (w, state, x) = (w.into(), state.into(), x.into());
+    let (out, new_state) = (out.into(), new_state.into());
     let cd = shape.check(OP)?;
     let t = x.len() / cd;
     shape.check_rows(OP, t)?;
@@ -135,8 +138,11 @@ pub fn deltanet_conv(
     check_len(OP, "out", out.len(), t * cd)?;
     check_len(OP, "new_state", new_state.len(), shape.conv_state_len())?;
     if t == 0 {
-        new_state.copy_from_slice(state);
-        return Ok(());
+        // The kernel's first workgroup writes the new state; with no rows there is none.
+        return Err(OpError::Invalid {
+            op: OP,
+            message: "a pass of no rows: nothing to convolve, and the state stays as it is".into(),
+        });
     }
     let grid = [
         to_u32(OP, "t", t)?,
@@ -165,15 +171,17 @@ pub fn deltanet_conv(
 /// The gates of one pass: `beta = sigmoid(b)` and `g = -exp(a_log[h]) · softplus(a +
 /// dt_bias[h])` (softplus is the identity above 20, as in torch), for `b`, `a`, `beta`, `g`
 /// `[t, hv]` and `a_log`, `dt_bias` `[hv]`.
-pub fn deltanet_gates(
+pub fn deltanet_gates<'a>(
     dev: &Device,
-    b: &[f32],
-    a: &[f32],
-    a_log: &[f32],
-    dt_bias: &[f32],
-    beta: &mut [f32],
-    g: &mut [f32],
+    b: impl Into<DevSlice<'a, f32>>,
+    a: impl Into<DevSlice<'a, f32>>,
+    a_log: impl Into<DevSlice<'a, f32>>,
+    dt_bias: impl Into<DevSlice<'a, f32>>,
+    beta: impl Into<DevSliceMut<'a, f32>>,
+    g: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (b, a, a_log, dt_bias) = (b.into(), a.into(), a_log.into(), dt_bias.into());
+    let (beta, g) = (beta.into(), g.into());
     const OP: &str = "deltanet.gates.v1";
     const WORKGROUP: usize = 256;
     let (n, hv) = (b.len(), a_log.len());
@@ -215,15 +223,17 @@ pub fn deltanet_gates(
 /// every chunk at once (`deltanet.delta_prep.v1`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
 /// (`deltanet.delta_rule.v1`).
-pub fn delta_rule_chunked(
+pub fn delta_rule_chunked<'a>(
     dev: &Device,
     shape: &GdnShape,
-    qkv: &[f32],
-    beta: &[f32],
-    g: &[f32],
-    state: &mut [f32],
-    out: &mut [f32],
+    qkv: impl Into<DevSlice<'a, f32>>,
+    beta: impl Into<DevSlice<'a, f32>>,
+    g: impl Into<DevSlice<'a, f32>>,
+    state: impl Into<DevSliceMut<'a, f32>>,
+    out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (qkv, beta, g) = (qkv.into(), beta.into(), g.into());
+    let (state, out) = (state.into(), out.into());
     const OP: &str = "deltanet.delta_rule.v1";
     let cd = shape.check(OP)?;
     let t = qkv.len() / cd;
@@ -240,16 +250,17 @@ pub fn delta_rule_chunked(
     let chunks = t.div_ceil(CHUNK);
     let mats_len = shape.hv * chunks * CHUNK * CHUNK;
     to_u32(OP, "hv * chunks * 64 * 64", mats_len)?;
-    let mut mats = vec![0.0; mats_len];
-    let mut decay = vec![0.0; shape.hv * chunks * 2 * CHUNK];
+    // The per-chunk matrices stay in the device's memory between the two kernels.
+    let mut mats = dev.alloc::<f32>(mats_len)?;
+    let mut decay = dev.alloc::<f32>(shape.hv * chunks * 2 * CHUNK)?;
     let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
     let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
     let prep = delta_prep::Args {
         qkv,
         beta,
         g,
-        mats: &mut mats,
-        decay: &mut decay,
+        mats: mats.view_mut(),
+        decay: decay.view_mut(),
         t,
         cd,
         dk,
@@ -259,8 +270,8 @@ pub fn delta_rule_chunked(
     let args = delta_rule::Args {
         qkv,
         beta,
-        mats: &mats,
-        decay: &decay,
+        mats: mats.view(),
+        decay: decay.view(),
         state,
         out,
         t,
@@ -274,15 +285,16 @@ pub fn delta_rule_chunked(
 
 /// The DeltaNet output norm: `y = o / sqrt(mean(o²) + eps) · w · silu(z)` per (row, value
 /// head) over `dv` values, for `o`, `z`, `y` `[t, hv, dv]` and `w` `[dv]`.
-pub fn deltanet_gated_norm(
+pub fn deltanet_gated_norm<'a>(
     dev: &Device,
     hv: usize,
-    o: &[f32],
-    z: &[f32],
-    w: &[f32],
+    o: impl Into<DevSlice<'a, f32>>,
+    z: impl Into<DevSlice<'a, f32>>,
+    w: impl Into<DevSlice<'a, f32>>,
     eps: f32,
-    y: &mut [f32],
+    y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (o, z, w, y) = (o.into(), z.into(), w.into(), y.into());
     const OP: &str = "deltanet.gated_norm.v1";
     let dv = w.len();
     let row = hv
@@ -364,13 +376,13 @@ mod tests {
     }
 
     #[test]
-    fn conv_of_an_empty_pass_keeps_the_state() {
+    fn conv_refuses_an_empty_pass_and_writes_nothing() {
         let dev = Device::open(Pool::Cpu).unwrap();
         let s = shape(16);
         let w = vec![1.0; s.conv_dim() * s.kc];
         let state: Vec<f32> = (0..s.conv_state_len()).map(|i| i as f32).collect();
-        let mut new_state = vec![0.0; state.len()];
-        deltanet_conv(
+        let mut new_state = vec![-1.0; state.len()];
+        let err = deltanet_conv(
             &dev,
             &s,
             &w,
@@ -381,8 +393,10 @@ mod tests {
             &mut [],
             &mut new_state,
         )
-        .unwrap();
-        assert_eq!(new_state, state);
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("a pass of no rows"), "{err}");
+        assert!(new_state.iter().all(|&x| x == -1.0));
     }
 
     #[test]

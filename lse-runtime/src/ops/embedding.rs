@@ -3,20 +3,20 @@
 use lse_kernels::embedding::{embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32};
 
 use super::lm_head::WeightView;
-use super::{check_len, to_u32, HeadWeight, OpError};
-use crate::device::Device;
+use super::{check_len, to_u32, OpError};
+use crate::device::{DevSliceMut, Device};
 
 /// `x[i, :] = table[ids[i], :]` widened to f32, for `table` `[vocab, hidden]` in its stored
 /// dtype and `x` `[ids.len(), hidden]`. Every id must be below `vocab`.
-pub fn embed_tokens(
+pub fn embed_tokens<'a>(
     dev: &Device,
-    table: HeadWeight<'_>,
+    table: impl Into<WeightView<'a>>,
     hidden: usize,
     ids: &[u32],
-    x: &mut [f32],
+    x: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     const OP: &str = "embedding.gather.v1";
-    let table = table.view();
+    let (table, x) = (table.into(), x.into());
     if hidden == 0 {
         return Err(OpError::Invalid {
             op: OP,
@@ -64,6 +64,7 @@ pub fn embed_tokens(
 mod tests {
     use super::*;
     use crate::device::Pool;
+    use crate::ops::HeadWeight;
 
     #[test]
     fn embedding_rejects_an_id_past_the_table_and_bad_lengths() {

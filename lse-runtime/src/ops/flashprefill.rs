@@ -12,7 +12,7 @@ use lse_kernels::attention::key_blocks::{
 
 use super::attention_shape::{AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView};
 use super::{to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, Device};
 
 const OP: &str = "flashprefill_select";
 
@@ -58,10 +58,10 @@ pub fn validate_flashprefill_params(params: &FlashPrefillParams) -> Result<(), S
 
 /// The key blocks each query block of the pass attends to, one list per (KV head, query
 /// block): see [`flashprefill_stages`].
-pub fn flashprefill_select(
+pub fn flashprefill_select<'a>(
     dev: &Device,
     shape: &AttnShape,
-    q: &[f32],
+    q: impl Into<DevSlice<'a, f32>>,
     k: KvSlice<'_>,
     params: &FlashPrefillParams,
 ) -> Result<BlockLists, OpError> {
@@ -73,13 +73,14 @@ pub fn flashprefill_select(
 /// returns every stage's output. Blocks are absolute: query block `p / block_size` for
 /// position `p`, key blocks `0..ceil((pos0 + t) / block_size)`. GQA as in FlashPrefill V2:
 /// one selection per KV head, scored over all query heads of its group.
-pub fn flashprefill_stages(
+pub fn flashprefill_stages<'a>(
     dev: &Device,
     shape: &AttnShape,
-    q: &[f32],
+    q: impl Into<DevSlice<'a, f32>>,
     k: KvSlice<'_>,
     params: &FlashPrefillParams,
 ) -> Result<FlashPrefillStages, OpError> {
+    let q = q.into();
     validate_flashprefill_params(params).map_err(|message| OpError::Invalid { op: OP, message })?;
     shape.check(OP, q.len(), &KvView { k, v: k }, q.len())?;
     let block = params.block_size;
@@ -195,7 +196,7 @@ mod tests {
         let dev = Device::open(Pool::Cpu).unwrap();
         let q = vec![0.0; q];
         let k = vec![0.0; k];
-        flashprefill_select(&dev, shape, &q, KvSlice::F32(&k), params)
+        flashprefill_select(&dev, shape, &q, KvSlice::F32((&k).into()), params)
             .unwrap_err()
             .to_string()
     }
@@ -331,7 +332,8 @@ mod tests {
         };
         for pool in [Pool::Cpu, Pool::Host] {
             let dev = Device::open(pool).unwrap();
-            let lists = flashprefill_select(&dev, &s, &q, KvSlice::F32(&k), &params).unwrap();
+            let lists =
+                flashprefill_select(&dev, &s, &q, KvSlice::F32((&k).into()), &params).unwrap();
             assert_eq!(
                 (lists.qblock0, lists.n_qblocks, lists.max_blocks),
                 (0, 2, 2)

@@ -6,7 +6,7 @@ use lse_kernels::gemm::{
 };
 
 use super::lm_head::WeightView;
-use super::{check_len, to_u32, HeadWeight, OpError};
+use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows and columns of `y` per workgroup (the kernel's `BM` and `BN`).
@@ -36,17 +36,18 @@ pub enum Activations {
 /// `m = x.len() / k`; `act` says how activations meet a 16-bit weight (LOOM.md, "Numeric
 /// contract of `tile_dot`").
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(
+pub fn gemm<'a>(
     dev: &Device,
-    x: &[f32],
+    x: impl Into<DevSlice<'a, f32>>,
     k: usize,
-    w: HeadWeight<'_>,
+    w: impl Into<WeightView<'a>>,
     n: usize,
-    y: &mut [f32],
+    y: impl Into<DevSliceMut<'a, f32>>,
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
     const OP: &str = "gemm";
+    let (x, w, y) = (x.into(), w.into(), y.into());
     if k == 0 || n == 0 {
         return Err(OpError::Invalid {
             op: OP,
@@ -54,7 +55,6 @@ pub fn gemm(
         });
     }
     let m = x.len() / k;
-    let w = w.view();
     check_len(OP, "x", x.len(), m * k)?;
     check_len(OP, "w", w.len(), n * k)?;
     check_len(OP, "y", y.len(), m * n)?;
@@ -64,15 +64,7 @@ pub fn gemm(
     if m == 0 {
         return Ok(());
     }
-    launch(
-        dev,
-        x.into(),
-        w,
-        y.into(),
-        [m as u32, n as u32, k as u32],
-        out,
-        act,
-    )
+    launch(dev, x, w, y, [m as u32, n as u32, k as u32], out, act)
 }
 
 /// Launches the GEMM instance for `w`'s dtype and `act` on checked shapes: `x` `[m, k]`,

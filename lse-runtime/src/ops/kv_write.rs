@@ -6,13 +6,13 @@ use lse_kernels::attention::kv_write::{kv_write_bf16, kv_write_f16, kv_write_f32
 use half::{bf16, f16};
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// A KV cache's keys and values (`[capacity, row]` each), writable, in their stored dtype.
 pub enum KvCacheMut<'a> {
-    Bf16(&'a mut [bf16], &'a mut [bf16]),
-    F16(&'a mut [f16], &'a mut [f16]),
-    F32(&'a mut [f32], &'a mut [f32]),
+    Bf16(DevSliceMut<'a, bf16>, DevSliceMut<'a, bf16>),
+    F16(DevSliceMut<'a, f16>, DevSliceMut<'a, f16>),
+    F32(DevSliceMut<'a, f32>, DevSliceMut<'a, f32>),
 }
 
 impl KvCacheMut<'_> {
@@ -28,14 +28,15 @@ impl KvCacheMut<'_> {
 
 /// Writes `k` and `v` (`[t, row]` f32) into rows `pos0..pos0 + t` of the caches (`[capacity,
 /// row]`, one dtype), rounding to nearest even.
-pub fn kv_write(
+pub fn kv_write<'a>(
     dev: &Device,
-    k: &[f32],
-    v: &[f32],
+    k: impl Into<DevSlice<'a, f32>>,
+    v: impl Into<DevSlice<'a, f32>>,
     row: usize,
     pos0: usize,
     cache: KvCacheMut<'_>,
 ) -> Result<(), OpError> {
+    let (k, v) = (k.into(), v.into());
     const OP: &str = "attention.kv_write.v1";
     if row == 0 {
         return Err(OpError::Invalid {
@@ -97,25 +98,57 @@ mod tests {
         let dev = Device::open(Pool::Cpu).unwrap();
         let (k, v) = (vec![1.0; 6], vec![2.0; 6]);
         let (mut kc, mut vc) = (vec![0.0f32; 9], vec![0.0f32; 9]);
-        let e = kv_write(&dev, &k, &v, 3, 2, KvCacheMut::F32(&mut kc, &mut vc)).unwrap_err();
+        let e = kv_write(
+            &dev,
+            &k,
+            &v,
+            3,
+            2,
+            KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .contains("rows 2..4 do not fit a cache of 3 rows"),
             "{e}"
         );
         let mut short = vec![0.0f32; 6];
-        let e = kv_write(&dev, &k, &v, 3, 0, KvCacheMut::F32(&mut kc, &mut short)).unwrap_err();
+        let e = kv_write(
+            &dev,
+            &k,
+            &v,
+            3,
+            0,
+            KvCacheMut::F32((&mut kc).into(), (&mut short).into()),
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .contains("value cache has 6 elements, expected 9"),
             "{e}"
         );
-        let e = kv_write(&dev, &k, &v[..3], 3, 0, KvCacheMut::F32(&mut kc, &mut vc)).unwrap_err();
+        let e = kv_write(
+            &dev,
+            &k,
+            &v[..3],
+            3,
+            0,
+            KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("v has 3 elements, expected 6"),
             "{e}"
         );
-        kv_write(&dev, &k, &v, 3, 1, KvCacheMut::F32(&mut kc, &mut vc)).unwrap();
+        kv_write(
+            &dev,
+            &k,
+            &v,
+            3,
+            1,
+            KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+        )
+        .unwrap();
         assert_eq!(kc, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(vc, [0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]);
     }

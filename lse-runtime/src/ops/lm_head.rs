@@ -27,29 +27,49 @@ pub enum ResidentHeadWeight<'a> {
     F32(Resident<'a, f32>),
 }
 
-/// A weight as one launch reads it, in its stored dtype: a host slice or a resident device
-/// copy. Each dtype has its own kernel instances.
+/// A weight as one launch reads it, in its stored dtype: a host slice or a view of device
+/// memory (a resident copy). Each dtype has its own kernel instances.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum WeightView<'a> {
+pub enum WeightView<'a> {
     Bf16(DevSlice<'a, bf16>),
     F16(DevSlice<'a, f16>),
     F32(DevSlice<'a, f32>),
 }
 
-impl WeightView<'_> {
+impl<'a> WeightView<'a> {
     /// The number of elements.
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match self {
             WeightView::Bf16(w) => w.len(),
             WeightView::F16(w) => w.len(),
             WeightView::F32(w) => w.len(),
         }
     }
+
+    /// Whether the weight has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements `range` (flat index) of the weight.
+    pub fn sub(&self, range: std::ops::Range<usize>) -> Result<WeightView<'a>, OpError> {
+        Ok(match self {
+            WeightView::Bf16(w) => WeightView::Bf16(w.sub(range)?),
+            WeightView::F16(w) => WeightView::F16(w.sub(range)?),
+            WeightView::F32(w) => WeightView::F32(w.sub(range)?),
+        })
+    }
+}
+
+impl<'a> From<HeadWeight<'a>> for WeightView<'a> {
+    fn from(w: HeadWeight<'a>) -> Self {
+        w.view()
+    }
 }
 
 impl<'a> HeadWeight<'a> {
     /// The weight as a launch reads it.
-    pub(super) fn view(self) -> WeightView<'a> {
+    pub fn view(self) -> WeightView<'a> {
         match self {
             HeadWeight::Bf16(w) => WeightView::Bf16(w.into()),
             HeadWeight::F16(w) => WeightView::F16(w.into()),
@@ -68,9 +88,15 @@ impl<'a> HeadWeight<'a> {
     }
 }
 
+impl<'a> From<&'a ResidentHeadWeight<'_>> for WeightView<'a> {
+    fn from(w: &'a ResidentHeadWeight<'_>) -> Self {
+        w.view()
+    }
+}
+
 impl ResidentHeadWeight<'_> {
     /// The weight as a launch reads it.
-    fn view(&self) -> WeightView<'_> {
+    pub fn view(&self) -> WeightView<'_> {
         match self {
             ResidentHeadWeight::Bf16(w) => WeightView::Bf16(w.as_slice()),
             ResidentHeadWeight::F16(w) => WeightView::F16(w.as_slice()),
@@ -93,17 +119,18 @@ pub fn lm_head(
     run(dev, hidden.into(), dim, weight.view(), vocab, out.into())
 }
 
-/// [`lm_head`] on device buffers: `hidden` and `out` stay where they are (on a GPU, in
-/// device memory), with the weight made resident once by [`HeadWeight::resident`].
-pub fn lm_head_dev(
+/// [`lm_head`] on device buffers: `hidden`, `weight` and `out` stay where they are (on a GPU,
+/// in device memory: a weight made resident once, by [`HeadWeight::resident`] or at model
+/// load).
+pub fn lm_head_dev<'a>(
     dev: &Device,
     hidden: DevSlice<'_, f32>,
     dim: usize,
-    weight: &ResidentHeadWeight<'_>,
+    weight: impl Into<WeightView<'a>>,
     vocab: usize,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    run(dev, hidden, dim, weight.view(), vocab, out)
+    run(dev, hidden, dim, weight.into(), vocab, out)
 }
 
 /// Checks the shapes of `hidden` `[rows, dim]`, `weight` `[vocab, dim]` and `out`

@@ -14,7 +14,7 @@ use lse_kernels::ffn::gather::moe_gather as gather_kernel;
 use lse_kernels::ffn::router::moe_router as router_kernel;
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Work-items per workgroup of the router kernel.
 const ROUTER_WG: usize = 64;
@@ -43,12 +43,13 @@ impl Routing {
 /// Routes each token of `logits` (`[tokens, num_experts]`, the router's outputs) to its `k`
 /// experts: softmax in f32 over all experts, top-k, weights renormalised over the top k
 /// (`kernels-src/src/ffn/router.rs`).
-pub fn moe_router(
+pub fn moe_router<'a>(
     dev: &Device,
-    logits: &[f32],
+    logits: impl Into<DevSlice<'a, f32>>,
     num_experts: usize,
     k: usize,
 ) -> Result<Routing, OpError> {
+    let logits = logits.into();
     const OP: &str = "ffn.moe_router.v1";
     if num_experts == 0 || k == 0 || k > num_experts {
         return Err(OpError::Invalid {
@@ -185,13 +186,14 @@ impl ExpertSlots {
 
 /// `xs[s, :] = x[slots.rows()[s], :]` on `dev`: the token rows `x` (`[tokens, h]`) in expert
 /// order, into `xs` (`[slots.len(), h]`).
-pub fn moe_gather(
+pub fn moe_gather<'a>(
     dev: &Device,
-    x: &[f32],
+    x: impl Into<DevSlice<'a, f32>>,
     h: usize,
     slots: &ExpertSlots,
-    xs: &mut [f32],
+    xs: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (x, xs) = (x.into(), xs.into());
     const OP: &str = "ffn.moe_gather.v1";
     check_h(OP, h)?;
     check_len(OP, "x", x.len(), slots.tokens() * h)?;
@@ -217,16 +219,18 @@ pub fn moe_gather(
 /// (`[tokens]`) its gate's logits. The routed terms are added in the router's order, largest
 /// weight first, after the shared term (`kernels-src/src/ffn/combine.rs`).
 #[allow(clippy::too_many_arguments)]
-pub fn moe_combine(
+pub fn moe_combine<'a>(
     dev: &Device,
     routing: &Routing,
     slots: &ExpertSlots,
-    ys: &[f32],
-    shared: &[f32],
-    shared_gate: &[f32],
+    ys: impl Into<DevSlice<'a, f32>>,
+    shared: impl Into<DevSlice<'a, f32>>,
+    shared_gate: impl Into<DevSlice<'a, f32>>,
     h: usize,
-    out: &mut [f32],
+    out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (ys, shared, shared_gate) = (ys.into(), shared.into(), shared_gate.into());
+    let out = out.into();
     const OP: &str = "ffn.moe_combine.v1";
     check_h(OP, h)?;
     let tokens = routing.tokens();

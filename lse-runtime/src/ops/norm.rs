@@ -4,7 +4,7 @@
 use lse_kernels::norm::{add_rmsnorm_zc as add_kernel, rmsnorm_zc as kernel};
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows of `x` (`[rows, w.len()]`), checking every operand's length against it.
 fn rows(
@@ -30,13 +30,14 @@ fn rows(
 }
 
 /// `y = x · (rsqrt(mean(x²) + eps) · (1 + w))` per row of `x` (`[rows, w.len()]`).
-pub fn rmsnorm_zc(
+pub fn rmsnorm_zc<'a>(
     dev: &Device,
-    x: &[f32],
-    w: &[f32],
+    x: impl Into<DevSlice<'a, f32>>,
+    w: impl Into<DevSlice<'a, f32>>,
     eps: f32,
-    y: &mut [f32],
+    y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (x, w, y) = (x.into(), w.into(), y.into());
     const OP: &str = "norm.rmsnorm_zc.v1";
     let rows = rows(OP, x.len(), w.len(), &[("y", y.len())])?;
     if rows == 0 {
@@ -54,14 +55,15 @@ pub fn rmsnorm_zc(
 }
 
 /// The residual add and the next norm in one pass: `x += m`, then `y = rmsnorm_zc(x)`.
-pub fn add_rmsnorm_zc(
+pub fn add_rmsnorm_zc<'a>(
     dev: &Device,
-    x: &mut [f32],
-    m: &[f32],
-    w: &[f32],
+    x: impl Into<DevSliceMut<'a, f32>>,
+    m: impl Into<DevSlice<'a, f32>>,
+    w: impl Into<DevSlice<'a, f32>>,
     eps: f32,
-    y: &mut [f32],
+    y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (x, m, w, y) = (x.into(), m.into(), w.into(), y.into());
     const OP: &str = "norm.add_rmsnorm_zc.v1";
     let rows = rows(OP, x.len(), w.len(), &[("m", m.len()), ("y", y.len())])?;
     if rows == 0 {

@@ -3,17 +3,18 @@
 use lse_kernels::attention::output_gate::output_gate as kernel;
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// `o[i, h, :] *= sigmoid(p[i, h, 1, :])`: `o` is `[t, heads, head_dim]`, `p` the q
 /// projection `[t, heads, 2, head_dim]` whose second half of each head is the gate.
-pub fn output_gate(
+pub fn output_gate<'a>(
     dev: &Device,
-    p: &[f32],
+    p: impl Into<DevSlice<'a, f32>>,
     heads: usize,
     head_dim: usize,
-    o: &mut [f32],
+    o: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (p, o) = (p.into(), o.into());
     const OP: &str = "attention.output_gate.v1";
     let width = heads * head_dim;
     if width == 0 {

@@ -7,7 +7,7 @@ use lse_dsl::rt::KernelDef;
 use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
 
 use super::{check_len, to_u32, AttnShape, BlockLists, KvSlice, KvView, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 const DENSE: &str = "attention.prefill_dense";
 const SPARSE: &str = "attention.prefill_sparse";
@@ -27,14 +27,15 @@ const NO_LISTS: [u32; 1] = [0];
 /// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
 /// `j <= pos0 + r`, for the `t` query rows of `shape` (`q`, `out`: `[t, n_heads, head_dim]`;
 /// query head `h` reads KV head `h / (n_heads / n_kv_heads)`).
-pub fn prefill_attention_dense(
+pub fn prefill_attention_dense<'a>(
     dev: &Device,
     shape: &AttnShape,
-    q: &[f32],
+    q: impl Into<DevSlice<'a, f32>>,
     kv: KvView,
-    out: &mut [f32],
+    out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
-    let kv = check(DENSE, shape, q, kv, out)?;
+    let (q, out) = (q.into(), out.into());
+    let kv = check(DENSE, shape, q, kv, out.len())?;
     let lists = Lists {
         blocks: &NO_LISTS,
         counts: &NO_LISTS,
@@ -49,15 +50,16 @@ pub fn prefill_attention_dense(
 /// (absolute, `position / block_size`) of query head `h` attends only to the keys of the
 /// blocks listed for (`h`'s KV head, `I`), the causal mask applying inside the diagonal
 /// block. With every causal block listed the result equals the dense op's bit for bit.
-pub fn prefill_attention_sparse(
+pub fn prefill_attention_sparse<'a>(
     dev: &Device,
     shape: &AttnShape,
-    q: &[f32],
+    q: impl Into<DevSlice<'a, f32>>,
     kv: KvView,
     lists: &BlockLists,
-    out: &mut [f32],
+    out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
-    let kv = check(SPARSE, shape, q, kv, out)?;
+    let (q, out) = (q.into(), out.into());
+    let kv = check(SPARSE, shape, q, kv, out.len())?;
     check_lists(shape, lists)?;
     let lists = Lists {
         blocks: &lists.blocks,
@@ -80,9 +82,9 @@ struct Lists<'a> {
 
 /// Keys and values of one dtype, which picks the kernel instance.
 enum SameDtype<'a> {
-    Bf16(&'a [bf16], &'a [bf16]),
-    F16(&'a [f16], &'a [f16]),
-    F32(&'a [f32], &'a [f32]),
+    Bf16(DevSlice<'a, bf16>, DevSlice<'a, bf16>),
+    F16(DevSlice<'a, f16>, DevSlice<'a, f16>),
+    F32(DevSlice<'a, f32>, DevSlice<'a, f32>),
 }
 
 /// Launches the dtype's instance of the kernel on checked arguments. The checks have bounded
@@ -90,10 +92,10 @@ enum SameDtype<'a> {
 fn launch(
     dev: &Device,
     shape: &AttnShape,
-    q: &[f32],
+    q: DevSlice<'_, f32>,
     kv: SameDtype,
     lists: Lists,
-    out: &mut [f32],
+    out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
     macro_rules! launch {
         ($kernel:ident, $k:expr, $v:expr) => {
@@ -134,11 +136,11 @@ fn launch(
 fn check<'a>(
     op: &'static str,
     shape: &AttnShape,
-    q: &[f32],
+    q: DevSlice<'_, f32>,
     kv: KvView<'a>,
-    out: &[f32],
+    out_len: usize,
 ) -> Result<SameDtype<'a>, OpError> {
-    shape.check(op, q.len(), &kv, out.len())?;
+    shape.check(op, q.len(), &kv, out_len)?;
     let pair = match (kv.k, kv.v) {
         (KvSlice::Bf16(k), KvSlice::Bf16(v)) => SameDtype::Bf16(k, v),
         (KvSlice::F16(k), KvSlice::F16(v)) => SameDtype::F16(k, v),
@@ -302,8 +304,8 @@ mod tests {
 
         fn kv(&self) -> KvView<'_> {
             KvView {
-                k: KvSlice::F32(&self.k),
-                v: KvSlice::F32(&self.v),
+                k: KvSlice::F32((&self.k).into()),
+                v: KvSlice::F32((&self.v).into()),
             }
         }
 
@@ -328,15 +330,15 @@ mod tests {
             "{e}"
         );
         let short = KvView {
-            k: KvSlice::F32(&k[..k.len() - 8]),
-            v: KvSlice::F32(v),
+            k: KvSlice::F32((&k[..k.len() - 8]).into()),
+            v: KvSlice::F32(v.into()),
         };
         let e = message(prefill_attention_dense(dev, &s, q, short, &mut out));
         assert!(e.contains("k has"), "{e}");
         let vb: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
         let mixed = KvView {
-            k: KvSlice::F32(k),
-            v: KvSlice::Bf16(&vb),
+            k: KvSlice::F32(k.into()),
+            v: KvSlice::Bf16((&vb).into()),
         };
         let e = message(prefill_attention_dense(dev, &s, q, mixed, &mut out));
         assert!(e.contains("k is f32 and v is bf16"), "{e}");

@@ -4,7 +4,7 @@
 use lse_kernels::attention::qk_norm_rope::qk_norm_rope as kernel;
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
 
 /// RoPE frequencies: `inv_freq[i] = θ^(−2i/rot)` for `i < rot / 2`, formed in f64 and
 /// rounded to f32 as transformers does.
@@ -17,17 +17,18 @@ pub fn rope_inv_freq(theta: f64, rot: usize) -> Vec<f32> {
 /// The RoPE cosines and sines of one prefill pass: `[t, 2 · half]`, each token's `half`
 /// cosines then its `half` sines. Built once per pass on the host and read by every
 /// full-attention layer: the angle `pos · inv_freq[i]` is formed in f32 and its sine and
-/// cosine taken in f32, as transformers does; LOOM has no `sin`/`cos`.
+/// cosine taken in f32, as transformers does; LOOM has no `sin`/`cos`. The table lives in the
+/// device's memory (one upload per pass on a GPU).
 pub struct RopeTable {
     t: usize,
     half: usize,
-    cos_sin: Vec<f32>,
+    cos_sin: DeviceBuf<f32>,
 }
 
 impl RopeTable {
     /// The table for tokens at positions `pos0..pos0 + t` and frequencies `inv_freq`
-    /// (`θ^(-2i/rot)`, `rot / 2` of them).
-    pub fn new(inv_freq: &[f32], pos0: usize, t: usize) -> Self {
+    /// (`θ^(-2i/rot)`, `rot / 2` of them), in `dev`'s memory.
+    pub fn new(dev: &Device, inv_freq: &[f32], pos0: usize, t: usize) -> Result<Self, OpError> {
         let half = inv_freq.len();
         let mut cos_sin = vec![0.0; t * 2 * half];
         for (i, row) in cos_sin.chunks_exact_mut(2 * half.max(1)).enumerate() {
@@ -38,7 +39,11 @@ impl RopeTable {
                 row[half + j] = s;
             }
         }
-        RopeTable { t, half, cos_sin }
+        Ok(RopeTable {
+            t,
+            half,
+            cos_sin: dev.buffer_from(&cos_sin)?,
+        })
     }
 
     /// Rotated pairs per head: `rot / 2`.
@@ -68,15 +73,16 @@ pub struct HeadLayout {
 /// Normalises every head of `src` with `w` (`[head_dim]`, zero-centred: `1 + w`) and rotates
 /// its first `2 · rope.half()` dimensions by each token's position, into `dst`
 /// (`[t, heads, head_dim]`, `t = rope.tokens()`).
-pub fn qk_norm_rope(
+pub fn qk_norm_rope<'a>(
     dev: &Device,
-    src: &[f32],
+    src: impl Into<DevSlice<'a, f32>>,
     layout: HeadLayout,
-    w: &[f32],
+    w: impl Into<DevSlice<'a, f32>>,
     eps: f32,
     rope: &RopeTable,
-    dst: &mut [f32],
+    dst: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
+    let (src, w, dst) = (src.into(), w.into(), dst.into());
     const OP: &str = "attention.qk_norm_rope.v1";
     let HeadLayout {
         heads,
@@ -113,7 +119,7 @@ pub fn qk_norm_rope(
     let args = kernel::Args {
         src,
         w,
-        cos_sin: &rope.cos_sin,
+        cos_sin: rope.cos_sin.view(),
         dst,
         src_row: row as u32,
         src_head: head as u32,
@@ -133,7 +139,7 @@ mod tests {
     #[test]
     fn qk_norm_rope_rejects_overlapping_heads_and_too_many_rotated_dimensions() {
         let dev = Device::open(Pool::Cpu).unwrap();
-        let rope = RopeTable::new(&[1.0, 0.5], 0, 2);
+        let rope = RopeTable::new(&dev, &[1.0, 0.5], 0, 2).unwrap();
         let w = vec![0.0; 4];
         let src = vec![1.0; 16];
         let mut dst = vec![0.0; 16];
@@ -173,7 +179,8 @@ mod tests {
 
     #[test]
     fn rope_table_keeps_its_tokens_without_rotated_dimensions() {
-        let table = RopeTable::new(&[], 5, 3);
+        let dev = Device::open(Pool::Cpu).unwrap();
+        let table = RopeTable::new(&dev, &[], 5, 3).unwrap();
         assert_eq!((table.tokens(), table.half()), (3, 0));
     }
 }

@@ -3,14 +3,19 @@
 use lse_kernels::ffn::swiglu::swiglu as kernel;
 
 use super::{check_len, to_u32, OpError};
-use crate::device::Device;
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Work-items per workgroup of the kernel.
 const WG: usize = 256;
 
 /// `a[i] = silu(a[i]) · b[i]` on `dev` (LOOM's `silu`), for the gate projection `a` and the up
 /// projection `b` of a SwiGLU MLP, of one length.
-pub fn swiglu(dev: &Device, a: &mut [f32], b: &[f32]) -> Result<(), OpError> {
+pub fn swiglu<'a>(
+    dev: &Device,
+    a: impl Into<DevSliceMut<'a, f32>>,
+    b: impl Into<DevSlice<'a, f32>>,
+) -> Result<(), OpError> {
+    let (a, b) = (a.into(), b.into());
     const OP: &str = "ffn.swiglu.v1";
     check_len(OP, "b", b.len(), a.len())?;
     // The kernel's element index runs up to the grid's size, a multiple of the workgroup.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::checks::{check_request, effective_settings};
 use super::fifo::FifoLock;
-use super::head::{head_weight, HEAD_ROWS};
+use super::head::HEAD_ROWS;
 use super::progress::Progress;
 use super::run;
 use super::settings::{EngineSettings, Input, Request};
@@ -73,7 +73,7 @@ impl Engine {
                 });
             }
         }
-        let model = HybridLM::load(&settings.model_dir)?;
+        let model = HybridLM::load_on(&settings.model_dir, &device)?;
         Ok(Engine {
             settings,
             device,
@@ -118,8 +118,6 @@ impl Engine {
                 "token id {id} at index {i} is outside the model's vocabulary (vocab_size {vocab})"
             )));
         }
-        // Refuse an unusable LM head before any work.
-        head_weight(&self.model.lm_head())?;
         run::run(
             &self.model,
             &self.device,

@@ -1,16 +1,13 @@
 //! The scoring head: after each prefill pass, the LM head and the two reductions run on the
 //! device over the pass's scored rows, `HEAD_ROWS` at a time, and only per-row scalars and
-//! top-k pairs come back. The head weight is made resident on the device once per run; each
-//! block's hidden rows go in, its logits stay in a device buffer that the reductions read
-//! where it is (nothing vocabulary-sized per row crosses to the host on a GPU). The host
-//! forms log-probabilities in f64.
-
-use half::{bf16, f16};
+//! top-k pairs come back. The head weight is the model's, on the device since load; each
+//! block's hidden rows are read where the pass left them, its logits stay in a device buffer
+//! that the reductions read where it is (nothing vocabulary-sized per row crosses to the host
+//! on a GPU). The host forms log-probabilities in f64.
 
 use super::EngineError;
-use crate::device::{Device, DeviceBuf};
-use crate::model::{DType, LmHeadView};
-use crate::ops::{self, HeadWeight, OpError, ResidentHeadWeight};
+use crate::device::{DevSlice, Device, DeviceBuf};
+use crate::ops::{self, OpError, WeightView};
 use crate::scoring::{
     base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldBaseReader, KldBaseWriter,
     PplAccumulator,
@@ -33,36 +30,13 @@ pub enum KldMode {
     },
 }
 
-/// The head weight as the kernels take it: the stored bytes viewed as bf16, f16 or f32.
-pub fn head_weight<'a>(view: &LmHeadView<'a>) -> Result<HeadWeight<'a>, EngineError> {
-    let misaligned = |size: usize| {
-        move |e: bytemuck::PodCastError| {
-            EngineError::Unsupported(format!(
-                "the LM-head weight is not {size}-byte aligned in its file ({e})"
-            ))
-        }
-    };
-    match view.dtype {
-        DType::BF16 => bytemuck::try_cast_slice::<u8, bf16>(view.bytes)
-            .map(HeadWeight::Bf16)
-            .map_err(misaligned(2)),
-        DType::F16 => bytemuck::try_cast_slice::<u8, f16>(view.bytes)
-            .map(HeadWeight::F16)
-            .map_err(misaligned(2)),
-        DType::F32 => bytemuck::try_cast_slice::<u8, f32>(view.bytes)
-            .map(HeadWeight::F32)
-            .map_err(misaligned(4)),
-    }
-}
-
 /// The head weight on the device and the reused buffers of the head stage.
 pub struct HeadStage<'a> {
     dev: &'a Device,
-    weight: ResidentHeadWeight<'a>,
+    weight: WeightView<'a>,
     vocab: usize,
     dim: usize,
-    /// Device buffers, grown to the largest block so far: `[rows, dim]` and `[rows, vocab]`.
-    hidden: DeviceBuf<f32>,
+    /// A device buffer, grown to the largest block so far: `[rows, vocab]`.
     logits: DeviceBuf<f32>,
     ids: Vec<u32>,
     picked: Vec<f32>,
@@ -70,19 +44,18 @@ pub struct HeadStage<'a> {
 }
 
 impl<'a> HeadStage<'a> {
-    /// Makes `weight` (`[vocab, dim]`) resident on `dev`: on a GPU it is uploaded here, once.
+    /// The head of `weight` (`[vocab, dim]`, in `dev`'s memory or host memory) on `dev`.
     pub fn new(
         dev: &'a Device,
-        weight: HeadWeight<'a>,
+        weight: WeightView<'a>,
         vocab: usize,
         dim: usize,
     ) -> Result<HeadStage<'a>, EngineError> {
         Ok(HeadStage {
             dev,
-            weight: weight.resident(dev)?,
+            weight,
             vocab,
             dim,
-            hidden: dev.alloc(0).map_err(OpError::from)?,
             logits: dev.alloc(0).map_err(OpError::from)?,
             ids: Vec::new(),
             picked: Vec::new(),
@@ -103,7 +76,7 @@ impl<'a> HeadStage<'a> {
     /// records or compares per `mode`.
     pub fn score_block(
         &mut self,
-        hidden: &[f32],
+        hidden: DevSlice<'_, f32>,
         targets: &[u32],
         mode: &mut KldMode,
         acc: &mut PplAccumulator,
@@ -112,14 +85,12 @@ impl<'a> HeadStage<'a> {
         let n = targets.len();
         debug_assert!(n <= HEAD_ROWS && hidden.len() == n * self.dim);
         let v = self.vocab;
-        Self::reserve(self.dev, &mut self.hidden, hidden.len())?;
         Self::reserve(self.dev, &mut self.logits, n * v)?;
-        self.hidden.upload(hidden).map_err(OpError::from)?;
         ops::lm_head_dev(
             self.dev,
-            self.hidden.slice(..hidden.len()).map_err(OpError::from)?,
+            hidden,
             self.dim,
-            &self.weight,
+            self.weight,
             v,
             self.logits.slice_mut(..n * v).map_err(OpError::from)?,
         )?;
@@ -188,58 +159,5 @@ impl<'a> HeadStage<'a> {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn view(dtype: DType, bytes: &[u8]) -> LmHeadView<'_> {
-        LmHeadView {
-            dtype,
-            vocab: 2,
-            hidden: 1,
-            bytes,
-        }
-    }
-
-    #[test]
-    fn each_dtype_views_its_bytes_as_that_type() {
-        // f32 alignment covers the 2-byte types too.
-        let words = [1.5f32, -2.0];
-        let bytes: &[u8] = bytemuck::cast_slice(&words);
-        let Ok(HeadWeight::F32(w)) = head_weight(&view(DType::F32, bytes)) else {
-            panic!("f32 head")
-        };
-        assert_eq!(w, &words);
-        let Ok(HeadWeight::F16(w)) = head_weight(&view(DType::F16, &bytes[..4])) else {
-            panic!("f16 head")
-        };
-        assert_eq!(
-            w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            [0u16, 0x3fc0]
-        );
-        let Ok(HeadWeight::Bf16(w)) = head_weight(&view(DType::BF16, &bytes[4..])) else {
-            panic!("bf16 head")
-        };
-        assert_eq!(
-            w.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
-            [0.0, -2.0]
-        );
-    }
-
-    #[test]
-    fn misaligned_weights_are_refused_with_the_alignment() {
-        let words = [0u32; 4];
-        let bytes: &[u8] = bytemuck::cast_slice(&words);
-        let err = |r: Result<HeadWeight<'_>, EngineError>| match r {
-            Err(e) => e.to_string(),
-            Ok(w) => panic!("expected an error, got {w:?}"),
-        };
-        let e = err(head_weight(&view(DType::F32, &bytes[2..10])));
-        assert!(e.contains("not 4-byte aligned"), "{e}");
-        let e = err(head_weight(&view(DType::F16, &bytes[1..5])));
-        assert!(e.contains("not 2-byte aligned"), "{e}");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::checks::check_top_k;
 use super::engine::{base_name, EngineError};
-use super::head::{head_weight, HeadStage, KldMode, HEAD_ROWS};
+use super::head::{HeadStage, KldMode, HEAD_ROWS};
 use super::progress::{Progress, ProgressUpdate};
 use super::settings::{EngineSettings, Request};
 use crate::device::Device;
@@ -72,7 +72,7 @@ pub(super) fn run(
             .sparse_when(settings.flashprefill_min_kv_len),
         settings.flashprefill,
     );
-    let mut head = HeadStage::new(dev, head_weight(&model.lm_head())?, vocab, dim)?;
+    let mut head = HeadStage::new(dev, model.head_view(), vocab, dim)?;
     let mut total = PplAccumulator::default();
     let mut windows = Vec::with_capacity(plan.windows.len());
     let mut token_nlls = request.include_token_stats.then(Vec::new);

@@ -153,9 +153,11 @@ impl Case for AttnCase {
 
     fn reference(&self) -> Vec<Out> {
         let x = self.inputs();
+        let (k, v) = (x.k.widened(), x.v.widened());
+        let kv = reference::KvF32 { k: &k, v: &v };
         let out = match &x.lists {
-            None => reference::causal(&x.shape, &x.q, x.kv()),
-            Some(l) => reference::block_sparse(&x.shape, &x.q, x.kv(), l),
+            None => reference::causal(&x.shape, &x.q, kv),
+            Some(l) => reference::block_sparse(&x.shape, &x.q, kv, l),
         };
         vec![Out::F32("out", out)]
     }

@@ -50,7 +50,7 @@ impl Case for QkCase {
     fn run(&self, dev: &Device) -> Vec<Out> {
         let (src, w, freq) = self.inputs();
         let l = self.layout;
-        let rope = RopeTable::new(&freq, self.pos0, self.t);
+        let rope = RopeTable::new(dev, &freq, self.pos0, self.t).unwrap();
         let mut dst = vec![f32::NAN; self.t * l.heads * l.head_dim];
         ops::qk_norm_rope(dev, &src, l, &w, EPS, &rope, &mut dst).unwrap();
         vec![Out::F32("dst", dst)]
@@ -162,7 +162,7 @@ impl Case for KvWriteCase {
             ($ty:ty, $variant:ident) => {{
                 let mut kc: Vec<$ty> = old.iter().map(|&x| <$ty>::from_f32(x)).collect();
                 let mut vc = kc.clone();
-                let cache = KvCacheMut::$variant(&mut kc, &mut vc);
+                let cache = KvCacheMut::$variant((&mut kc).into(), (&mut vc).into());
                 ops::kv_write(dev, &k, &v, row, pos0, cache).unwrap();
                 let widen = |c: Vec<$ty>| c.into_iter().map(|x| x.to_f32()).collect();
                 (widen(kc), widen(vc))
@@ -173,7 +173,15 @@ impl Case for KvWriteCase {
             Dtype::F16 => write!(f16, F16),
             Dtype::F32 => {
                 let (mut kc, mut vc) = (old.clone(), old.clone());
-                ops::kv_write(dev, &k, &v, row, pos0, KvCacheMut::F32(&mut kc, &mut vc)).unwrap();
+                ops::kv_write(
+                    dev,
+                    &k,
+                    &v,
+                    row,
+                    pos0,
+                    KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+                )
+                .unwrap();
                 (kc, vc)
             }
         };

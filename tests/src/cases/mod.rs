@@ -6,7 +6,6 @@ use half::{bf16, f16};
 use lse_runtime::ops::{AttnShape, HeadWeight, KvSlice};
 
 use crate::diff::Case;
-use crate::reference::attention::widen;
 
 pub mod attention;
 pub mod attention_layer;
@@ -84,9 +83,9 @@ impl Stored {
     /// The values as a cache slice.
     pub fn kv(&self) -> KvSlice<'_> {
         match self {
-            Stored::Bf16(x) => KvSlice::Bf16(x),
-            Stored::F16(x) => KvSlice::F16(x),
-            Stored::F32(x) => KvSlice::F32(x),
+            Stored::Bf16(x) => KvSlice::Bf16(x.into()),
+            Stored::F16(x) => KvSlice::F16(x.into()),
+            Stored::F32(x) => KvSlice::F32(x.into()),
         }
     }
 
@@ -101,6 +100,10 @@ impl Stored {
 
     /// The values widened to f32 with `half`, for the references.
     pub fn widened(&self) -> Vec<f32> {
-        widen(self.kv())
+        match self {
+            Stored::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
+            Stored::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
+            Stored::F32(x) => x.clone(),
+        }
     }
 }

@@ -2,27 +2,26 @@
 //! differential tests: one query row at a time, f64 dot products and a two-pass softmax
 //! (maximum, then sums), with none of the kernels' tiling, online rescaling or masking.
 
-use lse_runtime::ops::{AttnShape, BlockLists, KvSlice, KvView};
+use lse_runtime::ops::{AttnShape, BlockLists};
 
-/// The slice widened to f32 (exact for every dtype).
-pub fn widen(x: KvSlice) -> Vec<f32> {
-    match x {
-        KvSlice::Bf16(x) => x.iter().map(|v| v.to_f32()).collect(),
-        KvSlice::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
-        KvSlice::F32(x) => x.to_vec(),
-    }
+/// A KV cache's keys and values widened to f32 (exact for every dtype), `[rows, n_kv_heads,
+/// head_dim]` each.
+#[derive(Clone, Copy)]
+pub struct KvF32<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
 }
 
 /// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
 /// `j <= pos0 + r`; `[t, n_heads, head_dim]`.
-pub fn causal(shape: &AttnShape, q: &[f32], kv: KvView) -> Vec<f32> {
+pub fn causal(shape: &AttnShape, q: &[f32], kv: KvF32) -> Vec<f32> {
     attend(shape, q, kv, |_, _, _| true)
 }
 
 /// [`causal`] over the keys whose block `lists` keeps for (KV head, query block):
 /// key `j` counts for the query at position `p` of KV head `kvh` when `j / block_size` is
 /// among the first `counts` entries of the row of `(kvh, p / block_size)`.
-pub fn block_sparse(shape: &AttnShape, q: &[f32], kv: KvView, lists: &BlockLists) -> Vec<f32> {
+pub fn block_sparse(shape: &AttnShape, q: &[f32], kv: KvF32, lists: &BlockLists) -> Vec<f32> {
     let b = lists.block_size;
     let kept = |kvh: usize, p: usize, j: usize| {
         let row = kvh * lists.n_qblocks + p / b - lists.qblock0;
@@ -36,10 +35,10 @@ pub fn block_sparse(shape: &AttnShape, q: &[f32], kv: KvView, lists: &BlockLists
 fn attend(
     shape: &AttnShape,
     q: &[f32],
-    kv: KvView,
+    kv: KvF32,
     keep: impl Fn(usize, usize, usize) -> bool,
 ) -> Vec<f32> {
-    let (k, v) = (widen(kv.k), widen(kv.v));
+    let (k, v) = (kv.k, kv.v);
     let d = shape.head_dim;
     let kv_row = shape.n_kv_heads * d;
     let mut out = vec![0.0f32; shape.t * shape.n_heads * d];

@@ -1,0 +1,166 @@
+//! The model's weights on the engine's device, made available once at load: on a GPU each
+//! tensor is uploaded once and stays in device memory for every pass; on the CPU-side devices
+//! a tensor is read where it is mapped, or copied once when its bytes are not aligned for its
+//! dtype (safetensors does not promise alignment).
+
+use half::{bf16, f16};
+
+use super::error::Result;
+use super::weights::{DType, Tensor};
+use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
+use crate::ops::{OpError, WeightView};
+
+/// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
+/// matrix of its last dimension's columns.
+pub struct DeviceWeight {
+    mem: Mem,
+    /// Rows: the product of every dimension but the last.
+    pub rows: usize,
+    /// Columns: the last dimension.
+    pub cols: usize,
+}
+
+enum Mem {
+    /// The tensor's bytes in the mapping, aligned for its dtype (CPU-side devices).
+    Mapped(Box<Tensor>),
+    /// A copy in the device's memory (a GPU, or unaligned bytes on the CPU-side devices).
+    Bf16(DeviceBuf<bf16>),
+    F16(DeviceBuf<f16>),
+    F32(DeviceBuf<f32>),
+}
+
+/// The tensor's bytes viewed as `T`, if aligned.
+fn cast<T: bytemuck::Pod>(t: &Tensor) -> Option<&[T]> {
+    bytemuck::try_cast_slice(t.bytes()).ok()
+}
+
+/// A copy of `t`'s elements as `T` in `dev`'s memory.
+fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf<T>> {
+    let owned;
+    let data: &[T] = match cast(t) {
+        Some(s) => s,
+        None => {
+            owned = bytemuck::pod_collect_to_vec(t.bytes());
+            &owned
+        }
+    };
+    Ok(dev.buffer_from(data).map_err(OpError::from)?)
+}
+
+impl DeviceWeight {
+    /// `t` made available to `dev`: mapped in place when `dev` is a CPU-side device and the
+    /// bytes are aligned, else copied to `dev`'s memory once.
+    pub fn new(dev: &Device, t: &Tensor) -> Result<Self> {
+        let cpu_side = matches!(dev.pool(), Pool::Cpu | Pool::Host);
+        let aligned = match t.dtype {
+            DType::BF16 => cast::<bf16>(t).is_some(),
+            DType::F16 => cast::<f16>(t).is_some(),
+            DType::F32 => cast::<f32>(t).is_some(),
+        };
+        let mem = match t.dtype {
+            _ if cpu_side && aligned => Mem::Mapped(Box::new(t.clone())),
+            DType::BF16 => Mem::Bf16(upload(dev, t)?),
+            DType::F16 => Mem::F16(upload(dev, t)?),
+            DType::F32 => Mem::F32(upload(dev, t)?),
+        };
+        // Shapes are checked against config.json, whose sizes are at least 1.
+        let cols = t.shape.last().copied().unwrap_or(1).max(1);
+        Ok(DeviceWeight {
+            mem,
+            rows: t.numel() / cols,
+            cols,
+        })
+    }
+
+    /// The whole tensor as a launch reads it.
+    pub fn view(&self) -> WeightView<'_> {
+        match &self.mem {
+            Mem::Mapped(t) => {
+                // `new` maps only tensors whose bytes are aligned for their dtype.
+                let unaligned = "a mapped weight is aligned";
+                match t.dtype {
+                    DType::BF16 => WeightView::Bf16(DevSlice::from(cast(t).expect(unaligned))),
+                    DType::F16 => WeightView::F16(DevSlice::from(cast(t).expect(unaligned))),
+                    DType::F32 => WeightView::F32(DevSlice::from(cast(t).expect(unaligned))),
+                }
+            }
+            Mem::Bf16(b) => WeightView::Bf16(b.view()),
+            Mem::F16(b) => WeightView::F16(b.view()),
+            Mem::F32(b) => WeightView::F32(b.view()),
+        }
+    }
+}
+
+/// A small f32 vector (a norm weight, a gate bias) in `dev`'s memory.
+pub fn small(dev: &Device, data: &[f32]) -> Result<DeviceBuf<f32>> {
+    Ok(dev.buffer_from(data).map_err(OpError::from)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::synthetic::{write_safetensors, TensorDecl};
+    use super::super::weights::WeightStore;
+    use super::*;
+
+    /// A bf16 `[3]` tensor, then an f32 `[2, 3]` one at byte 6 of the data (not 4-byte
+    /// aligned), then a bf16 `[2, 2]` one at byte 30 (2-byte aligned).
+    fn store(dir: &std::path::Path) -> WeightStore {
+        let decl = |name: &str, dtype, shape: &[usize]| TensorDecl {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+        };
+        let tensors = [
+            decl("a", DType::BF16, &[3]),
+            decl("w", DType::F32, &[2, 3]),
+            decl("b", DType::BF16, &[2, 2]),
+        ];
+        write_safetensors(&dir.join("model.safetensors"), &tensors, |i, s, out| {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = (10 * i + s + j) as f32 + 0.5;
+            }
+        })
+        .unwrap();
+        WeightStore::open(dir).unwrap()
+    }
+
+    fn values(dev: &Device, w: &DeviceWeight) -> Vec<f32> {
+        match w.view() {
+            WeightView::F32(v) => {
+                let mut out = vec![0.0; v.len()];
+                dev.download(v, &mut out).unwrap();
+                out
+            }
+            WeightView::Bf16(v) => {
+                let mut out = vec![bf16::ZERO; v.len()];
+                dev.download(v, &mut out).unwrap();
+                out.iter().map(|x| x.to_f32()).collect()
+            }
+            WeightView::F16(_) => unreachable!("no f16 tensor here"),
+        }
+    }
+
+    #[test]
+    fn aligned_weights_are_read_in_place_and_unaligned_ones_copied_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = store(dir.path());
+        for pool in [Pool::Cpu, Pool::Host] {
+            let dev = Device::open(pool).unwrap();
+            let w = DeviceWeight::new(&dev, &ws.tensor("w").unwrap()).unwrap();
+            assert!(matches!(w.mem, Mem::F32(_)), "unaligned f32 is copied");
+            assert_eq!((w.rows, w.cols), (2, 3));
+            assert_eq!(values(&dev, &w), [10.5, 11.5, 12.5, 13.5, 14.5, 15.5]);
+            let b = DeviceWeight::new(&dev, &ws.tensor("b").unwrap()).unwrap();
+            assert!(matches!(b.mem, Mem::Mapped(_)), "aligned bf16 is mapped");
+            assert_eq!(values(&dev, &b), [20.5, 21.5, 22.5, 23.5]);
+            let rows = b.view().sub(2..4).unwrap();
+            let WeightView::Bf16(rows) = rows else {
+                unreachable!("a bf16 view")
+            };
+            let mut out = [bf16::ZERO; 2];
+            dev.download(rows, &mut out).unwrap();
+            assert_eq!(out.map(|x| x.to_f32()), [22.5, 23.5]);
+            assert!(b.view().sub(3..5).is_err());
+        }
+    }
+}
