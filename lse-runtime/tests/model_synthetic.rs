@@ -10,7 +10,7 @@ use lse_runtime::model::synthetic::{
     write_random_model, write_safetensors, SyntheticSpec, TensorDecl,
 };
 use lse_runtime::model::weights::WeightStore;
-use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, MoeConfig, PrefillAttention};
+use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, PrefillAttention};
 
 /// Dense prefill attention on the host device, shared by every test.
 fn dense() -> &'static PrefillAttention<'static> {
@@ -35,25 +35,14 @@ fn max_abs(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn moe_spec() -> SyntheticSpec {
-    SyntheticSpec {
-        moe: Some(MoeConfig {
-            num_experts: 6,
-            num_experts_per_tok: 2,
-            moe_intermediate_size: 12,
-            shared_expert_intermediate_size: 10,
-        }),
-        dtype: DType::BF16,
-        tie_word_embeddings: true,
-        ..SyntheticSpec::tiny()
-    }
-}
-
 /// Every plan, from one pass down to ubatch 1, gives the same hidden rows as one pass
 /// (up to f32 reassociation).
 #[test]
 fn hidden_is_independent_of_the_pass_plan() {
-    for (name, spec) in [("dense", SyntheticSpec::tiny()), ("moe", moe_spec())] {
+    for (name, spec) in [
+        ("dense", SyntheticSpec::tiny()),
+        ("moe", SyntheticSpec::tiny_moe()),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         write_random_model(dir.path(), &spec, 3).unwrap();
         let model = HybridLM::load(dir.path()).unwrap();
@@ -195,7 +184,7 @@ fn random_models_are_deterministic_and_tied_heads_share_the_embedding() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let spec = moe_spec();
+    let spec = SyntheticSpec::tiny_moe();
     write_random_model(a.path(), &spec, 1).unwrap();
     write_random_model(b.path(), &spec, 1).unwrap();
     write_random_model(c.path(), &spec, 2).unwrap();

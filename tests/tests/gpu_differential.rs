@@ -17,7 +17,7 @@
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::model::synthetic::{write_random_model, SyntheticSpec};
-use lse_runtime::model::{DType, HybridLM, MoeConfig, PrefillAttention};
+use lse_runtime::model::{DType, HybridLM, PrefillAttention};
 use lse_runtime::ops::{self, HeadWeight, ResidentHeadWeight};
 use lse_tests::cases;
 use lse_tests::diff::{compare, Out, Rng, Tol};
@@ -56,30 +56,16 @@ fn resident_checks() -> Vec<Check> {
     out
 }
 
-/// The tiny random model, dense with f32 weights or MoE with bf16 weights and a tied head.
-fn forward_spec(moe: bool) -> SyntheticSpec {
-    if !moe {
-        return SyntheticSpec::tiny();
-    }
-    SyntheticSpec {
-        moe: Some(MoeConfig {
-            num_experts: 6,
-            num_experts_per_tok: 2,
-            moe_intermediate_size: 12,
-            shared_expert_intermediate_size: 10,
-        }),
-        dtype: DType::BF16,
-        tie_word_embeddings: true,
-        ..SyntheticSpec::tiny()
-    }
-}
-
 /// The model loaded onto `dev` and run there in two passes (9 tokens, then 7: the second
 /// continues the first's KV cache, conv and delta states, all in `dev`'s memory); the final
 /// hidden rows of each pass.
 fn resident_forward(dev: &Device, moe: bool) -> Vec<Out> {
     let dir = tempfile::tempdir().unwrap();
-    let spec = forward_spec(moe);
+    let spec = if moe {
+        SyntheticSpec::tiny_moe()
+    } else {
+        SyntheticSpec::tiny()
+    };
     write_random_model(dir.path(), &spec, 17).unwrap();
     let model = HybridLM::load_on(dir.path(), dev).unwrap();
     let tokens: Vec<u32> = (0..16u32)

@@ -95,6 +95,22 @@ impl SyntheticSpec {
         }
     }
 
+    /// [`SyntheticSpec::tiny`] with a mixture of experts (6 experts, 2 per token, widths 12
+    /// and 10 for the shared expert), bf16 matrices and a tied head.
+    pub fn tiny_moe() -> Self {
+        SyntheticSpec {
+            moe: Some(MoeConfig {
+                num_experts: 6,
+                num_experts_per_tok: 2,
+                moe_intermediate_size: 12,
+                shared_expert_intermediate_size: 10,
+            }),
+            dtype: DType::BF16,
+            tie_word_embeddings: true,
+            ..SyntheticSpec::tiny()
+        }
+    }
+
     /// The config.json content for this spec.
     pub fn config_json(&self) -> serde_json::Value {
         let mut c = serde_json::json!({
