@@ -132,7 +132,7 @@ impl<'k> Emitter<'k> {
 
     /// Scalar allocas for every local (the AMDGPU layout, and the host's Private/Uniform).
     pub fn scalar_var(&mut self, ty: Ty) -> VarLoc {
-        VarLoc::Scalar(self.alloca(lty(ty), align_of(ty)))
+        VarLoc::Scalar(self.alloca(var_lty(ty), align_of(ty)))
     }
 
     /// Pointer to variable `v`'s slot for the current work-item.
@@ -147,7 +147,7 @@ impl<'k> Emitter<'k> {
                 let lid = self.lid.clone();
                 let p = self.b.op(format!(
                     "getelementptr inbounds {}, {} {a}, i32 {lid}",
-                    lty(ty),
+                    var_lty(ty),
                     self.alloca_ptr
                 ));
                 Ok((p, ty))
@@ -160,21 +160,29 @@ impl<'k> Emitter<'k> {
     pub fn read_var(&mut self, v: u32) -> Lowered<String> {
         let (p, ty) = self.var_ptr(v)?;
         let md = self.mem_md.clone();
-        Ok(self.b.op(format!(
+        let x = self.b.op(format!(
             "load {}, {} {p}, align {}{md}",
-            lty(ty),
+            var_lty(ty),
             self.alloca_ptr,
             align_of(ty)
-        )))
+        ));
+        Ok(match ty {
+            Ty::Bool => self.b.op(format!("icmp ne i8 {x}, 0")),
+            _ => x,
+        })
     }
 
     /// Writes `value` to variable `v` for the current work-item.
     pub fn write_var(&mut self, v: u32, value: &str) -> Lowered<()> {
         let (p, ty) = self.var_ptr(v)?;
         let md = self.mem_md.clone();
+        let value = match ty {
+            Ty::Bool => self.b.op(format!("zext i1 {value} to i8")),
+            _ => value.to_string(),
+        };
         self.b.ins(format!(
             "store {} {value}, {} {p}, align {}{md}",
-            lty(ty),
+            var_lty(ty),
             self.alloca_ptr,
             align_of(ty)
         ));
@@ -197,6 +205,16 @@ pub(crate) fn lty(t: Ty) -> &'static str {
         Ty::I32 | Ty::U32 => "i32",
         Ty::Bool => "i1",
         Ty::Bf16 | Ty::F16 => "i16",
+    }
+}
+
+/// The type a variable of LOOM type `t` has in memory: a `bool` takes a byte, because LLVM
+/// vectorises a work-item loop's loads of bytes into one vector load and a compare but loads
+/// `i1` memory one lane at a time.
+pub(crate) fn var_lty(t: Ty) -> &'static str {
+    match t {
+        Ty::Bool => "i8",
+        _ => lty(t),
     }
 }
 

@@ -14,7 +14,7 @@ mod split;
 mod tiles;
 
 use crate::emit::{
-    combine, combine_argmax, lty, Emitter, Lowered, ModuleText, TargetStmts, VarLoc,
+    combine, combine_argmax, lty, var_lty, Emitter, Lowered, ModuleText, TargetStmts, VarLoc,
 };
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
@@ -73,7 +73,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
     for (l, st) in k.locals.iter().zip(&w.storage) {
         let loc = match st {
             VarStorage::PerItem => {
-                VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", lty(l.ty)), 16))
+                VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", var_lty(l.ty)), 16))
             }
             VarStorage::Private | VarStorage::Uniform => e.scalar_var(l.ty),
         };
@@ -364,7 +364,7 @@ impl HostPhases {
                 let ty = e.k.locals[v as usize].ty;
                 let wg = self.wg;
                 e.vars[v as usize] =
-                    VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", lty(ty)), 16));
+                    VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", var_lty(ty)), 16));
             }
         }
         self.split_block(e, block, None, &mut Vec::new())
@@ -410,8 +410,8 @@ impl HostPhases {
                     self.masked_region(e, &pending, mask)?;
                     pending.clear();
                     let wg = self.wg;
-                    let on_then = e.alloca(&format!("[{wg} x i1]"), 16);
-                    let on_else = e.alloca(&format!("[{wg} x i1]"), 16);
+                    let on_then = e.alloca(&format!("[{wg} x i8]"), 16);
+                    let on_else = e.alloca(&format!("[{wg} x i8]"), 16);
                     self.region(e, true, |_, e| {
                         let lid = e.lid.clone();
                         let active = match mask {
@@ -607,16 +607,23 @@ fn has_loop(block: &[Stmt]) -> bool {
     })
 }
 
-/// Loads (`value` = None) or stores a work-item's flag in a `[WG x i1]` mask array.
+/// Loads (`value` = None) or stores a work-item's flag in a `[WG x i8]` mask array. A byte
+/// per flag, not an `i1`: LLVM vectorises a work-item loop's loads of bytes into one vector
+/// load and a compare, but loads of `i1` memory one lane at a time, assembling the mask bit
+/// by bit.
 fn flag(e: &mut Emitter, arr: &str, lid: &str, value: Option<&str>) -> String {
     let p =
-        e.b.op(format!("getelementptr inbounds i1, ptr {arr}, i32 {lid}"));
+        e.b.op(format!("getelementptr inbounds i8, ptr {arr}, i32 {lid}"));
     let md = e.mem_md.clone();
     match value {
         Some(v) => {
-            e.b.ins(format!("store i1 {v}, ptr {p}, align 1{md}"));
+            let byte = e.b.op(format!("zext i1 {v} to i8"));
+            e.b.ins(format!("store i8 {byte}, ptr {p}, align 1{md}"));
             String::new()
         }
-        None => e.b.op(format!("load i1, ptr {p}, align 1{md}")),
+        None => {
+            let byte = e.b.op(format!("load i8, ptr {p}, align 1{md}"));
+            e.b.op(format!("icmp ne i8 {byte}, 0"))
+        }
     }
 }
