@@ -2,7 +2,9 @@
 //! `cargo bench -p lse-runtime --bench gemm` (2 threads: `RAYON_NUM_THREADS=2`).
 //!
 //! Prints, in one run: the bf16 dot-product peak of this CPU measured by a register-resident
-//! `vdpbf16ps` loop (AVX512-BF16; AMX where the CPU has it is not measured here), then GFLOP/s
+//! `vdpbf16ps` loop (AVX512-BF16; AMX where the CPU has it is not measured here) and the f32
+//! peak of a register-resident 16-lane `vfmadd` loop (the bound of the f32-activation GEMM
+//! the model's projections use), then GFLOP/s
 //! of `y = x · wᵀ` with bf16 weights for the Qwen3.5-0.8B prefill shapes at M = 512 and the LM
 //! head (248,320 x 1024) at M = 128 and 256, on each host level, with the best level's
 //! fraction of the peak. `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the
@@ -31,6 +33,51 @@ const SHAPES: [(&str, usize, usize, usize); 8] = [
     ("lm head, M = 256", 256, 248_320, 1024),
 ];
 
+/// GFLOP/s of `f` run once per thread, `f` doing `flops` floating-point operations.
+fn per_thread_rate(flops: usize, f: impl Fn(f32) -> f32 + Sync) -> f64 {
+    let threads = rayon::current_num_threads();
+    let t = Instant::now();
+    let sink: f32 = (0..threads)
+        .into_par_iter()
+        .map(|i| f(i as f32 + 0.5))
+        .sum();
+    let secs = t.elapsed().as_secs_f64();
+    std::hint::black_box(sink);
+    (threads * flops) as f64 / secs / 1e9
+}
+
+/// GFLOP/s of 16-lane `vfmadd` on 16 independent register accumulators, one loop per thread.
+#[cfg(target_arch = "x86_64")]
+fn fma_peak() -> Option<f64> {
+    use std::arch::x86_64::*;
+    if !is_x86_feature_detected!("avx512f") {
+        return None;
+    }
+    const ITERS: usize = 20_000_000;
+    #[target_feature(enable = "avx512f")]
+    fn spin(seed: f32) -> f32 {
+        let (a, b) = (_mm512_set1_ps(seed), _mm512_set1_ps(1e-9));
+        let mut acc = [_mm512_setzero_ps(); 16];
+        for _ in 0..ITERS {
+            for c in acc.iter_mut() {
+                *c = _mm512_fmadd_ps(a, b, *c);
+            }
+        }
+        let mut s = _mm512_setzero_ps();
+        for c in acc {
+            s = _mm512_add_ps(s, c);
+        }
+        _mm512_reduce_add_ps(s)
+    }
+    // SAFETY: the CPU has AVX-512F (checked above). Each vfmadd: 16 lanes x 2 flops.
+    Some(per_thread_rate(ITERS * 16 * 32, |x| unsafe { spin(x) }))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_peak() -> Option<f64> {
+    None
+}
+
 /// GFLOP/s of `vdpbf16ps` on 16 independent register accumulators, one loop per thread.
 #[cfg(target_arch = "x86_64")]
 fn dpbf16_peak() -> Option<f64> {
@@ -55,17 +102,9 @@ fn dpbf16_peak() -> Option<f64> {
         }
         _mm512_reduce_add_ps(s)
     }
-    let threads = rayon::current_num_threads();
-    let t = Instant::now();
-    let sink: f32 = (0..threads)
-        .into_par_iter()
-        // SAFETY: the CPU has AVX512-BF16 (checked above).
-        .map(|i| unsafe { spin(i as f32 + 0.5) })
-        .sum();
-    let secs = t.elapsed().as_secs_f64();
-    std::hint::black_box(sink);
-    // Each vdpbf16ps: 16 lanes x 2 products x 2 flops.
-    Some((threads * ITERS * 16 * 64) as f64 / secs / 1e9)
+    // SAFETY: the CPU has AVX512-BF16 (checked above). Each vdpbf16ps: 16 lanes x 2
+    // products x 2 flops.
+    Some(per_thread_rate(ITERS * 16 * 64, |x| unsafe { spin(x) }))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -89,6 +128,11 @@ fn main() {
     match peak {
         Some(p) => println!("vdpbf16ps peak (register-resident): {p:.0} GFLOP/s"),
         None => println!("vdpbf16ps peak: this CPU has no AVX512-BF16"),
+    }
+    let f32_peak = fma_peak();
+    match f32_peak {
+        Some(p) => println!("vfmadd f32 peak (register-resident): {p:.0} GFLOP/s"),
+        None => println!("vfmadd f32 peak: this CPU has no AVX-512"),
     }
     println!(
         "{:<30} {:>6} {:>7} {:>5}  {}",
@@ -127,6 +171,9 @@ fn main() {
         }
         let exact = run(&levels[levels.len() - 1], Activations::F32);
         row.push_str(&format!("   f32 activations {exact:.1} GFLOP/s"));
+        if let Some(p) = f32_peak {
+            row.push_str(&format!(" ({:.0}% of f32 peak)", 100.0 * exact / p));
+        }
         if let Some(p) = peak {
             row.push_str(&format!("   best = {:.0}% of peak", 100.0 * best / p));
         }
