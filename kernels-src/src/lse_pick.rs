@@ -17,13 +17,13 @@ use loom::kernel;
 
 /// `logits`: `[rows, vocab]`; `ids`: `[rows, n_ids]`, every id `< vocab` (the launcher checks);
 /// `stats`: `[rows, 2]` = (max, sum of exp(logit - max)); `picked`: `[rows, n_ids]`. Grid:
-/// x = rows, which is not a parameter, so no length is declared.
+/// x = rows (`num_groups()` in the declared lengths).
 #[kernel(name = "logits.lse_pick", version = 1, workgroup = 256)]
 fn lse_pick(
-    logits: &[f32],
-    ids: &[u32],
-    stats: &mut [f32],
-    picked: &mut [f32],
+    logits: &[f32; num_groups() * vocab],
+    ids: &[u32; num_groups() * n_ids],
+    stats: &mut [f32; num_groups() * 2],
+    picked: &mut [f32; num_groups() * n_ids],
     vocab: u32,
     n_ids: u32,
 ) {

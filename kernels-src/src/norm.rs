@@ -10,7 +10,13 @@ use loom::kernel;
 
 /// `x`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
 #[kernel(name = "norm.rmsnorm_zc", version = 1, workgroup = 256)]
-fn rmsnorm_zc(x: &[f32], w: &[f32; d], y: &mut [f32], d: u32, eps: f32) {
+fn rmsnorm_zc(
+    x: &[f32; num_groups() * d],
+    w: &[f32; d],
+    y: &mut [f32; num_groups() * d],
+    d: u32,
+    eps: f32,
+) {
     let mut ss = 0.0;
     for c in 0..(d + group_size() - 1) / group_size() {
         if c * group_size() + local_id() < d {
@@ -31,7 +37,14 @@ fn rmsnorm_zc(x: &[f32], w: &[f32; d], y: &mut [f32], d: u32, eps: f32) {
 /// The residual add fused with the next norm: `x += m`, then `y = rmsnorm_zc(x)`.
 /// `x`, `m`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
 #[kernel(name = "norm.add_rmsnorm_zc", version = 1, workgroup = 256)]
-fn add_rmsnorm_zc(x: &mut [f32], m: &[f32], w: &[f32; d], y: &mut [f32], d: u32, eps: f32) {
+fn add_rmsnorm_zc(
+    x: &mut [f32; num_groups() * d],
+    m: &[f32; num_groups() * d],
+    w: &[f32; d],
+    y: &mut [f32; num_groups() * d],
+    d: u32,
+    eps: f32,
+) {
     let mut ss = 0.0;
     for c in 0..(d + group_size() - 1) / group_size() {
         if c * group_size() + local_id() < d {

@@ -24,9 +24,15 @@
 use loom::kernel;
 
 /// `logits`: `[rows, vocab]`; `out_ids`, `out_vals`: `[rows, k]`, best first. `k` in 1..=32.
-/// Grid: x = rows, which is not a parameter, so no length is declared.
+/// Grid: x = rows (`num_groups()` in the declared lengths).
 #[kernel(name = "topk_pairs", version = 1, workgroup = 128)]
-fn topk_pairs(logits: &[f32], out_ids: &mut [u32], out_vals: &mut [f32], vocab: u32, k: u32) {
+fn topk_pairs(
+    logits: &[f32; num_groups() * vocab],
+    out_ids: &mut [u32; num_groups() * k],
+    out_vals: &mut [f32; num_groups() * k],
+    vocab: u32,
+    k: u32,
+) {
     const MAX_K: u32 = 32;
     // Chunks per block.
     const BLOCK: u32 = 16;

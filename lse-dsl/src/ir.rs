@@ -106,14 +106,17 @@ impl Param {
 }
 
 /// A buffer's declared minimum length (`x: &[f32; rows * d]`): an expression over the
-/// kernel's `u32` scalar parameters and integer literals, evaluated by the launcher in `u64`
-/// with checked arithmetic (overflow, a negative intermediate or a division by zero is an
-/// error, never a wrap).
+/// kernel's `u32` scalar parameters, the launch grid's workgroup counts (`num_groups()`,
+/// `num_groups_y()`, `num_groups_z()`) and integer literals, evaluated by the launcher in
+/// `u64` with checked arithmetic (overflow, a negative intermediate or a division by zero is
+/// an error, never a wrap).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LenExpr {
     Lit(u64),
     /// A `u32` scalar parameter, by name.
     Scalar(String),
+    /// The grid's workgroup count along axis 0 (x), 1 (y) or 2 (z).
+    Grid(u8),
     Bin(LenOp, Box<LenExpr>, Box<LenExpr>),
 }
 
@@ -142,6 +145,16 @@ impl LenOp {
     }
 }
 
+/// The builtin that reads the grid's workgroup count along `axis`: `num_groups()`,
+/// `num_groups_y()`, `num_groups_z()`.
+pub fn grid_count_name(axis: u8) -> &'static str {
+    match axis {
+        0 => "num_groups()",
+        1 => "num_groups_y()",
+        _ => "num_groups_z()",
+    }
+}
+
 impl LenExpr {
     /// How strongly the expression binds when it is an operand (`u8::MAX`: never needs
     /// parentheses).
@@ -161,6 +174,7 @@ impl std::fmt::Display for LenExpr {
         match self {
             LenExpr::Lit(v) => write!(f, "{v}"),
             LenExpr::Scalar(name) => f.write_str(name),
+            LenExpr::Grid(axis) => f.write_str(grid_count_name(*axis)),
             LenExpr::Bin(op, a, b) => match op.infix() {
                 None => {
                     let name = if *op == LenOp::Min { "min" } else { "max" };

@@ -126,10 +126,11 @@ pub trait Launch<A> {
     /// The kernel these arguments are for.
     fn kernel(&self) -> &'static KernelDef;
     /// Checks every buffer whose parameter declares a minimum length (`x: &[f32; rows * d]`)
-    /// against that length evaluated from these arguments' scalars; the first buffer that
-    /// falls short, or whose length has no value (overflow, a negative difference, a division
-    /// by zero), is the error. Buffers without a declared length are not checked.
-    fn check_lengths(&self) -> Result<(), ShapeError>;
+    /// against that length evaluated from these arguments' scalars and the launch's `grid`
+    /// (workgroup counts along x, y, z); the first buffer that falls short, or whose length
+    /// has no value (overflow, a negative difference, a division by zero), is the error.
+    /// Buffers without a declared length are not checked.
+    fn check_lengths(&self, grid: [u32; 3]) -> Result<(), ShapeError>;
     /// The arguments in parameter order.
     fn into_args(self) -> Vec<A>;
 }

@@ -20,8 +20,7 @@ use loom::kernel;
 /// `[n_kv_heads, head_dim, n_kblocks]` (from `attention.key_block_mean`); `scores`:
 /// `[n_kv_heads, n_qblocks, n_kblocks]`; `maxes`: scratch of the same size (each row's `m`
 /// between the two passes); `qblock0 = pos0 / block`; `group` query heads per KV head.
-/// Grid: x = n_qblocks = (kv_len - 1) / block - qblock0 + 1, y = n_kv_heads. `scores` and
-/// `maxes` are sized by the grid (`num_groups()`), so their lengths are not declared.
+/// Grid: x = n_qblocks = (kv_len - 1) / block - qblock0 + 1, y = n_kv_heads.
 ///
 /// One workgroup per (query block, KV head); work-item `lid` takes key blocks `lid`,
 /// `lid + 64`, ... up to the diagonal. Rows go four positions of one query head at a time:
@@ -37,8 +36,8 @@ use loom::kernel;
 fn block_score(
     q: &[f32; (kv_len - pos0) * n_kv_heads * group * head_dim],
     pooled: &[f32; n_kv_heads * head_dim * n_kblocks],
-    scores: &mut [f32],
-    maxes: &mut [f32],
+    scores: &mut [f32; num_groups_y() * num_groups() * n_kblocks],
+    maxes: &mut [f32; num_groups_y() * num_groups() * n_kblocks],
     pos0: u32,
     kv_len: u32,
     qblock0: u32,

@@ -18,8 +18,7 @@ use loom::kernel;
 /// `scores`: `[n_kv_heads, n_qblocks, n_kblocks]` (from `attention.block_score`); `blocks`:
 /// `[n_kv_heads, n_qblocks, n_kblocks]`; `counts`: `[n_kv_heads, n_qblocks]`. The integer
 /// parameters are at most `n_kblocks` (the launcher clamps them, which changes no decision).
-/// Grid: x = n_qblocks, y = n_kv_heads. Every buffer is sized by the grid, so no length is
-/// declared.
+/// Grid: x = n_qblocks, y = n_kv_heads.
 ///
 /// Work-item `lid` takes key blocks `lid`, `lid + 64`, ... up to the diagonal:
 /// 1. the row maximum, one workgroup `reduce_max`;
@@ -32,9 +31,9 @@ use loom::kernel;
 ///    memory (Hillis-Steele, 6 steps) gives each kept block its slot.
 #[kernel(name = "attention.block_select", version = 1, workgroup = 64)]
 fn block_select(
-    scores: &[f32],
-    blocks: &mut [u32],
-    counts: &mut [u32],
+    scores: &[f32; num_groups_y() * num_groups() * n_kblocks],
+    blocks: &mut [u32; num_groups_y() * num_groups() * n_kblocks],
+    counts: &mut [u32; num_groups_y() * num_groups()],
     qblock0: u32,
     n_kblocks: u32,
     alpha: f32,

@@ -10,8 +10,7 @@ use loom::kernel;
 
 /// `k`: the key cache `[>= kv_len, n_kv_heads, head_dim]` in the instance's element type;
 /// `pooled`: `[n_kv_heads, head_dim, n_kblocks]` f32 with `n_kblocks = ceil(kv_len / block)`.
-/// Grid: x = n_kblocks, y = n_kv_heads. `pooled` is sized by the grid, so its length is not
-/// declared.
+/// Grid: x = n_kblocks, y = n_kv_heads.
 ///
 /// Work-items stride over the head dimension (64 at a time), so each cache row is read
 /// contiguously across the workgroup; dimensions past `head_dim` re-read the last one (the
@@ -20,7 +19,7 @@ use loom::kernel;
 #[kernel(name = "attention.key_block_mean", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
 fn key_block_mean<W>(
     k: &[W; kv_len * n_kv_heads * head_dim],
-    pooled: &mut [f32],
+    pooled: &mut [f32; num_groups_y() * head_dim * num_groups()],
     kv_len: u32,
     n_kv_heads: u32,
     head_dim: u32,

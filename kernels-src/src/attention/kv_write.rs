@@ -7,7 +7,14 @@ use loom::kernel;
 /// `k`, `v`: `[t, row]` f32; `k_cache`, `v_cache`: `[capacity, row]`, written at rows
 /// `pos0..pos0 + t`. Grid: x = t.
 #[kernel(name = "attention.kv_write", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
-fn kv_write<C>(k: &[f32], v: &[f32], k_cache: &mut [C], v_cache: &mut [C], row: u32, pos0: u32) {
+fn kv_write<C>(
+    k: &[f32; num_groups() * row],
+    v: &[f32; num_groups() * row],
+    k_cache: &mut [C; (pos0 + num_groups()) * row],
+    v_cache: &mut [C; (pos0 + num_groups()) * row],
+    row: u32,
+    pos0: u32,
+) {
     const COLS: u32 = 256;
     let line = tile::<f32, 1, COLS>();
     for c0 in (0..row).step_by(COLS) {

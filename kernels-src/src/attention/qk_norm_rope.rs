@@ -18,10 +18,10 @@ use loom::kernel;
 /// `cos_sin`: `[t, 2 * half]`; `dst`: `[t, heads, head_dim]`. Grid: x = heads, y = t.
 #[kernel(name = "attention.qk_norm_rope", version = 1, workgroup = 64)]
 fn qk_norm_rope(
-    src: &[f32],
+    src: &[f32; num_groups_y() * src_row],
     w: &[f32; head_dim],
-    cos_sin: &[f32],
-    dst: &mut [f32],
+    cos_sin: &[f32; num_groups_y() * 2 * half],
+    dst: &mut [f32; num_groups_y() * num_groups() * head_dim],
     src_row: u32,
     src_head: u32,
     head_dim: u32,

@@ -21,10 +21,10 @@ use loom::kernel;
 #[kernel(name = "deltanet.delta_prep", version = 1, workgroup = 64)]
 fn delta_prep(
     qkv: &[f32; t * cd],
-    beta: &[f32],
-    g: &[f32],
-    mats: &mut [f32],
-    decay: &mut [f32],
+    beta: &[f32; t * num_groups_y() * num_groups_z()],
+    g: &[f32; t * num_groups_y() * num_groups_z()],
+    mats: &mut [f32; num_groups_y() * num_groups_z() * num_groups() * 64 * 64],
+    decay: &mut [f32; num_groups_y() * num_groups_z() * num_groups() * 2 * 64],
     t: u32,
     cd: u32,
     dk: u32,

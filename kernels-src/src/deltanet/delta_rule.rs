@@ -31,11 +31,11 @@ use loom::kernel;
 #[kernel(name = "deltanet.delta_rule", version = 1, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32; t * cd],
-    beta: &[f32],
-    mats: &[f32],
-    decay: &[f32],
-    state: &mut [f32],
-    out: &mut [f32],
+    beta: &[f32; t * num_groups_y() * num_groups_z()],
+    mats: &[f32; num_groups_y() * num_groups_z() * ((t + 63) / 64) * 64 * 64],
+    decay: &[f32; num_groups_y() * num_groups_z() * ((t + 63) / 64) * 2 * 64],
+    state: &mut [f32; num_groups_y() * num_groups_z() * dk * dv],
+    out: &mut [f32; t * num_groups_y() * num_groups_z() * dv],
     t: u32,
     cd: u32,
     dk: u32,

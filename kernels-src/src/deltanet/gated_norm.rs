@@ -10,7 +10,14 @@ use loom::kernel;
 
 /// `o`, `z`, `y`: `[t, hv, dv]`; `w`: `[dv]`. Grid: x = t, y = hv.
 #[kernel(name = "deltanet.gated_norm", version = 1, workgroup = 64)]
-fn gated_norm(o: &[f32], z: &[f32], w: &[f32; dv], y: &mut [f32], dv: u32, eps: f32) {
+fn gated_norm(
+    o: &[f32; num_groups() * num_groups_y() * dv],
+    z: &[f32; num_groups() * num_groups_y() * dv],
+    w: &[f32; dv],
+    y: &mut [f32; num_groups() * num_groups_y() * dv],
+    dv: u32,
+    eps: f32,
+) {
     let mut ss = 0.0;
     for c0 in (0..dv).step_by(group_size()) {
         if c0 + local_id() < dv {

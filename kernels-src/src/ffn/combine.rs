@@ -16,12 +16,12 @@ use loom::kernel;
 /// row. Grid: x = tokens.
 #[kernel(name = "ffn.moe_combine", version = 1, workgroup = 256)]
 fn moe_combine(
-    shared: &[f32],
-    shared_gate: &[f32],
-    weights: &[f32],
-    slots: &[u32],
-    ys: &[f32],
-    out: &mut [f32],
+    shared: &[f32; num_groups() * h],
+    shared_gate: &[f32; num_groups()],
+    weights: &[f32; num_groups() * k],
+    slots: &[u32; num_groups() * k],
+    ys: &[f32; num_groups() * k * h],
+    out: &mut [f32; num_groups() * h],
     h: u32,
     k: u32,
 ) {

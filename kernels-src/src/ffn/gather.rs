@@ -8,7 +8,7 @@ use loom::kernel;
 /// `xs`: `[n_slots, h]`. One workgroup per slot; work-items stride over the row.
 /// Grid: x = n_slots.
 #[kernel(name = "ffn.moe_gather", version = 1, workgroup = 256)]
-fn moe_gather(x: &[f32], rows: &[u32], xs: &mut [f32], h: u32) {
+fn moe_gather(x: &[f32], rows: &[u32; num_groups()], xs: &mut [f32; num_groups() * h], h: u32) {
     const WG: u32 = 256;
     let r = group_id();
     for c in 0..(h + WG - 1) / WG {

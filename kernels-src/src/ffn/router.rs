@@ -22,7 +22,13 @@ use loom::kernel;
 /// `logits`: `[tokens, num_experts]`; `ids`, `weights`: `[tokens, k]`, best first. `k` from 1
 /// to `num_experts` (the launcher checks). Grid: x = tokens.
 #[kernel(name = "ffn.moe_router", version = 1, workgroup = 64)]
-fn moe_router(logits: &[f32], ids: &mut [u32], weights: &mut [f32], num_experts: u32, k: u32) {
+fn moe_router(
+    logits: &[f32; num_groups() * num_experts],
+    ids: &mut [u32; num_groups() * k],
+    weights: &mut [f32; num_groups() * k],
+    num_experts: u32,
+    k: u32,
+) {
     const WG: u32 = 64;
     let lid = local_id();
     let row = group_id() * num_experts;

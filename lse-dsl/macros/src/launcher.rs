@@ -21,7 +21,7 @@
 //! `check_lengths`, which the runtime calls before every launch:
 //!
 //! ```ignore
-//! fn check_lengths(&self) -> Result<(), rt::ShapeError> {
+//! fn check_lengths(&self, grid: [u32; 3]) -> Result<(), rt::ShapeError> {
 //!     rt::check_length("x", "n * 4", <B0 as rt::In<f32>>::len(&self.x),
 //!         &rt::Len::Mul(&rt::Len::Scalar("n", self.n), &rt::Len::Lit(4u64)))?;
 //!     Ok(())
@@ -116,7 +116,11 @@ pub(crate) fn tokens(k: &Kernel) -> TokenStream2 {
                 &KERNEL
             }
 
-            fn check_lengths(&self) -> ::core::result::Result<(), ::lse_dsl::rt::ShapeError> {
+            #[allow(unused_variables)]
+            fn check_lengths(
+                &self,
+                grid: [u32; 3],
+            ) -> ::core::result::Result<(), ::lse_dsl::rt::ShapeError> {
                 #(#checks)*
                 ::core::result::Result::Ok(())
             }
@@ -134,6 +138,11 @@ fn len_tokens(e: &LenExpr) -> TokenStream2 {
         LenExpr::Lit(v) => {
             let v = Literal::u64_suffixed(*v);
             quote!(::lse_dsl::rt::Len::Lit(#v))
+        }
+        LenExpr::Grid(axis) => {
+            let name = lse_dsl::ir::grid_count_name(*axis);
+            let axis = usize::from(*axis);
+            quote!(::lse_dsl::rt::Len::Scalar(#name, grid[#axis]))
         }
         LenExpr::Scalar(name) => {
             let field = syn::Ident::new(name, Span::call_site());

@@ -32,6 +32,17 @@ fn steps(x: &[f32; rows * d], out: &mut [f32; rows - 1], rows: u32, d: u32) {
     }
 }
 
+/// Each workgroup row `r` of the grid writes `out[r * d .. r * d + d]`: the output's length
+/// follows the grid, not a scalar.
+#[loom::kernel(name = "test.launcher_grid_lengths", version = 1, workgroup = 32)]
+fn per_group(out: &mut [f32; num_groups_y() * d], d: u32) {
+    for c in (0..d).step_by(group_size()) {
+        if c + local_id() < d {
+            out[group_id_y() * d + c + local_id()] = 1.0;
+        }
+    }
+}
+
 /// What a runtime would convert each field into: here, a description of it.
 #[derive(Debug, PartialEq)]
 enum Seen {
@@ -151,7 +162,7 @@ fn buffers_at_least_their_declared_lengths_pass_the_check() {
         rows: 3,
         d: 2,
     };
-    assert_eq!(Launch::<Seen>::check_lengths(&args), Ok(()));
+    assert_eq!(Launch::<Seen>::check_lengths(&args, [1, 1, 1]), Ok(()));
 }
 
 #[test]
@@ -164,7 +175,7 @@ fn a_buffer_shorter_than_its_declared_length_fails_the_check() {
         rows: 3,
         d: 2,
     };
-    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
     assert_eq!((err.param, err.declared, err.len), ("x", "rows * d", 5));
     assert_eq!(err.problem, ShapeProblem::TooShort { need: 6 });
     assert_eq!(err.scalars, "rows = 3, d = 2");
@@ -177,7 +188,7 @@ fn a_buffer_shorter_than_its_declared_length_fails_the_check() {
         rows: 3,
         d: 2,
     };
-    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
     assert_eq!((err.param, err.declared, err.len), ("out", "rows - 1", 1));
 }
 
@@ -191,7 +202,21 @@ fn a_declared_length_below_zero_fails_the_check_instead_of_wrapping() {
         rows: 0,
         d: 2,
     };
-    let err = Launch::<Seen>::check_lengths(&args).unwrap_err();
+    let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
     assert_eq!(err.param, "out");
     assert_eq!(err.problem, ShapeProblem::NoValue(LenFault::Negative));
+}
+
+#[test]
+fn a_declared_length_may_read_the_grids_workgroup_counts() {
+    let mut out = vec![0.0f32; 12];
+    let args = per_group::Args {
+        out: &mut out,
+        d: 4,
+    };
+    assert_eq!(Launch::<Seen>::check_lengths(&args, [1, 3, 1]), Ok(()));
+    let err = Launch::<Seen>::check_lengths(&args, [1, 4, 1]).unwrap_err();
+    assert_eq!((err.param, err.declared), ("out", "num_groups_y() * d"));
+    assert_eq!(err.problem, ShapeProblem::TooShort { need: 16 });
+    assert_eq!(err.scalars, "num_groups_y() = 4, d = 4");
 }

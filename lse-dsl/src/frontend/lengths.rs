@@ -1,5 +1,6 @@
 //! A buffer's declared minimum length, `x: &[f32; rows * d]`: the array length is an
-//! expression over the kernel's `u32` scalar parameters and integer literals with `+ - * /`,
+//! expression over the kernel's `u32` scalar parameters, the grid's workgroup counts
+//! (`num_groups()`, `num_groups_y()`, `num_groups_z()`) and integer literals with `+ - * /`,
 //! parentheses, `min(a, b)` and `max(a, b)`. Anything else is an error at its span. The
 //! length is launcher metadata ([`crate::ir::LenExpr`]); the body never sees it.
 
@@ -10,7 +11,8 @@ use crate::ir::{LenExpr, LenOp, Param, Ty};
 
 /// What a length may contain, for error messages.
 const ALLOWED: &str = "a buffer length is written with `+ - * /`, parentheses, `min(a, b)`, \
-                       `max(a, b)`, the kernel's u32 scalar parameters and integer literals";
+                       `max(a, b)`, the kernel's u32 scalar parameters, `num_groups()`, \
+                       `num_groups_y()`, `num_groups_z()` and integer literals";
 
 /// The declared length `e`, whose names refer to `params` (all of the kernel's parameters,
 /// so a length may name a scalar declared after its buffer).
@@ -56,6 +58,20 @@ pub(super) fn parse(e: &Expr, params: &[Param]) -> syn::Result<LenExpr> {
             let l = parse(&b.left, params)?;
             let r = parse(&b.right, params)?;
             Ok(LenExpr::Bin(op, Box::new(l), Box::new(r)))
+        }
+        Expr::Call(c) if c.args.is_empty() => {
+            let axis = match &*c.func {
+                Expr::Path(p) if p.path.is_ident("num_groups") => 0,
+                Expr::Path(p) if p.path.is_ident("num_groups_y") => 1,
+                Expr::Path(p) if p.path.is_ident("num_groups_z") => 2,
+                other => {
+                    return bad(
+                        other.span(),
+                        format!("unsupported call in a buffer length: {ALLOWED}"),
+                    );
+                }
+            };
+            Ok(LenExpr::Grid(axis))
         }
         Expr::Call(c) => {
             let op = match &*c.func {
@@ -201,5 +217,24 @@ mod tests {
             fn k(x: &[f32; pow(n, 2)], n: u32) {}
         ));
         assert!(e.starts_with("unsupported call in a buffer length"), "{e}");
+        for call in [
+            quote::quote!(local_id()),
+            quote::quote!(num_groups(1)),
+            quote::quote!(group_id_y()),
+        ] {
+            let f: syn::ItemFn = syn::parse_quote!(fn k(x: &[f32; #call * n], n: u32) {});
+            let e = err(f);
+            assert!(e.starts_with("unsupported call in a buffer length"), "{e}");
+        }
+    }
+
+    #[test]
+    fn lengths_read_the_grids_workgroup_counts() {
+        assert_eq!(
+            text(syn::parse_quote!(
+                fn k(x: &[f32; num_groups() * num_groups_y() * (d + num_groups_z())], d: u32) {}
+            )),
+            "num_groups() * num_groups_y() * (d + num_groups_z())"
+        );
     }
 }

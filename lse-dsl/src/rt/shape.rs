@@ -10,7 +10,8 @@ use std::fmt;
 #[derive(Clone, Copy, Debug)]
 pub enum Len<'a> {
     Lit(u64),
-    /// A `u32` scalar parameter: its name and this launch's value.
+    /// A `u32` scalar parameter or a workgroup count of the grid (`num_groups_y()`): its
+    /// name and this launch's value.
     Scalar(&'static str, u32),
     Add(&'a Len<'a>, &'a Len<'a>),
     Sub(&'a Len<'a>, &'a Len<'a>),
@@ -88,7 +89,8 @@ pub struct ShapeError {
     pub param: &'static str,
     /// The declared length as written in canonical form, e.g. `rows * d`.
     pub declared: &'static str,
-    /// The scalars the length reads and their values in this launch, e.g. `rows = 3, d = 8`.
+    /// The scalars and grid counts the length reads and their values in this launch, e.g.
+    /// `rows = 3, d = 8` or `num_groups() = 4`.
     pub scalars: String,
     /// The buffer's length in elements.
     pub len: usize,

@@ -341,10 +341,11 @@ impl Device {
         args: impl Launch<Arg<'a>>,
     ) -> Result<(), LaunchError> {
         let kernel = args.kernel();
-        args.check_lengths().map_err(|error| LaunchError::Length {
-            kernel: kernel.id,
-            error,
-        })?;
+        args.check_lengths(grid)
+            .map_err(|error| LaunchError::Length {
+                kernel: kernel.id,
+                error,
+            })?;
         let args = args.into_args();
         let (placed, scalars) = marshal(self, kernel, &args)?;
         let total = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
@@ -421,6 +422,30 @@ mod tests {
     /// refused on the CPU-side devices before the kernel runs (the output keeps its values),
     /// naming the kernel, the parameter, the declared length, its value and the buffer's
     /// length. Device views are checked like host slices.
+    #[test]
+    fn a_buffer_shorter_than_the_grid_needs_is_refused_before_the_kernel_runs() {
+        for pool in [Pool::Cpu, Pool::Host] {
+            let dev = Device::open(pool).unwrap();
+            // Three rows of 4 logits hold what a grid of 3 workgroups reads, not 4.
+            let logits = vec![0.5f32; 12];
+            let (mut ids, mut top) = (vec![7u32; 8], vec![-1.0f32; 8]);
+            let args = topk_pairs::Args {
+                logits: &logits,
+                out_ids: &mut ids,
+                out_vals: &mut top,
+                vocab: 4,
+                k: 2,
+            };
+            let err = dev.launch([4, 1, 1], args).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                "topk_pairs.v1: buffer `logits` holds 12 elements, fewer than its declared \
+                 length `num_groups() * vocab` = 16 (num_groups() = 4, vocab = 4)"
+            );
+            assert!(ids.iter().all(|&i| i == 7), "{pool}: the kernel ran");
+        }
+    }
+
     #[test]
     fn a_buffer_shorter_than_its_declared_length_is_refused_before_the_kernel_runs() {
         for pool in [Pool::Cpu, Pool::Host] {
