@@ -95,6 +95,32 @@ impl Emitter<'_> {
         ))
     }
 
+    /// The address `byte` bytes past element `minor` of buffer line `line` of the window (a
+    /// row, or a column of a transposed window), with no promise that it lies in the buffer:
+    /// for prefetches, which may point past its end. Computed in 64 bits, so it cannot wrap.
+    pub fn window_line_addr(
+        &mut self,
+        w: &WindowVals,
+        line: &str,
+        minor: u32,
+        byte: u32,
+    ) -> String {
+        let off = self.b.op(format!("zext i32 {} to i64", w.offset));
+        let line = self.b.op(format!("zext i32 {line} to i64"));
+        let stride = self.b.op(format!("zext i32 {} to i64", w.stride));
+        let start = self.b.op(format!("mul i64 {line}, {stride}"));
+        let start = self.b.op(format!("add i64 {off}, {start}"));
+        let start = self.b.op(format!("add i64 {start}, {minor}"));
+        let bytes = self
+            .b
+            .op(format!("mul i64 {start}, {}", w.elem.size_bytes()));
+        let at = self.b.op(format!("add i64 {bytes}, {byte}"));
+        self.b.op(format!(
+            "getelementptr i8, {} {}, i64 {at}",
+            self.buf_ptr, w.buf
+        ))
+    }
+
     /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:
     /// `body` (straight-line code, no branches) maps the iteration's values to the next ones;
     /// returns the values after the last iteration.

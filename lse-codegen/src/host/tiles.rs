@@ -6,6 +6,10 @@
 //!   copy of the loop. A whole transposed window loaded into an f32 tile or a pair-layout
 //!   bf16 tile (the GEMM's weight block) is instead moved in 16 x 16 blocks of 32-bit units
 //!   through a shuffle transpose: element by element, each unit cost a strided store.
+//! - A load of a whole window also prefetches, into L2, the window one step further along
+//!   the buffer's rows (a GEMM's next K block): without it the weight block's 64 rows, one
+//!   cache line each per step, were 64 streams the hardware prefetcher does not follow, and
+//!   the loads waited on memory.
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
 //!   directly, and then:
@@ -336,6 +340,9 @@ impl HostPhases {
         let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
         let full = e.b.op(format!("and i1 {full_r}, {full_c}"));
         e.branch_on(&full, &mut |e, whole| {
+            if whole && !store {
+                self.prefetch_continuation(e, t, w);
+            }
             if whole && !store && w.transposed && self.transposed_blocks(e, t, w) {
                 return;
             }
@@ -351,6 +358,30 @@ impl HostPhases {
                     h.copy_elem(e, t, w, (r, c), store, whole);
                 })
             });
+        });
+    }
+
+    /// Prefetches (into L2) the window one step further along the buffer's contiguous
+    /// direction: the next `cols` elements of each row (or the next `rows` of each column of
+    /// a transposed window), which is where a loop stepping a window along its rows (a
+    /// GEMM's K loop) loads next. Each buffer line of the window is touched 64 bytes at a
+    /// time; a prefetch past the buffer's end does nothing.
+    fn prefetch_continuation(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
+        let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
+        let (lines, along) = if w.transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        let span = along * w.elem.size_bytes();
+        e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
+        self.sequential_loop(e, lines, |_, e, line| {
+            for b in (0..span).step_by(64) {
+                let p = e.window_line_addr(w, line, along, b);
+                e.b.ins(format!(
+                    "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 2, i32 1)"
+                ));
+            }
         });
     }
 
