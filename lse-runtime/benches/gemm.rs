@@ -46,6 +46,19 @@ fn per_thread_rate(flops: usize, f: impl Fn(f32) -> f32 + Sync) -> f64 {
     (threads * flops) as f64 / secs / 1e9
 }
 
+/// The sum of every lane of 16 accumulators (what a peak loop returns, so it is not
+/// optimised away).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn lanes_sum(acc: [std::arch::x86_64::__m512; 16]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut s = _mm512_setzero_ps();
+    for c in acc {
+        s = _mm512_add_ps(s, c);
+    }
+    _mm512_reduce_add_ps(s)
+}
+
 /// GFLOP/s of 16-lane `vfmadd` on 16 independent register accumulators, one loop per thread.
 #[cfg(target_arch = "x86_64")]
 fn fma_peak() -> Option<f64> {
@@ -63,11 +76,7 @@ fn fma_peak() -> Option<f64> {
                 *c = _mm512_fmadd_ps(a, b, *c);
             }
         }
-        let mut s = _mm512_setzero_ps();
-        for c in acc {
-            s = _mm512_add_ps(s, c);
-        }
-        _mm512_reduce_add_ps(s)
+        lanes_sum(acc)
     }
     // SAFETY: the CPU has AVX-512F (checked above). Each vfmadd: 16 lanes x 2 flops.
     Some(per_thread_rate(ITERS * 16 * 32, |x| unsafe { spin(x) }))
@@ -96,11 +105,7 @@ fn dpbf16_peak() -> Option<f64> {
                 *c = _mm512_dpbf16_ps(*c, a, b);
             }
         }
-        let mut s = _mm512_setzero_ps();
-        for c in acc {
-            s = _mm512_add_ps(s, c);
-        }
-        _mm512_reduce_add_ps(s)
+        lanes_sum(acc)
     }
     // SAFETY: the CPU has AVX512-BF16 (checked above). Each vdpbf16ps: 16 lanes x 2
     // products x 2 flops.
