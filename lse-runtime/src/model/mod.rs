@@ -113,7 +113,7 @@ impl HybridLM {
         ModelConfig::from_file(&dir.join("config.json"))
     }
 
-    /// [`HybridLM::load_on`] the CPU-side devices: weights stay memory-mapped, read where
+    /// [`HybridLM::load_on`] for the CPU-side devices: weights stay memory-mapped, read where
     /// they are.
     pub fn load(dir: &Path) -> Result<Self> {
         Self::load_on(dir, &Device::open(Pool::Cpu)?)
