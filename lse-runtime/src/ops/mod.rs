@@ -1,10 +1,13 @@
 //! Typed, shape-checked entry points for the LOOM kernels: the forward pass's and the
 //! scoring head's.
 //!
-//! Each op checks its slices against the shapes it is given, then launches the LOOM kernel on
-//! the device through the kernel's typed launcher (its generated `Args`). The `_dev` variants take device buffers ([`crate::device::DeviceBuf`]) for
-//! their large operands and share the same checks. The kernels trust their inputs (a GPU has no bounds checks), so every check a
-//! kernel's contract needs happens here.
+//! Each op checks its operands against the shapes it is given, then launches the LOOM kernel
+//! on the device through the kernel's typed launcher (its generated `Args`). Operands are
+//! device views ([`crate::device::DevSlice`], [`crate::device::DevSliceMut`]): views of
+//! [`crate::device::DeviceBuf`]s, which the forward pass keeps in the device's memory, or host
+//! slices and vectors, which convert into them (on a GPU those are copied around the launch).
+//! The head's `_dev` variants take views only. The kernels trust their inputs (a GPU has no
+//! bounds checks), so every check a kernel's contract needs happens here.
 
 mod attention_shape;
 mod deltanet;
