@@ -18,7 +18,7 @@ use half::bf16;
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::model::synthetic::{write_random_model, SyntheticSpec};
 use lse_runtime::model::{DType, HybridLM, PrefillAttention};
-use lse_runtime::ops::{self, HeadWeight, ResidentHeadWeight};
+use lse_runtime::ops::{self, WeightView};
 use lse_tests::cases;
 use lse_tests::diff::{compare, Out, Rng, Tol};
 
@@ -119,12 +119,15 @@ fn resident_chain(
     let h = Rng(8).f32s(rows * dim, 2.0);
     let wf = Rng(9).f32s(vocab * dim, 0.5);
     let wb: Vec<bf16> = wf.iter().map(|&x| bf16::from_f32(x)).collect();
+    // The weight uploaded once, in its dtype.
+    let (bf16_buf, f32_buf);
     let weight = if bf16_weight {
-        HeadWeight::Bf16(&wb)
+        bf16_buf = dev.buffer_from(&wb).unwrap();
+        WeightView::Bf16(bf16_buf.view())
     } else {
-        HeadWeight::F32(&wf)
+        f32_buf = dev.buffer_from(&wf).unwrap();
+        WeightView::F32(f32_buf.view())
     };
-    let resident: ResidentHeadWeight<'_> = weight.resident(dev).unwrap();
     let mut hidden = dev.alloc::<f32>((rows + 2) * dim).unwrap();
     hidden.upload(&h).unwrap();
     let mut logits = dev.alloc::<f32>((rows + 2) * vocab).unwrap();
@@ -132,7 +135,7 @@ fn resident_chain(
         dev,
         hidden.slice(..rows * dim).unwrap(),
         dim,
-        &resident,
+        weight,
         vocab,
         logits.slice_mut(..rows * vocab).unwrap(),
     )

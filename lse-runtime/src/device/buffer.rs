@@ -3,9 +3,7 @@
 //!
 //! On a GPU a [`DeviceBuf`] is a device allocation, freed when dropped; kernels use it in
 //! place and only what the caller downloads comes back. On the CPU-side devices it is ordinary
-//! host memory whose pointer the launch passes (no copies). A [`Resident`] is read-only data
-//! made available to a device once: a device copy on a GPU, the borrowed slice itself on the
-//! CPU-side devices.
+//! host memory whose pointer the launch passes (no copies).
 
 use std::marker::PhantomData;
 use std::mem;
@@ -182,20 +180,6 @@ impl Device {
             }
         }
         Ok(())
-    }
-
-    /// `data` made available to this device's kernels: on a GPU a device copy uploaded now;
-    /// on the CPU-side devices `data` itself (nothing is copied).
-    pub fn resident<'a, T: Elem + bytemuck::Zeroable>(
-        &self,
-        data: &'a [T],
-    ) -> Result<Resident<'a, T>, BufError> {
-        let mem = if self.gpu_device().is_some() {
-            ResidentMem::Copied(self.buffer_from(data)?)
-        } else {
-            ResidentMem::Borrowed(data)
-        };
-        Ok(Resident { mem })
     }
 }
 
@@ -374,52 +358,6 @@ impl<T: Elem> DeviceBuf<T> {
     }
 }
 
-/// Read-only data made available to a device (see [`Device::resident`]).
-pub struct Resident<'a, T: Elem> {
-    mem: ResidentMem<'a, T>,
-}
-
-enum ResidentMem<'a, T: Elem> {
-    /// The caller's slice, on the CPU-side devices.
-    Borrowed(&'a [T]),
-    /// A device copy, on a GPU.
-    Copied(DeviceBuf<T>),
-}
-
-impl<T: Elem> Resident<'_, T> {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        match &self.mem {
-            ResidentMem::Borrowed(s) => s.len(),
-            ResidentMem::Copied(b) => b.len(),
-        }
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// All elements as a read-only kernel argument.
-    pub fn as_slice(&self) -> DevSlice<'_, T> {
-        let (raw, place) = match &self.mem {
-            ResidentMem::Borrowed(s) => {
-                let raw = RawBuf {
-                    ptr: s.as_ptr() as *mut u8,
-                    len: s.len(),
-                };
-                (raw, Place::Host)
-            }
-            ResidentMem::Copied(b) => b.view_within(0, b.len),
-        };
-        DevSlice {
-            raw,
-            place,
-            _borrow: PhantomData,
-        }
-    }
-}
-
 /// Read-only elements of a device buffer, borrowed for `'a` (a kernel argument for a
 /// read-only parameter). A host slice converts into one too (`DevSlice::from`), so an op can
 /// take either through one type; on a GPU such a view is copied in for each launch.
@@ -487,12 +425,6 @@ impl<'a, T: Elem> From<&'a mut Vec<T>> for DevSliceMut<'a, T> {
 impl<'a, T: Elem, const N: usize> From<&'a mut [T; N]> for DevSliceMut<'a, T> {
     fn from(data: &'a mut [T; N]) -> Self {
         data.as_mut_slice().into()
-    }
-}
-
-impl<'a, T: Elem> From<&'a Resident<'_, T>> for DevSlice<'a, T> {
-    fn from(data: &'a Resident<'_, T>) -> Self {
-        data.as_slice()
     }
 }
 
@@ -716,24 +648,6 @@ mod tests {
             e,
             "could not allocate a buffer of 288230376151711744 f32 elements in host memory"
         );
-    }
-
-    #[test]
-    fn resident_data_is_borrowed_on_cpu_side_devices() {
-        let data = values(10, 3, 1.0);
-        for dev in cpu_side_devices() {
-            let r = dev.resident(&data).unwrap();
-            assert_eq!(r.len(), 10);
-            let (raw, place) = r.as_slice().parts();
-            assert_eq!(
-                raw.ptr as *const f32,
-                data.as_ptr(),
-                "no copy on {}",
-                dev.arch()
-            );
-            assert_eq!(raw.len, 10);
-            assert_eq!(place, Place::Host);
-        }
     }
 
     /// `lse_pick` with its logits in a device buffer (at an offset, through a view), its ids

@@ -14,7 +14,7 @@
 //! exactly the unit the kernels' CPU entry points take.
 //!
 //! A launch ([`Device::launch`]) takes a kernel's generated `Args` (`#[loom::kernel]`), whose
-//! buffer fields take host slices or views of device buffers ([`DeviceBuf`], [`Resident`]),
+//! buffer fields take host slices or views of device buffers ([`DeviceBuf`]),
 //! mixed freely in one launch: on a GPU, device buffers stay in device memory between
 //! launches and host slices are copied in (and back, when writable) around each launch.
 
@@ -26,7 +26,7 @@ mod launch;
 mod pool;
 mod select;
 
-pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf, Resident};
+pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf};
 pub use launch::{Arg, LaunchError};
 pub use lse_dsl::rt::Elem;
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};

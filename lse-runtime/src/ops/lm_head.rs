@@ -8,7 +8,7 @@ use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matv
 
 use super::gemm::{self, Activations, GemmOut};
 use super::{check_len, to_u32, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device, Resident};
+use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// A weight matrix in its stored dtype: the head's `[vocab, dim]`, or a projection's
 /// `[out, in]` for [`super::gemm`].
@@ -17,14 +17,6 @@ pub enum HeadWeight<'a> {
     Bf16(&'a [bf16]),
     F16(&'a [f16]),
     F32(&'a [f32]),
-}
-
-/// The head's weight made available to a device once ([`HeadWeight::resident`]): a device
-/// copy on a GPU, the weight itself on the CPU-side devices.
-pub enum ResidentHeadWeight<'a> {
-    Bf16(Resident<'a, bf16>),
-    F16(Resident<'a, f16>),
-    F32(Resident<'a, f32>),
 }
 
 /// A weight as one launch reads it, in its stored dtype: a host slice or a view of device
@@ -76,33 +68,6 @@ impl<'a> HeadWeight<'a> {
             HeadWeight::F32(w) => WeightView::F32(w.into()),
         }
     }
-
-    /// Makes the weight available to `dev` for [`lm_head_dev`]: uploaded once on a GPU,
-    /// borrowed as is on the CPU-side devices.
-    pub fn resident(self, dev: &Device) -> Result<ResidentHeadWeight<'a>, OpError> {
-        Ok(match self {
-            HeadWeight::Bf16(w) => ResidentHeadWeight::Bf16(dev.resident(w)?),
-            HeadWeight::F16(w) => ResidentHeadWeight::F16(dev.resident(w)?),
-            HeadWeight::F32(w) => ResidentHeadWeight::F32(dev.resident(w)?),
-        })
-    }
-}
-
-impl<'a> From<&'a ResidentHeadWeight<'_>> for WeightView<'a> {
-    fn from(w: &'a ResidentHeadWeight<'_>) -> Self {
-        w.view()
-    }
-}
-
-impl ResidentHeadWeight<'_> {
-    /// The weight as a launch reads it.
-    pub fn view(&self) -> WeightView<'_> {
-        match self {
-            ResidentHeadWeight::Bf16(w) => WeightView::Bf16(w.as_slice()),
-            ResidentHeadWeight::F16(w) => WeightView::F16(w.as_slice()),
-            ResidentHeadWeight::F32(w) => WeightView::F32(w.as_slice()),
-        }
-    }
 }
 
 /// `out[r, v] = Σ_k hidden[r, k] · weight[v, k]` for `rows = hidden.len() / dim` rows; one row
@@ -119,9 +84,8 @@ pub fn lm_head(
     run(dev, hidden.into(), dim, weight.view(), vocab, out.into())
 }
 
-/// [`lm_head`] on device buffers: `hidden`, `weight` and `out` stay where they are (on a GPU,
-/// in device memory: a weight made resident once, by [`HeadWeight::resident`] or at model
-/// load).
+/// [`lm_head`] on device views: `hidden`, `weight` and `out` stay where they are (on a GPU,
+/// in device memory: the weight uploaded once, at model load).
 pub fn lm_head_dev<'a>(
     dev: &Device,
     hidden: DevSlice<'_, f32>,
@@ -279,7 +243,7 @@ mod tests {
         );
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for dev in &devs {
-            let resident = HeadWeight::Bf16(&wb).resident(dev).unwrap();
+            let resident = dev.buffer_from(&wb).unwrap();
             // Buffers larger than any block, as the head stage keeps them.
             let mut hidden_buf = dev.alloc::<f32>(9 * dim).unwrap();
             let mut logits_buf = dev.alloc::<f32>(9 * vocab + 1).unwrap();
@@ -294,7 +258,7 @@ mod tests {
                 hidden_buf.upload(&hidden).unwrap();
                 let h = hidden_buf.slice(..rows * dim).unwrap();
                 let out = logits_buf.slice_mut(..rows * vocab).unwrap();
-                lm_head_dev(dev, h, dim, &resident, vocab, out).unwrap();
+                lm_head_dev(dev, h, dim, WeightView::Bf16(resident.view()), vocab, out).unwrap();
                 let logits = logits_buf.slice(..rows * vocab).unwrap();
                 let pick = lse_pick_dev(dev, logits, vocab, &ids, n_ids).unwrap();
                 let top = topk_pairs_dev(dev, logits, vocab, k).unwrap();
@@ -335,7 +299,7 @@ mod tests {
         let dev = Device::open(Pool::Cpu).unwrap();
         let (dim, vocab) = (4, 10);
         let w = values(vocab * dim, 1, 1.0);
-        let resident = HeadWeight::F32(&w).resident(&dev).unwrap();
+        let resident = dev.buffer_from(&w).unwrap();
         let hidden = values(2 * dim + 1, 2, 1.0);
         let mut hidden_buf = dev.alloc::<f32>(hidden.len()).unwrap();
         hidden_buf.upload(&hidden).unwrap();
@@ -347,7 +311,7 @@ mod tests {
                 &dev,
                 hidden_buf.slice(..).unwrap(),
                 dim,
-                &resident,
+                WeightView::F32(resident.view()),
                 vocab,
                 out_buf.slice_mut(..).unwrap(),
             ),

@@ -39,7 +39,7 @@ pub use flashprefill::{
 };
 pub use gemm::{gemm, Activations, GemmOut};
 pub use kv_write::{kv_write, KvCacheMut};
-pub use lm_head::{lm_head, lm_head_dev, HeadWeight, ResidentHeadWeight, WeightView};
+pub use lm_head::{lm_head, lm_head_dev, HeadWeight, WeightView};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm_zc, rmsnorm_zc};
