@@ -167,7 +167,7 @@ impl<'k> Emitter<'k> {
             align_of(ty)
         ));
         Ok(match ty {
-            Ty::Bool => self.b.op(format!("icmp ne i8 {x}, 0")),
+            Ty::Bool => byte_to_bool(&mut self.b, &x),
             _ => x,
         })
     }
@@ -177,7 +177,7 @@ impl<'k> Emitter<'k> {
         let (p, ty) = self.var_ptr(v)?;
         let md = self.mem_md.clone();
         let value = match ty {
-            Ty::Bool => self.b.op(format!("zext i1 {value} to i8")),
+            Ty::Bool => bool_to_byte(&mut self.b, value),
             _ => value.to_string(),
         };
         self.b.ins(format!(
@@ -216,6 +216,16 @@ pub(crate) fn var_lty(t: Ty) -> &'static str {
         Ty::Bool => "i8",
         _ => lty(t),
     }
+}
+
+/// A `bool` value as the byte it is stored as ([`var_lty`]).
+pub(crate) fn bool_to_byte(b: &mut Builder, v: &str) -> String {
+    b.op(format!("zext i1 {v} to i8"))
+}
+
+/// A stored byte ([`bool_to_byte`]) back to the `bool` value.
+pub(crate) fn byte_to_bool(b: &mut Builder, x: &str) -> String {
+    b.op(format!("icmp ne i8 {x}, 0"))
 }
 
 /// Alignment in bytes of a LOOM type in memory.

@@ -14,7 +14,8 @@ mod split;
 mod tiles;
 
 use crate::emit::{
-    combine, combine_argmax, lty, var_lty, Emitter, Lowered, ModuleText, TargetStmts, VarLoc,
+    bool_to_byte, byte_to_bool, combine, combine_argmax, lty, var_lty, Emitter, Lowered,
+    ModuleText, TargetStmts, VarLoc,
 };
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
@@ -607,23 +608,21 @@ fn has_loop(block: &[Stmt]) -> bool {
     })
 }
 
-/// Loads (`value` = None) or stores a work-item's flag in a `[WG x i8]` mask array. A byte
-/// per flag, not an `i1`: LLVM vectorises a work-item loop's loads of bytes into one vector
-/// load and a compare, but loads of `i1` memory one lane at a time, assembling the mask bit
-/// by bit.
+/// Loads (`value` = None) or stores a work-item's flag in a mask array, a byte per flag like
+/// every stored `bool` ([`var_lty`]: LLVM vectorises loads of bytes, not of `i1`).
 fn flag(e: &mut Emitter, arr: &str, lid: &str, value: Option<&str>) -> String {
     let p =
         e.b.op(format!("getelementptr inbounds i8, ptr {arr}, i32 {lid}"));
     let md = e.mem_md.clone();
     match value {
         Some(v) => {
-            let byte = e.b.op(format!("zext i1 {v} to i8"));
+            let byte = bool_to_byte(&mut e.b, v);
             e.b.ins(format!("store i8 {byte}, ptr {p}, align 1{md}"));
             String::new()
         }
         None => {
             let byte = e.b.op(format!("load i8, ptr {p}, align 1{md}"));
-            e.b.op(format!("icmp ne i8 {byte}, 0"))
+            byte_to_bool(&mut e.b, &byte)
         }
     }
 }
