@@ -47,6 +47,8 @@ kernels!(
     gemm::gemm_xwt_f32,
     gemm::gemm_xwt_exact_bf16,
     gemm::gemm_xwt_exact_f16,
+    gemm::round_x_bf16,
+    gemm::round_x_f16,
     embedding::embed_tokens_bf16,
     embedding::embed_tokens_f16,
     embedding::embed_tokens_f32,

@@ -8,7 +8,8 @@
 //! of `y = x · wᵀ` with bf16 weights for the Qwen3.5-0.8B prefill shapes at M = 512 and the LM
 //! head (248,320 x 1024) at M = 128 and 256, on each host level, with the best level's
 //! fraction of the peak. `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the
-//! same shapes for comparison.
+//! same shapes for comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named
+//! levels (the f32-activation column runs on the last of them).
 
 mod common;
 
@@ -122,7 +123,15 @@ fn main() {
         .iter()
         .filter_map(|c| Device::host_variant(c))
         .filter(|d| d.arch() != "host-x86-64")
+        .filter(|d| {
+            std::env::var("LSE_BENCH_LEVELS")
+                .map_or(true, |names| names.split(',').any(|n| n == d.arch()))
+        })
         .collect();
+    if levels.is_empty() {
+        eprintln!("no host level of this CPU is named in LSE_BENCH_LEVELS");
+        std::process::exit(2);
+    }
     let names: Vec<String> = levels.iter().map(|d| d.arch()).collect();
     println!(
         "{} threads; host levels: {}",

@@ -1,5 +1,5 @@
 //! The LM head: many rows through the LOOM GEMM's f32-activation instances
-//! (`gemm.xwt_exact_bf16.v1`, `gemm.xwt_exact_f16.v1`, `gemm.xwt_f32.v1`), one row through
+//! (`gemm.xwt_exact_bf16.v2`, `gemm.xwt_exact_f16.v2`, `gemm.xwt_f32.v2`), one row through
 //! `lm_head.matvec_<ty>.v1` (ty = bf16, f16, f32). Both add the products of a logit in increasing
 //! `k`, one `fma` rounding each, from 0.
 

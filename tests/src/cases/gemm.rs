@@ -112,7 +112,14 @@ impl Case for GemmCase {
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut out: Vec<Box<dyn Case>> = Vec::new();
     for dtype in [Dtype::Bf16, Dtype::F16] {
-        for (m, n, k) in [(37, 150, 300), (1, 70, 33), (3, 17, 1), (9, 1024, 1024)] {
+        for (m, n, k) in [
+            (37, 150, 300),
+            (1, 70, 33),
+            (3, 17, 1),
+            (9, 1024, 1024),
+            (100, 150, 300),
+            (130, 70, 33),
+        ] {
             out.push(Box::new(GemmCase {
                 m,
                 n,
@@ -144,14 +151,16 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 act: Activations::RoundedToWeight,
             }));
         }
-        out.push(Box::new(GemmCase {
-            m: 33,
-            n: 65,
-            k: 130,
-            dtype,
-            out: GemmOut::Accumulate,
-            act: Activations::RoundedToWeight,
-        }));
+        for m in [33, 200] {
+            out.push(Box::new(GemmCase {
+                m,
+                n: 65,
+                k: 130,
+                dtype,
+                out: GemmOut::Accumulate,
+                act: Activations::RoundedToWeight,
+            }));
+        }
     }
     out
 }
