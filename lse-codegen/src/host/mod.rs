@@ -112,6 +112,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         amx: features.contains("+amx-bf16"),
         dpbf16: features.contains("+avx512bf16"),
         fma: llvm_cpu != "x86-64",
+        zmm: llvm_cpu == "x86-64-v4",
     };
     host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
     tiles::zero_all(&mut e, &host.tiles);
@@ -173,6 +174,9 @@ struct HostPhases {
     /// Whether the CPU has FMA (every level but baseline `x86-64`): f32 `tile_dot` runs in
     /// register blocks.
     fma: bool,
+    /// Whether the CPU has AVX-512's 32 vector registers of 16 floats (x86-64-v4 levels); the
+    /// AVX2 levels have 16 of 8, which sizes `tile_dot`'s register blocks.
+    zmm: bool,
 }
 
 impl TargetStmts for HostPhases {

@@ -20,11 +20,13 @@
 //!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
 //!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
 //!     4 rows and each broadcast A pair by 4 vectors.
-//! - An f32 `tile_dot` with N a multiple of 16 on levels with FMA runs in the same register
-//!   blocks with `fma` on 16-lane vectors; every other `tile_dot` is
-//!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
-//!   the products in increasing k with one rounding each, the generated Rust's order, so they
-//!   agree with it bit for bit.
+//! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
+//!   with `fma` on 16-lane vectors, 16-bit operands widened to f32 as they are read: 4 rows x
+//!   64 columns on x86-64-v4 (16 of its 32 zmm registers), 6 rows x 16 columns on the AVX2
+//!   levels (12 of their 16 ymm registers; a 4 x 64 block there spilled, and ran at a third of
+//!   the speed). Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n
+//!   innermost (vectorised). Both add the products in increasing k with one rounding each,
+//!   the generated Rust's order, so they agree with it bit for bit.
 
 use super::HostPhases;
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
@@ -135,7 +137,8 @@ fn memset0(e: &mut Emitter, t: &HostTile) {
 enum Micro {
     /// `vdpbf16ps` on bf16 pairs (AVX512-BF16), `b` in [`Layout::Pairs`].
     Dpbf16,
-    /// `fma` on f32 vectors: per element the reference's order, so bit-identical to it.
+    /// `fma` on f32 vectors (16-bit operands widened exactly): per element the reference's
+    /// order, so bit-identical to it.
     Fma,
 }
 
@@ -256,7 +259,11 @@ impl HostPhases {
                     self.amx_dot(e, acc, a, b)
                 } else if pairs && self.dpbf16 && pairs_shape(dc, da) {
                     self.blocked_dot(e, acc, a, b, Micro::Dpbf16)
-                } else if self.fma && da.elem == Ty::F32 && dc.cols.is_multiple_of(16) {
+                } else if self.fma
+                    && self.tiles[b].layout == Layout::RowMajor
+                    && self.tiles[a].layout == Layout::RowMajor
+                    && dc.cols.is_multiple_of(16)
+                {
                     self.blocked_dot(e, acc, a, b, Micro::Fma)
                 } else {
                     self.loop_dot(e, acc, a, b)
@@ -549,19 +556,20 @@ impl HostPhases {
     /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs
     /// (shapes checked by [`pairs_shape`]) or `fma` on f32 (N a multiple of 16).
     fn blocked_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize, micro: Micro) {
-        const MR: u32 = 4;
-        const NR: u32 = 4;
+        // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
+        // vector each, 6 where 16 registers hold half of one.
+        let (mr_max, nr_max) = if self.zmm { (4, 4) } else { (6, 1) };
         let (m, n) = (self.tiles[acc].decl.rows, self.tiles[acc].decl.cols);
         let vecs = n / 16;
         let groups: Vec<(u32, u32)> = (0..vecs)
-            .step_by(NR as usize)
-            .map(|v0| (v0, NR.min(vecs - v0)))
+            .step_by(nr_max as usize)
+            .map(|v0| (v0, nr_max.min(vecs - v0)))
             .collect();
         e.b.declare(match micro {
             Micro::Dpbf16 => "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
             Micro::Fma => "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
         });
-        let mr = MR.min(m);
+        let mr = mr_max.min(m);
         self.sequential_loop(e, m / mr, |h, e, mb| {
             let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
             for &(v0, nr) in &groups {
@@ -588,6 +596,7 @@ impl HostPhases {
         micro: Micro,
     ) {
         let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
+        let (a_elem, b_elem) = (self.tiles[a].decl.elem, self.tiles[b].decl.elem);
         let (pc, pa, pb) = (
             self.tiles[acc].ptr.clone(),
             self.tiles[a].ptr.clone(),
@@ -624,12 +633,21 @@ impl HostPhases {
                     };
                     let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
                     let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
-                    let p = at(e, ty, &pb, &ix);
-                    let vty = match micro {
-                        Micro::Dpbf16 => "<32 x bfloat>",
-                        Micro::Fma => "<16 x float>",
-                    };
-                    e.b.op(format!("load {vty}, ptr {p}, align 64"))
+                    match (micro, b_elem) {
+                        (Micro::Dpbf16, _) => {
+                            let p = at(e, ty, &pb, &ix);
+                            e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
+                        }
+                        (Micro::Fma, Ty::F32) => {
+                            let p = at(e, ty, &pb, &ix);
+                            e.b.op(format!("load <16 x float>, ptr {p}, align 64"))
+                        }
+                        (Micro::Fma, elem) => {
+                            let p = at(e, lty(elem), &pb, &ix);
+                            let bits = load_units(e, &p, elem, true);
+                            e.b.op(format!("bitcast <16 x i32> {bits} to <16 x float>"))
+                        }
+                    }
                 })
                 .collect();
             let mut next = Vec::new();
@@ -645,8 +663,13 @@ impl HostPhases {
                     }
                     Micro::Fma => {
                         let ix = e.b.op(format!("add nuw i32 {a_row}, {kk}"));
-                        let p = at(e, "float", &pa, &ix);
-                        let x = e.b.op(format!("load float, ptr {p}, align 4"));
+                        let p = at(e, lty(a_elem), &pa, &ix);
+                        let x = e.b.op(format!(
+                            "load {}, ptr {p}, align {}",
+                            lty(a_elem),
+                            a_elem.size_bytes()
+                        ));
+                        let x = convert(&mut e.b, &x, a_elem, Ty::F32);
                         splat(e, "float", &x)
                     }
                 };

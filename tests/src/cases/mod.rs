@@ -56,7 +56,7 @@ pub fn boxed<C: Case + 'static>(cases: impl IntoIterator<Item = C>) -> Vec<Box<d
 }
 
 /// The stored dtype of a weight or a cache.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dtype {
     Bf16,
     F16,
