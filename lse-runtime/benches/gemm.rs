@@ -4,12 +4,12 @@
 //! Prints, in one run: the bf16 dot-product peak of this CPU measured by a register-resident
 //! `vdpbf16ps` loop (AVX512-BF16; AMX where the CPU has it is not measured here) and the f32
 //! peak of a register-resident 16-lane `vfmadd` loop (the bound of the f32-activation GEMM
-//! the model's projections use), then GFLOP/s
-//! of `y = x · wᵀ` with bf16 weights for the Qwen3.5-0.8B prefill shapes at M = 512 and the LM
-//! head (248,320 x 1024) at M = 128 and 256, on each host level, with the best level's
-//! fraction of the peak. `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the
-//! same shapes for comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named
-//! levels (the f32-activation column runs on the last of them).
+//! the model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
+//! Qwen3.5-0.8B prefill shapes at M = 512 and the LM head (248,320 x 1024) at M = 128 and 256,
+//! on each host level, with activations rounded to bf16 and with f32 activations (`bf16 / f32`
+//! per cell), and each path's best level as a fraction of its peak.
+//! `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the same shapes for
+//! comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels.
 
 mod common;
 
@@ -156,7 +156,7 @@ fn main() {
         "K",
         names
             .iter()
-            .map(|n| format!("{n:>22}"))
+            .map(|n| format!("{:>34}", format!("{n} (bf16 / f32)")))
             .collect::<Vec<_>>()
             .join("")
     );
@@ -178,18 +178,23 @@ fn main() {
             });
             flops / t / 1e9
         };
+        let mut best_exact = 0.0f64;
         for dev in &levels {
             let g = run(dev, Activations::RoundedToWeight);
+            let exact = run(dev, Activations::F32);
             best = best.max(g);
-            row.push_str(&format!("{g:>16.1} GFLOP/s"));
+            best_exact = best_exact.max(exact);
+            row.push_str(&format!("{:>34}", format!("{g:.1} / {exact:.1}")));
         }
-        let exact = run(&levels[levels.len() - 1], Activations::F32);
-        row.push_str(&format!("   f32 activations {exact:.1} GFLOP/s"));
-        if let Some(p) = f32_peak {
-            row.push_str(&format!(" ({:.0}% of f32 peak)", 100.0 * exact / p));
-        }
+        row.push_str("  GFLOP/s");
         if let Some(p) = peak {
-            row.push_str(&format!("   best = {:.0}% of peak", 100.0 * best / p));
+            row.push_str(&format!("   bf16: {:.0}% of peak", 100.0 * best / p));
+        }
+        if let Some(p) = f32_peak {
+            row.push_str(&format!(
+                ", f32: {:.0}% of f32 peak",
+                100.0 * best_exact / p
+            ));
         }
         println!("{row}");
     }
