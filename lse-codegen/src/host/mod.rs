@@ -4,7 +4,8 @@
 //! Every `Phase::Region` is a loop over `lid = 0..WG` whose memory accesses share one access
 //! group declared `llvm.loop.parallel_accesses` (work-items of a region never depend on each
 //! other without a barrier), with `llvm.loop.vectorize.enable`, so LLVM may vectorise across
-//! work-items. Private variables are scalar allocas (promoted by mem2reg), PerItem variables
+//! work-items, and the vectorised loop (a few vectors of work-items) is fully unrolled, so
+//! per-work-item variables live in registers across an enclosing interchanged `for`. Private variables are scalar allocas (promoted by mem2reg), PerItem variables
 //! `[WG x T]` allocas, shared arrays per-call allocas. Regions holding `for` loops with
 //! workgroup-uniform bounds are interchanged so the work-item loop is innermost ([`split`]);
 //! pure integer `let`s of such a region are first written out at their uses ([`remat`]).
@@ -220,8 +221,16 @@ impl HostPhases {
         let no_unroll = e.b.md("!{!\"llvm.loop.unroll.disable\"}");
         let lmd = if force_vectorize {
             let vec = e.b.md("!{!\"llvm.loop.vectorize.enable\", i1 true}");
+            // Once vectorised, a work-group-sized loop has a few iterations (64 work-items
+            // are 4 vectors of 16); unrolling it fully gives each vector's per-work-item
+            // variables constant addresses, which SROA then keeps in registers across an
+            // enclosing interchanged `for` instead of storing and reloading them every step.
+            let full = e.b.md("!{!\"llvm.loop.unroll.full\"}");
+            let followup = e.b.md(&format!(
+                "!{{!\"llvm.loop.vectorize.followup_vectorized\", {full}}}"
+            ));
             e.b.md(&format!(
-                "distinct !{{{{self}}, {par}, {no_unroll}, {vec}}}"
+                "distinct !{{{{self}}, {par}, {no_unroll}, {vec}, {followup}}}"
             ))
         } else {
             e.b.md(&format!("distinct !{{{{self}}, {par}, {no_unroll}}}"))
