@@ -4,15 +4,34 @@
 //! Every `Phase::Region` is a loop over `lid = 0..WG` whose memory accesses share one access
 //! group declared `llvm.loop.parallel_accesses` (work-items of a region never depend on each
 //! other without a barrier), with `llvm.loop.vectorize.enable`, so LLVM may vectorise across
-//! work-items, and the vectorised loop (a few vectors of work-items) is fully unrolled, so
-//! per-work-item variables live in registers across an enclosing interchanged `for`. Private variables are scalar allocas (promoted by mem2reg), PerItem variables
-//! `[WG x T]` allocas, shared arrays per-call allocas. Regions holding `for` loops with
-//! workgroup-uniform bounds are interchanged so the work-item loop is innermost ([`split`]);
-//! pure integer `let`s of such a region are first written out at their uses ([`remat`]).
+//! work-items; the vectorised loop (a few vectors of work-items) is then fully unrolled, so
+//! per-work-item variables live in registers across an enclosing interchanged `for`. Private
+//! variables are scalar allocas (promoted by mem2reg), PerItem variables `[WG x T]` allocas,
+//! shared arrays per-call allocas. Regions holding `for` loops with workgroup-uniform bounds
+//! are interchanged so the work-item loop is innermost ([`split`]); pure integer `let`s of
+//! such a region are first written out at their uses ([`remat`]).
 
 mod remat;
 mod split;
 mod tiles;
+
+/// The longest work-item loop whose vectorised form is fully unrolled (see
+/// [`HostPhases::parallel_loop`]).
+const FULL_UNROLL_MAX: u32 = 64;
+
+/// What LLVM is asked to do with a parallel loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LoopHint {
+    /// Nothing (a loop with an inner loop: the vectoriser cannot act on it, and LLVM would
+    /// warn about a forced vectorisation it cannot do).
+    Plain,
+    /// `llvm.loop.vectorize.enable` (a loop-free body).
+    Vectorize,
+    /// [`LoopHint::Vectorize`], then full unrolling of the vectorised loop when it has at
+    /// most [`FULL_UNROLL_MAX`] iterations and the level has AVX2 or AVX-512 (at most 8
+    /// vectors; baseline x86-64's 4-lane vectors would give 16 copies) (a work-item loop).
+    VectorizeUnrolled,
+}
 
 use crate::emit::{
     bool_to_byte, byte_to_bool, combine, combine_argmax, lty, var_lty, Emitter, Lowered,
@@ -202,14 +221,12 @@ impl HostPhases {
     }
 
     /// A loop `iv = 0..n` (n >= 1) whose memory accesses are independent across iterations;
-    /// `body` gets the induction variable.
-    /// `force_vectorize` adds `llvm.loop.vectorize.enable` (only for loop-free bodies:
-    /// with an inner loop the vectoriser cannot act on this loop and LLVM would warn).
+    /// `body` gets the induction variable; `hint` says what LLVM is asked to do with it.
     fn parallel_loop(
         &mut self,
         e: &mut Emitter,
         n: u32,
-        force_vectorize: bool,
+        hint: LoopHint,
         body: impl FnOnce(&mut Self, &mut Emitter, &str),
     ) {
         let group = e.b.md("distinct !{}");
@@ -219,18 +236,26 @@ impl HostPhases {
         // trip count is a small constant), leaving the vectoriser the enclosing loop, where
         // accesses are strided: the vectoriser interleaves instead.
         let no_unroll = e.b.md("!{!\"llvm.loop.unroll.disable\"}");
-        let lmd = if force_vectorize {
+        let lmd = if hint != LoopHint::Plain {
             let vec = e.b.md("!{!\"llvm.loop.vectorize.enable\", i1 true}");
-            // Once vectorised, a work-group-sized loop has a few iterations (64 work-items
-            // are 4 vectors of 16); unrolling it fully gives each vector's per-work-item
+            // Once vectorised, a loop over at most 64 work-items has a few iterations (4
+            // vectors of 16, or 8 of 8); unrolling it fully gives each vector's per-work-item
             // variables constant addresses, which SROA then keeps in registers across an
             // enclosing interchanged `for` instead of storing and reloading them every step.
-            let full = e.b.md("!{!\"llvm.loop.unroll.full\"}");
-            let followup = e.b.md(&format!(
-                "!{{!\"llvm.loop.vectorize.followup_vectorized\", {full}}}"
-            ));
+            // Longer loops, and baseline x86-64's (16 vectors of 4), stay rolled: unrolling
+            // every loop more than doubled the host code.
+            let followup =
+                if hint == LoopHint::VectorizeUnrolled && n <= FULL_UNROLL_MAX && self.fma {
+                    let full = e.b.md("!{!\"llvm.loop.unroll.full\"}");
+                    let followup = e.b.md(&format!(
+                        "!{{!\"llvm.loop.vectorize.followup_vectorized\", {full}}}"
+                    ));
+                    format!(", {followup}")
+                } else {
+                    String::new()
+                };
             e.b.md(&format!(
-                "distinct !{{{{self}}, {par}, {no_unroll}, {vec}, {followup}}}"
+                "distinct !{{{{self}}, {par}, {no_unroll}, {vec}{followup}}}"
             ))
         } else {
             e.b.md(&format!("distinct !{{{{self}}, {par}, {no_unroll}}}"))
@@ -291,7 +316,12 @@ impl HostPhases {
     ) -> Lowered<()> {
         let wg = self.wg;
         let mut result = Ok(());
-        self.parallel_loop(e, wg, loop_free, |s, e, lid| {
+        let hint = if loop_free {
+            LoopHint::VectorizeUnrolled
+        } else {
+            LoopHint::Plain
+        };
+        self.parallel_loop(e, wg, hint, |s, e, lid| {
             let saved = std::mem::replace(&mut e.lid, lid.to_string());
             result = body(s, e);
             e.lid = saved;
@@ -557,7 +587,7 @@ impl HostPhases {
             let groups = wg / width;
             for s in lse_dsl::ir::tree_steps(width) {
                 // Iteration `i` combines lane `i % s` of group `i / s`.
-                self.parallel_loop(e, groups * s, true, |_, e, i| {
+                self.parallel_loop(e, groups * s, LoopHint::Vectorize, |_, e, i| {
                     let i = &if groups == 1 {
                         i.to_string()
                     } else {

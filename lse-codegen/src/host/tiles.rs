@@ -28,7 +28,7 @@
 //!   innermost (vectorised). Both add the products in increasing k with one rounding each,
 //!   the generated Rust's order, so they agree with it bit for bit.
 
-use super::HostPhases;
+use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, Ty};
 
@@ -287,7 +287,7 @@ impl HostPhases {
             TileOp::RowReduce { op, dst, src } => {
                 let (op, d, s) = (*op, *dst as usize, *src as usize);
                 let (rows, cols) = (self.tiles[s].decl.rows, self.tiles[s].decl.cols);
-                self.parallel_loop(e, rows, false, |h, e, r| {
+                self.parallel_loop(e, rows, LoopHint::Plain, |h, e, r| {
                     h.sequential_loop(e, cols, |h, e, c| {
                         let x = h.read(e, d, r, "0");
                         let y = h.read(e, s, r, c);
@@ -334,8 +334,8 @@ impl HostPhases {
         body: impl Fn(&mut Self, &mut Emitter, &str, &str),
     ) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
-        self.parallel_loop(e, rows, false, |h, e, r| {
-            h.parallel_loop(e, cols, true, |h, e, c| body(h, e, r, c))
+        self.parallel_loop(e, rows, LoopHint::Plain, |h, e, r| {
+            h.parallel_loop(e, cols, LoopHint::Vectorize, |h, e, c| body(h, e, r, c))
         });
     }
 
@@ -359,8 +359,8 @@ impl HostPhases {
             } else {
                 (rows, cols)
             };
-            self.parallel_loop(e, outer, false, |h, e, i| {
-                h.parallel_loop(e, inner, true, |h, e, j| {
+            self.parallel_loop(e, outer, LoopHint::Plain, |h, e, i| {
+                h.parallel_loop(e, inner, LoopHint::Vectorize, |h, e, j| {
                     let (r, c) = if w.transposed { (j, i) } else { (i, j) };
                     h.copy_elem(e, t, w, (r, c), store, whole);
                 })
@@ -536,10 +536,10 @@ impl HostPhases {
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        self.parallel_loop(e, m, false, |h, e, i| {
+        self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
             h.sequential_loop(e, k, |h, e, kk| {
                 let x = h.read(e, a, i, kk);
-                h.parallel_loop(e, n, true, |h, e, j| {
+                h.parallel_loop(e, n, LoopHint::Vectorize, |h, e, j| {
                     let y = h.read(e, b, kk, j);
                     let s = h.read(e, acc, i, j);
                     let r = e.b.call(
