@@ -15,6 +15,13 @@ mod remat;
 mod split;
 mod tiles;
 
+use crate::emit::{
+    bool_to_byte, byte_to_bool, combine, combine_argmax, lty, var_lty, Emitter, Lowered,
+    ModuleText, TargetStmts, VarLoc,
+};
+use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
+use lse_dsl::wil::{Phase, VarStorage, WilKernel};
+
 /// The longest work-item loop whose vectorised form is fully unrolled (see
 /// [`HostPhases::parallel_loop`]).
 const FULL_UNROLL_MAX: u32 = 64;
@@ -28,17 +35,10 @@ enum LoopHint {
     /// `llvm.loop.vectorize.enable` (a loop-free body).
     Vectorize,
     /// [`LoopHint::Vectorize`], then full unrolling of the vectorised loop when it has at
-    /// most [`FULL_UNROLL_MAX`] iterations and the level has AVX2 or AVX-512 (at most 8
+    /// most [`FULL_UNROLL_MAX`] work-items and the level has AVX2 or AVX-512 (at most 8
     /// vectors; baseline x86-64's 4-lane vectors would give 16 copies) (a work-item loop).
     VectorizeUnrolled,
 }
-
-use crate::emit::{
-    bool_to_byte, byte_to_bool, combine, combine_argmax, lty, var_lty, Emitter, Lowered,
-    ModuleText, TargetStmts, VarLoc,
-};
-use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
-use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 
 /// Lowers `w` to an LLVM module for host `cpu`; `data_layout` comes from the target machine.
 pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result<String, String> {

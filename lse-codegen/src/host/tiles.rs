@@ -554,7 +554,8 @@ impl HostPhases {
     }
 
     /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs
-    /// (shapes checked by [`pairs_shape`]) or `fma` on f32 (N a multiple of 16).
+    /// (shapes checked by [`pairs_shape`]) or `fma` on f32 vectors, 16-bit operands widened
+    /// (N a multiple of 16).
     fn blocked_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize, micro: Micro) {
         // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
         // vector each, 6 where 16 registers hold half of one.

@@ -377,6 +377,34 @@ fn index_arithmetic_is_non_wrapping_and_work_item_loops_stay_rolled() {
     assert!(!t.contains("prefer-vector-width"), "{t}");
 }
 
+#[test]
+fn work_item_loops_of_at_most_64_unroll_once_vectorised_on_vector_levels() {
+    let scale = |wg: u32| {
+        kernels::from_source(&format!(
+            "#[loom::kernel(name = \"test.scale\", version = 1, workgroup = {wg})]
+             fn scale(x: &mut [f32]) {{
+                 let i = group_id() * group_size() + local_id();
+                 x[i] = x[i] * 2.0;
+             }}"
+        ))
+    };
+    const FOLLOWUP: &str = "llvm.loop.vectorize.followup_vectorized";
+    let k = scale(64);
+    let w = lse_dsl::wil::transform(&k);
+    for cpu in ["x86-64-v3", "x86-64-v4"] {
+        let t = host_llvm_text(&w, cpu);
+        assert!(
+            t.contains(FOLLOWUP) && t.contains("llvm.loop.unroll.full"),
+            "{cpu}: {t}"
+        );
+    }
+    let t = host_llvm_text(&w, "x86-64");
+    assert!(!t.contains(FOLLOWUP), "baseline: {t}");
+    let k = scale(256);
+    let t = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4");
+    assert!(!t.contains(FOLLOWUP), "256 work-items: {t}");
+}
+
 /// `let lid = local_id(); let col = group_id() * 64 + lid; let n = num_groups() * 64;
 /// let mut acc = 0.0; for k in 0..k_len { acc = acc + m[k * n + col] * x[k]; }
 /// out[col] = acc;` with params `(m: &[f32], x: &[f32], out: &mut [f32], k_len: u32)`.
