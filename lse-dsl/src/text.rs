@@ -345,9 +345,7 @@ fn builtin(b: Builtin) -> &'static str {
         Builtin::GroupId(0) => "group_id()",
         Builtin::GroupId(1) => "group_id_y()",
         Builtin::GroupId(_) => "group_id_z()",
-        Builtin::NumGroups(0) => "num_groups()",
-        Builtin::NumGroups(1) => "num_groups_y()",
-        Builtin::NumGroups(_) => "num_groups_z()",
+        Builtin::NumGroups(axis) => crate::ir::grid_count_name(axis),
         Builtin::GroupSize => "group_size()",
     }
 }

@@ -22,8 +22,8 @@ use crate::emit::{
 use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 
-/// The longest work-item loop whose vectorised form is fully unrolled (see
-/// [`HostPhases::parallel_loop`]).
+/// The largest workgroup whose vectorised work-item loops are fully unrolled (see
+/// [`HostPhases::region`]).
 const FULL_UNROLL_MAX: u32 = 64;
 
 /// What LLVM is asked to do with a parallel loop.
@@ -34,9 +34,7 @@ enum LoopHint {
     Plain,
     /// `llvm.loop.vectorize.enable` (a loop-free body).
     Vectorize,
-    /// [`LoopHint::Vectorize`], then full unrolling of the vectorised loop when it has at
-    /// most [`FULL_UNROLL_MAX`] work-items and the level has AVX2 or AVX-512 (at most 8
-    /// vectors; baseline x86-64's 4-lane vectors would give 16 copies) (a work-item loop).
+    /// [`LoopHint::Vectorize`], then full unrolling of the vectorised loop.
     VectorizeUnrolled,
 }
 
@@ -238,22 +236,15 @@ impl HostPhases {
         let no_unroll = e.b.md("!{!\"llvm.loop.unroll.disable\"}");
         let lmd = if hint != LoopHint::Plain {
             let vec = e.b.md("!{!\"llvm.loop.vectorize.enable\", i1 true}");
-            // Once vectorised, a loop over at most 64 work-items has a few iterations (4
-            // vectors of 16, or 8 of 8); unrolling it fully gives each vector's per-work-item
-            // variables constant addresses, which SROA then keeps in registers across an
-            // enclosing interchanged `for` instead of storing and reloading them every step.
-            // Longer loops, and baseline x86-64's (16 vectors of 4), stay rolled: unrolling
-            // every loop more than doubled the host code.
-            let followup =
-                if hint == LoopHint::VectorizeUnrolled && n <= FULL_UNROLL_MAX && self.fma {
-                    let full = e.b.md("!{!\"llvm.loop.unroll.full\"}");
-                    let followup = e.b.md(&format!(
-                        "!{{!\"llvm.loop.vectorize.followup_vectorized\", {full}}}"
-                    ));
-                    format!(", {followup}")
-                } else {
-                    String::new()
-                };
+            let followup = if hint == LoopHint::VectorizeUnrolled {
+                let full = e.b.md("!{!\"llvm.loop.unroll.full\"}");
+                let followup = e.b.md(&format!(
+                    "!{{!\"llvm.loop.vectorize.followup_vectorized\", {full}}}"
+                ));
+                format!(", {followup}")
+            } else {
+                String::new()
+            };
             e.b.md(&format!(
                 "distinct !{{{{self}}, {par}, {no_unroll}, {vec}{followup}}}"
             ))
@@ -316,10 +307,18 @@ impl HostPhases {
     ) -> Lowered<()> {
         let wg = self.wg;
         let mut result = Ok(());
-        let hint = if loop_free {
+        // Once vectorised, a loop over at most 64 work-items has a few iterations (4 vectors
+        // of 16, or 8 of 8); unrolling it fully gives each vector's per-work-item variables
+        // constant addresses, which SROA then keeps in registers across an enclosing
+        // interchanged `for` instead of storing and reloading them every step. Larger
+        // workgroups, and baseline x86-64's loops (16 vectors of 4), stay rolled: unrolling
+        // every loop more than doubled the host code.
+        let hint = if !loop_free {
+            LoopHint::Plain
+        } else if wg <= FULL_UNROLL_MAX && self.fma {
             LoopHint::VectorizeUnrolled
         } else {
-            LoopHint::Plain
+            LoopHint::Vectorize
         };
         self.parallel_loop(e, wg, hint, |s, e, lid| {
             let saved = std::mem::replace(&mut e.lid, lid.to_string());

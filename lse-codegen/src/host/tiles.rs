@@ -597,12 +597,8 @@ impl HostPhases {
         micro: Micro,
     ) {
         let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
-        let (a_elem, b_elem) = (self.tiles[a].decl.elem, self.tiles[b].decl.elem);
-        let (pc, pa, pb) = (
-            self.tiles[acc].ptr.clone(),
-            self.tiles[a].ptr.clone(),
-            self.tiles[b].ptr.clone(),
-        );
+        let b_elem = self.tiles[b].decl.elem;
+        let (pc, pb) = (self.tiles[acc].ptr.clone(), self.tiles[b].ptr.clone());
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
             .collect();
@@ -617,10 +613,6 @@ impl HostPhases {
                 acc_ptrs.push(p);
             }
         }
-        let a_rows: Vec<String> = rows
-            .iter()
-            .map(|row| e.b.op(format!("mul nuw i32 {row}, {k}")))
-            .collect();
         let steps = match micro {
             Micro::Dpbf16 => k / 2,
             Micro::Fma => k,
@@ -628,23 +620,21 @@ impl HostPhases {
         let out = e.carried_loop(steps, "<16 x float>", &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
-                    let (row, col, ty) = match micro {
-                        Micro::Dpbf16 => (2 * n, (v0 + j) * 32, "i16"),
-                        Micro::Fma => (n, (v0 + j) * 16, "float"),
+                    let (row, col) = match micro {
+                        Micro::Dpbf16 => (2 * n, (v0 + j) * 32),
+                        Micro::Fma => (n, (v0 + j) * 16),
                     };
                     let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
                     let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
+                    let p = at(e, lty(b_elem), &pb, &ix);
                     match (micro, b_elem) {
                         (Micro::Dpbf16, _) => {
-                            let p = at(e, ty, &pb, &ix);
                             e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
                         }
                         (Micro::Fma, Ty::F32) => {
-                            let p = at(e, ty, &pb, &ix);
                             e.b.op(format!("load <16 x float>, ptr {p}, align 64"))
                         }
                         (Micro::Fma, elem) => {
-                            let p = at(e, lty(elem), &pb, &ix);
                             let bits = load_units(e, &p, elem, true);
                             e.b.op(format!("bitcast <16 x i32> {bits} to <16 x float>"))
                         }
@@ -652,25 +642,17 @@ impl HostPhases {
                 })
                 .collect();
             let mut next = Vec::new();
-            for (r, a_row) in a_rows.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
                 let av = match micro {
                     Micro::Dpbf16 => {
                         let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
-                        let ix = e.b.op(format!("add nuw i32 {a_row}, {k2}"));
-                        let p = at(e, "i16", &pa, &ix);
+                        let p = self.elem_ptr(e, a, row, &k2);
                         let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
                         let splat = splat(e, "i32", &pair);
                         e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
                     }
                     Micro::Fma => {
-                        let ix = e.b.op(format!("add nuw i32 {a_row}, {kk}"));
-                        let p = at(e, lty(a_elem), &pa, &ix);
-                        let x = e.b.op(format!(
-                            "load {}, ptr {p}, align {}",
-                            lty(a_elem),
-                            a_elem.size_bytes()
-                        ));
-                        let x = convert(&mut e.b, &x, a_elem, Ty::F32);
+                        let x = self.read(e, a, row, kk);
                         splat(e, "float", &x)
                     }
                 };

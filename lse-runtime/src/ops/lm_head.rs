@@ -20,7 +20,7 @@ pub enum HeadWeight<'a> {
 }
 
 /// A weight as one launch reads it, in its stored dtype: a host slice or a view of device
-/// memory (a resident copy). Each dtype has its own kernel instances.
+/// memory (a weight loaded onto the device once). Each dtype has its own kernel instances.
 #[derive(Clone, Copy, Debug)]
 pub enum WeightView<'a> {
     Bf16(DevSlice<'a, bf16>),
