@@ -1,7 +1,7 @@
 //! The LM head's matrix-vector form: logits = hidden · Wᵀ for one hidden row (serving's
 //! decode step), with W `[vocab, hidden]` in its stored dtype and f32 accumulation. Many rows
 //! at once (scoring's `head_rows`) go through the LOOM GEMM's f32-activation instances
-//! (`gemm.xwt_exact_<ty>`, `gemm.xwt_f32`; `lse_runtime::ops::lm_head`), which add the same
+//! (`gemm.xwt_exact_<ty>`; `lse_runtime::ops::lm_head`), which add the same
 //! products in the same order.
 //!
 //! Generic over the weight's element type `W` and instantiated for bf16, f16 and f32

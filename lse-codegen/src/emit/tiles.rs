@@ -11,7 +11,8 @@ pub(crate) struct WindowVals {
     /// The buffer's element type.
     pub elem: Ty,
     offset: String,
-    stride: String,
+    /// Elements between consecutive rows (columns, when transposed) in the buffer.
+    pub stride: String,
     pub rows: String,
     pub cols: String,
     pub transposed: bool,

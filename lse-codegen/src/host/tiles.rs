@@ -4,8 +4,15 @@
 //! - Loads, stores, `tile_zero` and `tile_add` are element loops with parallel-access
 //!   metadata, vectorised by LLVM; a window that covers the whole tile takes a branch-free
 //!   copy of the loop. A whole transposed window loaded into an f32 tile or a pair-layout
-//!   bf16 tile (the GEMM's weight block) is instead moved in 16 x 16 blocks of 32-bit units
-//!   through a shuffle transpose: element by element, each unit cost a strided store.
+//!   bf16 tile, or stored from an f32 tile to an f32 buffer, is instead moved in 16 x 16
+//!   blocks of 32-bit units through a shuffle transpose: element by element, each unit cost
+//!   a strided access. A whole untransposed window loaded into a pair-layout tile is
+//!   interleaved two rows at a time.
+//! - A tile used only as the `a` operand of dots and loaded only from untransposed windows of
+//!   read-only buffers of its own type (the GEMM's activation or weight rows) is read in place
+//!   when the window is whole: the load records where the window starts and its row stride
+//!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
+//!   zero-padded, as for any tile, and the view points at the copy.
 //! - A load of a whole window also prefetches, into L2, the window one step further along
 //!   the buffer's rows (a GEMM's next K block): without it the weight block's 64 rows, one
 //!   cache line each per step, were 64 streams the hardware prefetcher does not follow, and
@@ -30,7 +37,7 @@
 
 use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
-use lse_dsl::ir::{Block, Kernel, Stmt, TileDecl, TileOp, Ty};
+use lse_dsl::ir::{Access, Block, Kernel, Param, Stmt, TileDecl, TileOp, Ty};
 
 /// How a tile's elements are laid out in its stack array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +54,19 @@ pub(super) struct HostTile {
     ptr: String,
     decl: TileDecl,
     layout: Layout,
+    /// Where the tile's elements are read from, when it may be read in place.
+    view: Option<View>,
+}
+
+/// A row-major tile read where its elements are: a load of a whole window points the view
+/// at the window (no copy); a load of a partial window copies it, zero-padded, into the
+/// tile's stack array and points the view there. The two slots are stack variables that
+/// LLVM promotes to registers.
+struct View {
+    /// Slot holding the address of element (0, 0).
+    base: String,
+    /// Slot holding the distance between rows, in elements (`i32`).
+    stride: String,
 }
 
 impl HostTile {
@@ -73,47 +93,98 @@ fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
 }
 
 /// The stack arrays of `k`'s tiles. With `dpbf16` (AVX512-BF16 levels), the `b` operands of
-/// dots that [`pairs_shape`] accepts get [`Layout::Pairs`].
+/// dots that [`pairs_shape`] accepts get [`Layout::Pairs`]; tiles that [`viewable`] accepts
+/// get a [`View`].
 pub(super) fn allocate(e: &mut Emitter, k: &Kernel, dpbf16: bool) -> Vec<HostTile> {
     let mut pairs = vec![false; k.tiles.len()];
     if dpbf16 {
-        mark_pairs(&k.body, &k.tiles, &mut pairs);
+        each_tile_op(&k.body, &mut |op| match op {
+            TileOp::Dot { acc, a, b }
+                if a != b && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
+            {
+                pairs[*b as usize] = true;
+            }
+            _ => {}
+        });
     }
+    let views = viewable(k);
     k.tiles
         .iter()
         .zip(pairs)
-        .map(|(d, p)| {
+        .zip(views)
+        .map(|((d, p), v)| {
             let mut t = HostTile {
                 ptr: String::new(),
                 decl: d.clone(),
                 layout: if p { Layout::Pairs } else { Layout::RowMajor },
+                view: None,
             };
             t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
+            if v {
+                t.view = Some(View {
+                    base: e.alloca("ptr", 8),
+                    stride: e.alloca("i32", 4),
+                });
+            }
             t
         })
         .collect()
 }
 
-fn mark_pairs(block: &Block, tiles: &[TileDecl], pairs: &mut [bool]) {
+/// `f` on every tile statement of `block`, nested ones included.
+fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
     for s in block {
         match s {
-            Stmt::Tile(TileOp::Dot { acc, a, b })
-                if a != b && pairs_shape(&tiles[*acc as usize], &tiles[*a as usize]) =>
-            {
-                pairs[*b as usize] = true;
-            }
+            Stmt::Tile(op) => f(op),
             Stmt::If {
                 then_body,
                 else_body,
                 ..
             } => {
-                mark_pairs(then_body, tiles, pairs);
-                mark_pairs(else_body, tiles, pairs);
+                each_tile_op(then_body, f);
+                each_tile_op(else_body, f);
             }
-            Stmt::For { body, .. } | Stmt::While { body, .. } => mark_pairs(body, tiles, pairs),
+            Stmt::For { body, .. } | Stmt::While { body, .. } => each_tile_op(body, f),
             _ => {}
         }
     }
+}
+
+/// Which tiles may be read in place ([`View`]): those used only as the `a` operand of dots
+/// (with other `acc` and `b` tiles) and loaded only from untransposed windows of read-only
+/// buffers of the tile's own element type, so a whole window's elements are the tile's,
+/// unchanged for as long as the tile holds them.
+fn viewable(k: &Kernel) -> Vec<bool> {
+    let mut dotted = vec![false; k.tiles.len()];
+    let mut other = vec![false; k.tiles.len()];
+    each_tile_op(&k.body, &mut |op| match op {
+        TileOp::Load { dst, from } => {
+            let in_place = matches!(
+                k.params.get(from.buf as usize),
+                Some(Param::Buffer { elem, access: Access::Read, .. })
+                    if *elem == k.tiles[*dst as usize].elem
+            );
+            if from.transposed || !in_place {
+                other[*dst as usize] = true;
+            }
+        }
+        TileOp::Dot { acc, a, b } => {
+            dotted[*a as usize] = true;
+            other[*acc as usize] = true;
+            other[*b as usize] = true;
+        }
+        TileOp::Zero { dst } | TileOp::Exp { dst } | TileOp::Scale { dst, .. } => {
+            other[*dst as usize] = true;
+        }
+        TileOp::Store { src, .. } => other[*src as usize] = true,
+        TileOp::Binary { dst, src, .. }
+        | TileOp::RowReduce { dst, src, .. }
+        | TileOp::Copy { dst, src } => {
+            other[*dst as usize] = true;
+            other[*src as usize] = true;
+        }
+    });
+    dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
 }
 
 /// Zero-fills every tile (at the start of each workgroup).
@@ -350,7 +421,13 @@ impl HostPhases {
             if whole && !store {
                 self.prefetch_continuation(e, t, w);
             }
-            if whole && !store && w.transposed && self.transposed_blocks(e, t, w) {
+            if !store && self.point_view(e, t, w, whole) {
+                return;
+            }
+            if whole && w.transposed && self.transposed_blocks(e, t, w, store) {
+                return;
+            }
+            if whole && !store && !w.transposed && self.paired_rows(e, t, w) {
                 return;
             }
             // The loop over the buffer's contiguous direction is innermost.
@@ -366,6 +443,24 @@ impl HostPhases {
                 })
             });
         });
+    }
+
+    /// For a [`View`] tile `t` loaded from `w`: points the view at the window when `whole`
+    /// (and returns true: nothing to copy), else at the tile's stack array, which the copy
+    /// then fills. False for other tiles.
+    fn point_view(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, whole: bool) -> bool {
+        let tile = &self.tiles[t];
+        let Some(view) = &tile.view else {
+            return false;
+        };
+        let (base, stride) = if whole {
+            (e.window_elem_ptr(w, "0", "0"), w.stride.clone())
+        } else {
+            (tile.ptr.clone(), tile.decl.cols.to_string())
+        };
+        e.b.ins(format!("store ptr {base}, ptr {}", view.base));
+        e.b.ins(format!("store i32 {stride}, ptr {}", view.stride));
+        whole
     }
 
     /// Prefetches (into L2) the window one step further along the buffer's contiguous
@@ -392,21 +487,29 @@ impl HostPhases {
         });
     }
 
-    /// A whole transposed window loaded into tile `t` by 16 x 16 blocks of 32-bit units:
-    /// 16 vector loads along the buffer's contiguous direction, a shuffle transpose, 16
-    /// vector stores along the tile's rows (instead of one element at a time with a
-    /// strided store each). The units are f32 elements (an f32 row-major tile from f32, bf16
-    /// or f16, widened exactly as [`convert`] does) or bf16 pairs (a [`Layout::Pairs`] tile
-    /// from bf16, whose pair `(2i, 2i + 1)` of a column is one 32-bit word of the buffer).
-    /// Returns false, emitting nothing, for other tiles and shapes.
-    fn transposed_blocks(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
+    /// A whole transposed window loaded into (or, with `store`, stored from) tile `t` by
+    /// 16 x 16 blocks of 32-bit units: 16 vector loads along one side, a shuffle transpose,
+    /// 16 vector stores along the other (instead of one element at a time with a strided
+    /// access each). Loads take f32 units (an f32 row-major tile from f32, bf16 or f16,
+    /// widened exactly as [`convert`] does) or bf16 pairs (a [`Layout::Pairs`] tile from
+    /// bf16, whose pair `(2i, 2i + 1)` of a column is one 32-bit word of the buffer); stores
+    /// take an f32 row-major tile to an f32 buffer. Returns false, emitting nothing, for
+    /// other tiles and shapes.
+    fn transposed_blocks(
+        &mut self,
+        e: &mut Emitter,
+        t: usize,
+        w: &WindowVals,
+        store: bool,
+    ) -> bool {
         let tile = &self.tiles[t];
         let (rows, cols, elem, layout) =
             (tile.decl.rows, tile.decl.cols, tile.decl.elem, tile.layout);
         // Unit rows per block step (2 tile rows per pair) and the tile's units per row.
-        let (unit_rows, row_units) = match (layout, elem, w.elem) {
-            (Layout::RowMajor, Ty::F32, Ty::F32 | Ty::Bf16 | Ty::F16) => (1, cols),
-            (Layout::Pairs, Ty::Bf16, Ty::Bf16) => (2, 2 * cols),
+        let (unit_rows, row_units) = match (store, layout, elem, w.elem) {
+            (false, Layout::RowMajor, Ty::F32, Ty::F32 | Ty::Bf16 | Ty::F16)
+            | (true, Layout::RowMajor, Ty::F32, Ty::F32) => (1, cols),
+            (false, Layout::Pairs, Ty::Bf16, Ty::Bf16) => (2, 2 * cols),
             _ => return false,
         };
         if !rows.is_multiple_of(16 * unit_rows) || !cols.is_multiple_of(16) {
@@ -419,26 +522,79 @@ impl HostPhases {
             h.sequential_loop(e, rows / (16 * unit_rows), |_, e, rb| {
                 let c0 = e.b.op(format!("mul nuw i32 {cb}, 16"));
                 let r0 = e.b.op(format!("mul nuw i32 {rb}, {}", 16 * unit_rows));
-                // Column c0 + j of the block, rows r0.. : one vector of 16 units.
-                let mut v: Vec<String> = (0..16)
-                    .map(|j| {
-                        let c = e.b.op(format!("add nuw i32 {c0}, {j}"));
-                        let p = e.window_elem_ptr(w, &r0, &c);
-                        load_units(e, &p, src, widen)
-                    })
-                    .collect();
-                transpose16(e, &mut v);
-                // Unit row i of the block goes to the tile's unit row rb * 16 + i.
+                // Column c0 + j of the block in the buffer, rows r0.. .
+                let line = |e: &mut Emitter, j: usize| {
+                    let c = e.b.op(format!("add nuw i32 {c0}, {j}"));
+                    e.window_elem_ptr(w, &r0, &c)
+                };
+                // Unit row rb * 16 + i of the tile, columns c0.. .
                 let u0 = e.b.op(format!("mul nuw i32 {rb}, 16"));
-                for (i, x) in v.iter().enumerate() {
+                let unit_row = |e: &mut Emitter, i: usize| {
                     let ur = e.b.op(format!("add nuw i32 {u0}, {i}"));
                     let row = e.b.op(format!("mul nuw i32 {ur}, {row_units}"));
                     let c = e.b.op(format!("mul nuw i32 {c0}, {unit_rows}"));
                     let ix = e.b.op(format!("add nuw i32 {row}, {c}"));
-                    let p = at(e, tile_ty, &tile_ptr, &ix);
+                    at(e, tile_ty, &tile_ptr, &ix)
+                };
+                let mut v: Vec<String> = (0..16)
+                    .map(|j| {
+                        if store {
+                            let p = unit_row(e, j);
+                            e.b.op(format!("load <16 x i32>, ptr {p}, align 4"))
+                        } else {
+                            let p = line(e, j);
+                            load_units(e, &p, src, widen)
+                        }
+                    })
+                    .collect();
+                transpose16(e, &mut v);
+                for (i, x) in v.iter().enumerate() {
+                    let p = if store { line(e, i) } else { unit_row(e, i) };
                     e.b.ins(format!("store <16 x i32> {x}, ptr {p}, align 4"));
                 }
             })
+        });
+        true
+    }
+
+    /// A whole untransposed window of a bf16 buffer loaded into the [`Layout::Pairs`] tile
+    /// `t`: each pair of buffer rows is read 16 columns at a time and interleaved into one
+    /// tile row of pairs (two vector loads, one shuffle, one store per 32 elements). Returns
+    /// false, emitting nothing, for other tiles and shapes.
+    fn paired_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
+        let tile = &self.tiles[t];
+        let (rows, cols) = (tile.decl.rows, tile.decl.cols);
+        if tile.layout != Layout::Pairs
+            || w.elem != Ty::Bf16
+            || !rows.is_multiple_of(2)
+            || !cols.is_multiple_of(16)
+        {
+            return false;
+        }
+        let tile_ptr = tile.ptr.clone();
+        let interleave: Vec<String> = (0..16)
+            .flat_map(|i| [i, 16 + i])
+            .map(|i| format!("i32 {i}"))
+            .collect();
+        let interleave = interleave.join(", ");
+        self.sequential_loop(e, rows / 2, |_, e, p| {
+            let r0 = e.b.op(format!("shl nuw i32 {p}, 1"));
+            let r1 = e.b.op(format!("or disjoint i32 {r0}, 1"));
+            let row = e.b.op(format!("mul nuw i32 {p}, {}", 2 * cols));
+            for c0 in (0..cols).step_by(16) {
+                let c = c0.to_string();
+                let halves = [&r0, &r1].map(|r| {
+                    let q = e.window_elem_ptr(w, r, &c);
+                    e.b.op(format!("load <16 x i16>, ptr {q}, align 2"))
+                });
+                let pairs = e.b.op(format!(
+                    "shufflevector <16 x i16> {}, <16 x i16> {}, <32 x i32> <{interleave}>",
+                    halves[0], halves[1]
+                ));
+                let ix = e.b.op(format!("add nuw i32 {row}, {}", 2 * c0));
+                let q = at(e, "i16", &tile_ptr, &ix);
+                e.b.ins(format!("store <32 x i16> {pairs}, ptr {q}, align 4"));
+            }
         });
         true
     }
@@ -482,6 +638,18 @@ impl HostPhases {
     /// Pointer to element `(r, c)` of tile `t`.
     fn elem_ptr(&self, e: &mut Emitter, t: usize, r: &str, c: &str) -> String {
         let tile = &self.tiles[t];
+        if let Some(view) = &tile.view {
+            let base = e.b.op(format!("load ptr, ptr {}", view.base));
+            let stride = e.b.op(format!("load i32, ptr {}", view.stride));
+            let [r, c, stride] =
+                [r, c, stride.as_str()].map(|x| e.b.op(format!("zext i32 {x} to i64")));
+            let rs = e.b.op(format!("mul nuw i64 {r}, {stride}"));
+            let ix = e.b.op(format!("add nuw i64 {rs}, {c}"));
+            return e.b.op(format!(
+                "getelementptr inbounds {}, ptr {base}, i64 {ix}",
+                lty(tile.decl.elem)
+            ));
+        }
         let cols = tile.decl.cols;
         let ix = match tile.layout {
             Layout::RowMajor => {
@@ -498,6 +666,20 @@ impl HostPhases {
             }
         };
         at(e, lty(tile.decl.elem), &tile.ptr, &ix)
+    }
+
+    /// The distance in bytes between rows of the row-major tile `t`, as an `i64`.
+    fn row_bytes(&self, e: &mut Emitter, t: usize) -> String {
+        let tile = &self.tiles[t];
+        let size = tile.decl.elem.size_bytes();
+        match &tile.view {
+            Some(view) => {
+                let stride = e.b.op(format!("load i32, ptr {}", view.stride));
+                let wide = e.b.op(format!("zext i32 {stride} to i64"));
+                e.b.op(format!("mul nuw i64 {wide}, {size}"))
+            }
+            None => (tile.decl.cols * size).to_string(),
+        }
     }
 
     /// Element `(r, c)` of tile `t` in the tile's own type (`i16` bits for 16-bit tiles).
@@ -647,7 +829,8 @@ impl HostPhases {
                     Micro::Dpbf16 => {
                         let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
                         let p = self.elem_ptr(e, a, row, &k2);
-                        let pair = e.b.op(format!("load i32, ptr {p}, align 4"));
+                        // A view's rows may start at any element.
+                        let pair = e.b.op(format!("load i32, ptr {p}, align 2"));
                         let splat = splat(e, "i32", &pair);
                         e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
                     }
@@ -682,11 +865,8 @@ impl HostPhases {
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        let (pa, pb, pc) = (
-            self.tiles[a].ptr.clone(),
-            self.tiles[b].ptr.clone(),
-            self.tiles[acc].ptr.clone(),
-        );
+        let (pb, pc) = (self.tiles[b].ptr.clone(), self.tiles[acc].ptr.clone());
+        let a_stride = self.row_bytes(e, a);
         for d in [
             "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
             "declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
@@ -699,7 +879,7 @@ impl HostPhases {
                 "getelementptr inbounds i8, ptr {base}, i64 {byte_offset}"
             ))
         };
-        let load = |e: &mut Emitter, p: &str, stride: u32| -> String {
+        let load = |e: &mut Emitter, p: &str, stride: &dyn std::fmt::Display| -> String {
             e.b.op(format!(
                 "call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr {p}, i64 {stride})"
             ))
@@ -713,7 +893,7 @@ impl HostPhases {
                 for &i in &is {
                     for &j in &js {
                         let p = byte_at(e, &pc, (i * 16 * n + j * 16) * 4);
-                        let t = load(e, &p, n * 4);
+                        let t = load(e, &p, &(n * 4));
                         accs.push((i, j, p, t));
                     }
                 }
@@ -722,15 +902,16 @@ impl HostPhases {
                     let ta: Vec<String> = is
                         .iter()
                         .map(|&i| {
-                            let p = byte_at(e, &pa, (i * 16 * k + kk * 32) * 2);
-                            load(e, &p, k * 2)
+                            let (r, c) = ((i * 16).to_string(), (kk * 32).to_string());
+                            let p = self.elem_ptr(e, a, &r, &c);
+                            load(e, &p, &a_stride)
                         })
                         .collect();
                     let tb: Vec<String> = js
                         .iter()
                         .map(|&j| {
                             let p = byte_at(e, &pb, (kk * 16 * 2 * n + j * 16 * 2) * 2);
-                            load(e, &p, n * 4)
+                            load(e, &p, &(n * 4))
                         })
                         .collect();
                     for (i, j, _, t) in accs.iter_mut() {

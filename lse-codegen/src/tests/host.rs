@@ -579,6 +579,49 @@ fn tile_elementwise_and_row_statements_match_the_reference_on_every_cpu() {
     }
 }
 
+/// A dot operand loaded from a read-only buffer is read in place when its window is whole
+/// and copied (zero-padded) when ragged, and one loaded from a writable buffer keeps the
+/// values it was loaded with after the buffer is overwritten: every host level agrees bit
+/// for bit with the reference order (`fma` in increasing k).
+#[test]
+fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_IN_PLACE_SRC);
+    let x0: Vec<f32> = (0..64).map(|i| 0.37 * i as f32 - 11.0).collect();
+    let w: Vec<f32> = (0..340u32)
+        .map(|i| ((i.wrapping_mul(2_654_435_761) >> 9) % 1001) as f32 / 125.0 - 4.0)
+        .collect();
+    for rows in [4u32, 3, 0] {
+        let mut want = vec![0f32; 64];
+        for (r, out) in want.chunks_mut(16).enumerate() {
+            for (c, o) in out.iter_mut().enumerate() {
+                for j in 0..16 {
+                    *o = x0[r * 16 + j].mul_add(w[j * 16 + c], *o);
+                }
+                let v = |j: usize| {
+                    if (r as u32) < rows {
+                        w[256 + r * 20 + j]
+                    } else {
+                        0.0
+                    }
+                };
+                for j in 0..16 {
+                    *o = v(j).mul_add(w[j * 16 + c], *o);
+                }
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (lib, _) = load(&k, cpu);
+            let (mut x, mut ws, mut y) = (x0.clone(), w.clone(), vec![0f32; 64]);
+            let bufs = [raw(&mut x), raw(&mut ws), raw(&mut y)];
+            run(&lib, &bufs, &[u64::from(rows)], [1, 1, 1], 0, 1);
+            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
+                assert_eq!(got.to_bits(), want.to_bits(), "{cpu} rows={rows} y[{i}]");
+            }
+            assert_eq!(x[..64], w[..64], "{cpu}: x's window was not overwritten");
+        }
+    }
+}
+
 /// Values that exercise 16-bit rounding: zeros, infinities, NaN, subnormals, the largest
 /// finite values, ties, and a spread of ordinary numbers (as f32, rounded by the caller).
 fn half_operands(n: usize) -> Vec<f32> {

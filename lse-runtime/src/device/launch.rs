@@ -412,7 +412,7 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use lse_dsl::rt::ShapeProblem;
-    use lse_kernels::gemm::gemm_xwt_f32;
+    use lse_kernels::gemm::gemm_xwt_exact_f32;
     use lse_kernels::lm_head::lm_head_matvec_f32;
     use lse_kernels::topk_pairs::topk_pairs::{self, KERNEL as TOPK};
 
@@ -479,7 +479,7 @@ mod tests {
 
             let (x, w) = (vec![1.0f32; 6], vec![1.0f32; 6]);
             let mut y = dev.alloc::<f32>(3).unwrap();
-            let args = gemm_xwt_f32::Args {
+            let args = gemm_xwt_exact_f32::Args {
                 x: &x,
                 w: &w,
                 y: y.slice_mut(..).unwrap(),

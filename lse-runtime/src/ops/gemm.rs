@@ -1,23 +1,26 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v2` for ty = bf16, f16, f32, and `gemm.xwt_exact_<ty>.v2`
+//! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, f32, and `gemm.xwt_exact_<ty>.v3`
 //! for ty = bf16, f16): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
-//! Activations rounded to a 16-bit weight's type are rounded once, into a buffer of that
-//! type (`gemm.round_x_<ty>.v1`), before the product.
+//! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
+//! product into a buffer (`gemm.transpose_x_<ty>.v1`).
 
 use half::{bf16, f16};
 use lse_kernels::gemm::{
-    gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_f16, gemm_xwt_f32,
-    round_x_bf16, round_x_f16,
+    gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
+    transpose_x_bf16, transpose_x_f16,
 };
 
 use super::lm_head::WeightView;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
-/// Rows and columns of `y` per workgroup (the kernel's `2 * BM` and `BN`).
-pub(super) const BLOCK_ROWS: u32 = 128;
-pub(super) const BLOCK_COLS: u32 = 64;
-/// Rows and columns of `x` per workgroup of `gemm.round_x`.
-const ROUND_BLOCK: u32 = 64;
+/// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
+pub(super) const EXACT_ROWS: u32 = 128;
+const EXACT_COLS: u32 = 64;
+/// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `2 * BN`).
+const XWT_ROWS: u32 = 64;
+const XWT_COLS: u32 = 128;
+/// Rows and columns of `x` per workgroup of `gemm.transpose_x`.
+const TRANSPOSE_BLOCK: u32 = 64;
 
 /// Whether the product replaces `y` or is added to it (a fused residual add).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,14 +88,13 @@ pub(super) fn launch(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
-    let grid = [n.div_ceil(BLOCK_COLS), m.div_ceil(BLOCK_ROWS), 1];
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    macro_rules! launch {
-        ($kernel:ident, $x:expr, $w:expr) => {
+    macro_rules! exact {
+        ($kernel:ident, $w:expr) => {
             dev.launch(
-                grid,
+                [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1],
                 $kernel::Args {
-                    x: $x,
+                    x,
                     w: $w,
                     y,
                     m,
@@ -103,34 +105,44 @@ pub(super) fn launch(
             )
         };
     }
-    macro_rules! rounded {
-        ($round:ident, $ty:ty) => {{
-            let mut rounded = dev.alloc::<$ty>(x.len())?;
-            let round_grid = [k.div_ceil(ROUND_BLOCK), m.div_ceil(ROUND_BLOCK), 1];
+    // `xt = xᵀ` in the weight's type, then the product on it.
+    macro_rules! transposed {
+        ($transpose:ident, $kernel:ident, $ty:ty, $w:expr) => {{
+            let mut xt = dev.alloc::<$ty>(m as usize * k as usize)?;
+            let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
             dev.launch(
-                round_grid,
-                $round::Args {
+                grid,
+                $transpose::Args {
                     x,
-                    y: rounded.view_mut(),
+                    xt: xt.view_mut(),
                     m,
                     k,
                 },
             )?;
-            rounded
+            dev.launch(
+                [m.div_ceil(XWT_ROWS), n.div_ceil(XWT_COLS), 1],
+                $kernel::Args {
+                    xt: xt.view(),
+                    w: $w,
+                    y,
+                    m,
+                    n,
+                    k,
+                    accumulate,
+                },
+            )
         }};
     }
     match (w, act) {
         (WeightView::Bf16(w), Activations::RoundedToWeight) => {
-            let x = rounded!(round_x_bf16, bf16);
-            launch!(gemm_xwt_bf16, x.view(), w)
+            transposed!(transpose_x_bf16, gemm_xwt_bf16, bf16, w)
         }
         (WeightView::F16(w), Activations::RoundedToWeight) => {
-            let x = rounded!(round_x_f16, f16);
-            launch!(gemm_xwt_f16, x.view(), w)
+            transposed!(transpose_x_f16, gemm_xwt_f16, f16, w)
         }
-        (WeightView::Bf16(w), Activations::F32) => launch!(gemm_xwt_exact_bf16, x, w),
-        (WeightView::F16(w), Activations::F32) => launch!(gemm_xwt_exact_f16, x, w),
-        (WeightView::F32(w), _) => launch!(gemm_xwt_f32, x, w),
+        (WeightView::Bf16(w), Activations::F32) => exact!(gemm_xwt_exact_bf16, w),
+        (WeightView::F16(w), Activations::F32) => exact!(gemm_xwt_exact_f16, w),
+        (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
     }?;
     Ok(())
 }

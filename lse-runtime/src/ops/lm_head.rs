@@ -1,5 +1,5 @@
 //! The LM head: many rows through the LOOM GEMM's f32-activation instances
-//! (`gemm.xwt_exact_bf16.v2`, `gemm.xwt_exact_f16.v2`, `gemm.xwt_f32.v2`), one row through
+//! (`gemm.xwt_exact_bf16.v3`, `gemm.xwt_exact_f16.v3`, `gemm.xwt_exact_f32.v3`), one row through
 //! `lm_head.matvec_<ty>.v1` (ty = bf16, f16, f32). Both add the products of a logit in increasing
 //! `k`, one `fma` rounding each, from 0.
 
@@ -164,7 +164,7 @@ fn run(
 mod tests {
     use super::*;
     use crate::device::{test_values as values, Pool};
-    use crate::ops::gemm::BLOCK_ROWS;
+    use crate::ops::gemm::EXACT_ROWS;
 
     /// Shapes the matrix form's blocking does not divide: `dim` not a multiple of the GEMM's
     /// 64-wide K steps, `rows` not a multiple of its 64-row blocks, `vocab` not a multiple of
@@ -172,7 +172,7 @@ mod tests {
     /// both with an f64 reference.
     #[test]
     fn matrix_kernel_handles_ragged_shapes_identically_everywhere() {
-        let (rows, dim, vocab) = (2 * BLOCK_ROWS as usize + 3, 13, 70);
+        let (rows, dim, vocab) = (2 * EXACT_ROWS as usize + 3, 13, 70);
         let hidden = values(rows * dim, 1, 2.0);
         let wf = values(vocab * dim, 2, 0.5);
         let wb: Vec<bf16> = wf.iter().map(|&x| bf16::from_f32(x)).collect();
