@@ -9,7 +9,8 @@
 //! on each host level, with activations rounded to bf16 and with f32 activations (`bf16 / f32`
 //! per cell), and each path's best level as a fraction of its peak.
 //! `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the same shapes for
-//! comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels.
+//! comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
+//! `LSE_BENCH_SHAPES=512x1024x3584,...` (M x N x K) only the named shapes.
 
 mod common;
 
@@ -160,7 +161,12 @@ fn main() {
             .collect::<Vec<_>>()
             .join("")
     );
-    for (name, m, n, k) in SHAPES {
+    let wanted = |m: usize, n: usize, k: usize| {
+        std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
+            shapes.split(',').any(|s| s == format!("{m}x{n}x{k}"))
+        })
+    };
+    for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
         let x = random(m * k, 1, 1.0);
         let w: Vec<bf16> = random(n * k, 2, 0.05)
             .into_iter()

@@ -6,6 +6,7 @@ use super::{convert, lty, Emitter, Lowered};
 use lse_dsl::ir::{Expr, Param, TileWindow, Ty};
 
 /// A tile window with its expressions evaluated.
+#[derive(Clone)]
 pub(crate) struct WindowVals {
     buf: String,
     /// The buffer's element type.
@@ -16,6 +17,16 @@ pub(crate) struct WindowVals {
     pub rows: String,
     pub cols: String,
     pub transposed: bool,
+}
+
+impl WindowVals {
+    /// The same window starting at element `offset` of the buffer.
+    pub fn at_offset(&self, offset: &str) -> WindowVals {
+        WindowVals {
+            offset: offset.to_string(),
+            ..self.clone()
+        }
+    }
 }
 
 impl Emitter<'_> {
@@ -96,22 +107,15 @@ impl Emitter<'_> {
         ))
     }
 
-    /// The address `byte` bytes past element `minor` of buffer line `line` of the window (a
-    /// row, or a column of a transposed window), with no promise that it lies in the buffer:
-    /// for prefetches, which may point past its end. Computed in 64 bits, so it cannot wrap.
-    pub fn window_line_addr(
-        &mut self,
-        w: &WindowVals,
-        line: &str,
-        minor: u32,
-        byte: u32,
-    ) -> String {
+    /// The address `byte` bytes past the start of buffer line `line` of the window (a row,
+    /// or a column of a transposed window), with no promise that it lies in the buffer: for
+    /// prefetches, which may point past its end. Computed in 64 bits, so it cannot wrap.
+    pub fn window_line_addr(&mut self, w: &WindowVals, line: &str, byte: u32) -> String {
         let off = self.b.op(format!("zext i32 {} to i64", w.offset));
         let line = self.b.op(format!("zext i32 {line} to i64"));
         let stride = self.b.op(format!("zext i32 {} to i64", w.stride));
         let start = self.b.op(format!("mul i64 {line}, {stride}"));
         let start = self.b.op(format!("add i64 {off}, {start}"));
-        let start = self.b.op(format!("add i64 {start}, {minor}"));
         let bytes = self
             .b
             .op(format!("mul i64 {start}, {}", w.elem.size_bytes()));

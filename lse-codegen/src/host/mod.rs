@@ -131,6 +131,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         dpbf16: features.contains("+avx512bf16"),
         fma: llvm_cpu != "x86-64",
         zmm: llvm_cpu == "x86-64-v4",
+        loops: Vec::new(),
     };
     host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
     tiles::zero_all(&mut e, &host.tiles);
@@ -195,6 +196,9 @@ struct HostPhases {
     /// Whether the CPU has AVX-512's 32 vector registers of 16 floats (x86-64-v4 levels); the
     /// AVX2 levels have 16 of 8, which sizes `tile_dot`'s register blocks.
     zmm: bool,
+    /// The variables and steps of the uniform `for` loops around the phase being lowered,
+    /// innermost last: a tile load prefetches the window it will read one step later.
+    loops: Vec<(VarId, Expr)>,
 }
 
 impl TargetStmts for HostPhases {
@@ -369,7 +373,9 @@ impl HostPhases {
                 // Bounds and the loop variable are read as work-item 0; regions inside set
                 // their own work-item id.
                 let saved = std::mem::replace(&mut e.lid, "0".into());
+                self.loops.push((*var, step.clone()));
                 let r = e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body));
+                self.loops.pop();
                 e.lid = saved;
                 r
             }

@@ -212,7 +212,8 @@ fn rewrite_block(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
     out
 }
 
-fn rewrite_expr(e: &Expr, defs: &[Option<Expr>]) -> Expr {
+/// `e` with each variable `v` that has `defs[v]` replaced by it.
+pub(super) fn rewrite_expr(e: &Expr, defs: &[Option<Expr>]) -> Expr {
     let r = |x: &Expr| Box::new(rewrite_expr(x, defs));
     let kind = match &e.kind {
         ExprKind::Var(v) => {

@@ -35,9 +35,12 @@
 //!   innermost (vectorised). Both add the products in increasing k with one rounding each,
 //!   the generated Rust's order, so they agree with it bit for bit.
 
+use super::remat::rewrite_expr;
 use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
-use lse_dsl::ir::{Access, Block, Kernel, Param, Stmt, TileDecl, TileOp, Ty};
+use lse_dsl::ir::{
+    Access, BinOp, Block, Expr, ExprKind, Kernel, Param, Stmt, TileDecl, TileOp, TileWindow, Ty,
+};
 
 /// How a tile's elements are laid out in its stack array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,11 +317,12 @@ impl HostPhases {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
             TileOp::Load { dst, from } => {
                 let w = e.tile_window(from, &mut |e, x| self.uniform(e, x))?;
-                self.copy(e, *dst as usize, &w, false);
+                let next = self.next_offset(e, from)?;
+                self.copy(e, *dst as usize, &w, false, next.as_deref());
             }
             TileOp::Store { src, to } => {
                 let w = e.tile_window(to, &mut |e, x| self.uniform(e, x))?;
-                self.copy(e, *src as usize, &w, true);
+                self.copy(e, *src as usize, &w, true, None);
             }
             TileOp::Dot { acc, a, b } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
@@ -411,15 +415,16 @@ impl HostPhases {
     }
 
     /// Tile `t` <- window (`store` false) or window <- tile `t`. A window covering the whole
-    /// tile takes an unconditional copy of the loops.
-    fn copy(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, store: bool) {
+    /// tile takes an unconditional copy of the loops; a whole load first prefetches the
+    /// window at offset `next` (where the enclosing loop loads next), if any.
+    fn copy(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, store: bool, next: Option<&str>) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
         let full_r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
         let full_c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
         let full = e.b.op(format!("and i1 {full_r}, {full_c}"));
         e.branch_on(&full, &mut |e, whole| {
-            if whole && !store {
-                self.prefetch_continuation(e, t, w);
+            if let (true, false, Some(offset)) = (whole, store, next) {
+                self.prefetch_window(e, t, &w.at_offset(offset));
             }
             if !store && self.point_view(e, t, w, whole) {
                 return;
@@ -463,12 +468,10 @@ impl HostPhases {
         whole
     }
 
-    /// Prefetches (into L2) the window one step further along the buffer's contiguous
-    /// direction: the next `cols` elements of each row (or the next `rows` of each column of
-    /// a transposed window), which is where a loop stepping a window along its rows (a
-    /// GEMM's K loop) loads next. Each buffer line of the window is touched 64 bytes at a
-    /// time; a prefetch past the buffer's end does nothing.
-    fn prefetch_continuation(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
+    /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, or
+    /// a column of a transposed window) from its first byte to its last, 64 bytes at a time.
+    /// A prefetch past the buffer's end does nothing.
+    fn prefetch_window(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
         let (lines, along) = if w.transposed {
             (cols, rows)
@@ -476,15 +479,44 @@ impl HostPhases {
             (rows, cols)
         };
         let span = along * w.elem.size_bytes();
+        // The line's last byte too: a line that starts inside a cache line ends in the next.
+        let touches: Vec<u32> = (0..span).step_by(64).chain([span - 1]).collect();
         e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
         self.sequential_loop(e, lines, |_, e, line| {
-            for b in (0..span).step_by(64) {
-                let p = e.window_line_addr(w, line, along, b);
+            for &b in &touches {
+                let p = e.window_line_addr(w, line, b);
                 e.b.ins(format!(
                     "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 2, i32 1)"
                 ));
             }
         });
+    }
+
+    /// The offset the window `from` will have one step later of the innermost enclosing
+    /// uniform loop whose variable it depends on (a GEMM's K loop), evaluated now; `None`
+    /// when it depends on no enclosing loop's variable.
+    pub(super) fn next_offset(
+        &mut self,
+        e: &mut Emitter,
+        from: &TileWindow,
+    ) -> Lowered<Option<String>> {
+        for (var, step) in self.loops.clone().into_iter().rev() {
+            let ty = e.k.locals[var as usize].ty;
+            let mut defs = vec![None; e.k.locals.len()];
+            defs[var as usize] = Some(Expr::new(
+                ExprKind::Binary(
+                    BinOp::Add,
+                    Box::new(Expr::new(ExprKind::Var(var), ty)),
+                    Box::new(step),
+                ),
+                ty,
+            ));
+            let moved = rewrite_expr(&from.offset, &defs);
+            if moved != from.offset {
+                return self.uniform(e, &moved).map(Some);
+            }
+        }
+        Ok(None)
     }
 
     /// A whole transposed window loaded into (or, with `store`, stored from) tile `t` by
@@ -784,6 +816,7 @@ impl HostPhases {
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
             .collect();
+        self.prefetch_view_rows(e, a, m0, mr);
         let mut acc_ptrs = Vec::new();
         let mut init = Vec::new();
         for row in &rows {
@@ -855,6 +888,35 @@ impl HostPhases {
         });
         for (p, v) in acc_ptrs.iter().zip(out) {
             e.b.ins(format!("store <16 x float> {v}, ptr {p}, align 64"));
+        }
+    }
+
+    /// For a [`View`] tile `t`: prefetches into L1 rows `m0 + mr .. m0 + 2 mr` of it (those
+    /// the next register block reads, from L2 where the window's prefetch put them). Rows
+    /// past the tile are prefetched too, harmlessly.
+    fn prefetch_view_rows(&mut self, e: &mut Emitter, t: usize, m0: &str, mr: u32) {
+        let tile = &self.tiles[t];
+        let Some(view) = &tile.view else {
+            return;
+        };
+        let span = tile.decl.cols * tile.decl.elem.size_bytes();
+        let base = e.b.op(format!("load ptr, ptr {}", view.base));
+        let stride = e.b.op(format!("load i32, ptr {}", view.stride));
+        let stride = e.b.op(format!("zext i32 {stride} to i64"));
+        let row_bytes =
+            e.b.op(format!("mul i64 {stride}, {}", tile.decl.elem.size_bytes()));
+        let m0 = e.b.op(format!("zext i32 {m0} to i64"));
+        e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
+        for r in mr..2 * mr {
+            let row = e.b.op(format!("add i64 {m0}, {r}"));
+            let start = e.b.op(format!("mul i64 {row}, {row_bytes}"));
+            for b in (0..span).step_by(64).chain([span - 1]) {
+                let at = e.b.op(format!("add i64 {start}, {b}"));
+                let p = e.b.op(format!("getelementptr i8, ptr {base}, i64 {at}"));
+                e.b.ins(format!(
+                    "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)"
+                ));
+            }
         }
     }
 
