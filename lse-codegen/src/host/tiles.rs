@@ -787,6 +787,7 @@ impl HostPhases {
         let mr = mr_max.min(m);
         self.sequential_loop(e, m / mr, |h, e, mb| {
             let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
+            h.prefetch_view_rows(e, a, &m0, mr);
             for &(v0, nr) in &groups {
                 h.reg_block(e, [acc, a, b], &m0, (mr, v0, nr), micro);
             }
@@ -816,7 +817,6 @@ impl HostPhases {
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
             .collect();
-        self.prefetch_view_rows(e, a, m0, mr);
         let mut acc_ptrs = Vec::new();
         let mut init = Vec::new();
         for row in &rows {
@@ -892,8 +892,8 @@ impl HostPhases {
     }
 
     /// For a [`View`] tile `t`: prefetches into L1 rows `m0 + mr .. m0 + 2 mr` of it (those
-    /// the next register block reads, from L2 where the window's prefetch put them). Rows
-    /// past the tile are prefetched too, harmlessly.
+    /// the next row of register blocks reads, from L2 where the window's prefetch put them).
+    /// Rows past the tile are prefetched too, harmlessly.
     fn prefetch_view_rows(&mut self, e: &mut Emitter, t: usize, m0: &str, mr: u32) {
         let tile = &self.tiles[t];
         let Some(view) = &tile.view else {
