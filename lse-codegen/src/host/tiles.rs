@@ -190,10 +190,15 @@ fn viewable(k: &Kernel) -> Vec<bool> {
     dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
 }
 
-/// Zero-fills every tile (at the start of each workgroup).
+/// Zero-fills every tile (at the start of each workgroup) and points every [`View`] at its
+/// tile's stack array, so a dot that reads a tile before any load reads its zeros.
 pub(super) fn zero_all(e: &mut Emitter, tiles: &[HostTile]) {
     for t in tiles {
         memset0(e, t);
+        if let Some(view) = &t.view {
+            e.b.ins(format!("store ptr {}, ptr {}", t.ptr, view.base));
+            e.b.ins(format!("store i32 {}, ptr {}", t.decl.cols, view.stride));
+        }
     }
 }
 
@@ -495,11 +500,7 @@ impl HostPhases {
     /// The offset the window `from` will have one step later of the innermost enclosing
     /// uniform loop whose variable it depends on (a GEMM's K loop), evaluated now; `None`
     /// when it depends on no enclosing loop's variable.
-    pub(super) fn next_offset(
-        &mut self,
-        e: &mut Emitter,
-        from: &TileWindow,
-    ) -> Lowered<Option<String>> {
+    fn next_offset(&mut self, e: &mut Emitter, from: &TileWindow) -> Lowered<Option<String>> {
         for (var, step) in self.loops.clone().into_iter().rev() {
             let ty = e.k.locals[var as usize].ty;
             let mut defs = vec![None; e.k.locals.len()];

@@ -579,10 +579,10 @@ fn tile_elementwise_and_row_statements_match_the_reference_on_every_cpu() {
     }
 }
 
-/// A dot operand loaded from a read-only buffer is read in place when its window is whole
-/// and copied (zero-padded) when ragged, and one loaded from a writable buffer keeps the
-/// values it was loaded with after the buffer is overwritten: every host level agrees bit
-/// for bit with the reference order (`fma` in increasing k).
+/// A dot operand loaded from a read-only buffer is read in place when its window is whole,
+/// copied (zero-padded) when ragged and zero before its first load, and one loaded from a
+/// writable buffer keeps the values it was loaded with after the buffer is overwritten:
+/// every host level agrees bit for bit with the reference order (`fma` in increasing k).
 #[test]
 fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_IN_PLACE_SRC);
@@ -594,6 +594,9 @@ fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
         let mut want = vec![0f32; 64];
         for (r, out) in want.chunks_mut(16).enumerate() {
             for (c, o) in out.iter_mut().enumerate() {
+                for j in 0..16 {
+                    *o = 0f32.mul_add(w[j * 16 + c], *o);
+                }
                 for j in 0..16 {
                     *o = x0[r * 16 + j].mul_add(w[j * 16 + c], *o);
                 }

@@ -428,7 +428,8 @@ pub fn tile_ops() -> Kernel {
 /// Dot operands the host may read in place and ones it must copy (`y` is 4 x 16; `x` holds a
 /// 4 x 16 block; `w` a 16 x 16 block, then rows of 16 at stride 20 from element 256): `a` comes
 /// from a writable buffer and is overwritten there after its load, `v` from a read-only
-/// buffer through a window of `rows` rows (whole at 4, ragged below).
+/// buffer through a window of `rows` rows (whole at 4, ragged below), and is dotted once
+/// before any load (all zeros then).
 pub const TILE_IN_PLACE_SRC: &str = r#"
 #[loom::kernel(name = "test.tile_in_place", version = 1, workgroup = 16)]
 fn tile_in_place(x: &mut [f32], w: &[f32], y: &mut [f32], rows: u32) {
@@ -437,6 +438,7 @@ fn tile_in_place(x: &mut [f32], w: &[f32], y: &mut [f32], rows: u32) {
     let b = tile::<f32, 16, 16>();
     let acc = tile::<f32, 4, 16>();
     tile_load(b, w, 0, 16, 16, 16);
+    tile_dot(acc, v, b);
     tile_load(a, x, 0, 16, 4, 16);
     tile_store(b, x, 0, 16, 4, 16);
     tile_dot(acc, a, b);
