@@ -4,9 +4,9 @@
 //! per GEMM by `gemm.transpose_x`); `gemm.xwt_exact` takes f32 activations against a 16-bit
 //! weight.
 //!
-//! Both are written once with tiles (`LOOM.md`, "Tiles") and share one weight-sized operand
-//! per K step between two 64 x 64 accumulators, in 48 KiB of GPU shared memory for the f32
-//! instances (the most static shared memory an NVIDIA block may have). Partial blocks at the
+//! Both are written once with tiles (`LOOM.md`, "Tiles") and share one operand block per K
+//! step between two 64 x 64 accumulators, in 48 KiB of GPU shared memory (the most static
+//! shared memory an NVIDIA block may have). Partial blocks at the
 //! edges are zero-padded by the loads and clipped by the stores; a workgroup whose second
 //! accumulator lies past the matrix skips it.
 //!

@@ -1,5 +1,5 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, f32, and `gemm.xwt_exact_<ty>.v3`
-//! for ty = bf16, f16): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
+//! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
+//! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
 //! product into a buffer (`gemm.transpose_x_<ty>.v1`).
 
