@@ -127,7 +127,7 @@ fn collect(block: &[Stmt], storage: &[VarStorage], counts: &Counts, defs: &mut [
 }
 
 /// Whether evaluating `e` reads no memory, cannot trap, and reads only `stable` variables.
-fn pure(e: &Expr, stable: &dyn Fn(VarId) -> bool) -> bool {
+pub(super) fn pure(e: &Expr, stable: &dyn Fn(VarId) -> bool) -> bool {
     let rec = |x: &Expr| pure(x, stable);
     match &e.kind {
         ExprKind::Const(_) | ExprKind::Param(_) | ExprKind::Builtin(_) => true,

@@ -35,7 +35,7 @@
 //!   innermost (vectorised). Both add the products in increasing k with one rounding each,
 //!   the generated Rust's order, so they agree with it bit for bit.
 
-use super::remat::rewrite_expr;
+use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{
@@ -499,7 +499,9 @@ impl HostPhases {
 
     /// The offset the window `from` will have one step later of the innermost enclosing
     /// uniform loop whose variable it depends on (a GEMM's K loop), evaluated now; `None`
-    /// when it depends on no enclosing loop's variable.
+    /// when it depends on no enclosing loop's variable, or when evaluating it ahead could
+    /// read memory or trap (a buffer read or an integer division in it: past the loop's last
+    /// step the index or the divisor need not be valid).
     fn next_offset(&mut self, e: &mut Emitter, from: &TileWindow) -> Lowered<Option<String>> {
         for (var, step) in self.loops.clone().into_iter().rev() {
             let ty = e.k.locals[var as usize].ty;
@@ -514,6 +516,9 @@ impl HostPhases {
             ));
             let moved = rewrite_expr(&from.offset, &defs);
             if moved != from.offset {
+                if !pure(&moved, &|_| true) {
+                    return Ok(None);
+                }
                 return self.uniform(e, &moved).map(Some);
             }
         }

@@ -625,6 +625,26 @@ fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
     }
 }
 
+/// A tile load prefetches the window of its loop's next step only when that window's offset
+/// can be computed ahead safely: here it divides by `n - i`, which is 0 one step past the
+/// end, and every host level runs the loop without evaluating it (no division trap).
+#[test]
+fn loop_windows_whose_next_offset_could_trap_are_not_prefetched() {
+    let k = kernels::from_source(kernels::TILE_LOOP_OFFSETS_SRC);
+    let n = 4u32;
+    let x: Vec<f32> = (0..272).map(|i| i as f32).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let (mut xs, mut y) = (x.clone(), vec![0f32; 64]);
+        let bufs = [raw(&mut xs), raw(&mut y)];
+        run(&lib, &bufs, &[u64::from(n)], [1, 1, 1], 0, 1);
+        for i in 0..n as usize {
+            let from = 16 / (n as usize - i) * 16;
+            assert_eq!(y[i * 16..i * 16 + 16], x[from..from + 16], "{cpu} row {i}");
+        }
+    }
+}
+
 /// Values that exercise 16-bit rounding: zeros, infinities, NaN, subnormals, the largest
 /// finite values, ties, and a spread of ordinary numbers (as f32, rounded by the caller).
 fn half_operands(n: usize) -> Vec<f32> {

@@ -448,6 +448,19 @@ fn tile_in_place(x: &mut [f32], w: &[f32], y: &mut [f32], rows: u32) {
 }
 "#;
 
+/// Tile loads in a loop whose window offset divides by a value that is 0 one step past the
+/// loop's end (`n - i` at `i = n`): `y` row `i` is `x` from element `16 / (n - i) * 16`.
+pub const TILE_LOOP_OFFSETS_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_loop_offsets", version = 1, workgroup = 16)]
+fn tile_loop_offsets(x: &[f32], y: &mut [f32], n: u32) {
+    let t = tile::<f32, 1, 16>();
+    for i in 0..n {
+        tile_load(t, x, 16 / (n - i) * 16, 16, 1, 16);
+        tile_store(t, y, i * 16, 16, 1, 16);
+    }
+}
+"#;
+
 /// bf16 and f16 as value types: arithmetic, negation and comparisons on 16-bit values.
 pub const HALF_VALUES_SRC: &str = r#"
 #[loom::kernel(name = "test.half_values", version = 1, workgroup = 32)]
