@@ -13,10 +13,12 @@
 //!   when the window is whole: the load records where the window starts and its row stride
 //!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
 //!   zero-padded, as for any tile, and the view points at the copy.
-//! - A load of a whole window also prefetches, into L2, the window one step further along
-//!   the buffer's rows (a GEMM's next K block): without it the weight block's 64 rows, one
-//!   cache line each per step, were 64 streams the hardware prefetcher does not follow, and
-//!   the loads waited on memory.
+//! - A load of a whole window inside a uniform loop also prefetches, into L2, the window it
+//!   will load at the loop's next step (its offset evaluated with the loop variable advanced,
+//!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
+//!   cache lines each per step, were 64 streams the hardware prefetcher does not follow, and
+//!   the loads waited on memory. The dot's register blocks prefetch into L1 the in-place rows
+//!   of the next row of blocks.
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
 //!   directly, and then:
