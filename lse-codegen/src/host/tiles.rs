@@ -909,10 +909,7 @@ impl HostPhases {
         };
         let span = tile.decl.cols * tile.decl.elem.size_bytes();
         let base = e.b.op(format!("load ptr, ptr {}", view.base));
-        let stride = e.b.op(format!("load i32, ptr {}", view.stride));
-        let stride = e.b.op(format!("zext i32 {stride} to i64"));
-        let row_bytes =
-            e.b.op(format!("mul i64 {stride}, {}", tile.decl.elem.size_bytes()));
+        let row_bytes = self.row_bytes(e, t);
         let m0 = e.b.op(format!("zext i32 {m0} to i64"));
         e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
         for r in mr..2 * mr {
