@@ -1,6 +1,8 @@
-//! Zero-centred RMSNorm, the norm of every Qwen3.5 residual stream position (the input and
-//! post-attention norms of each layer and the final norm): per row of `d` values,
-//! `y = x · (rsqrt(mean(x²) + eps) · (1 + w))`.
+//! RMSNorm, the norm of every Qwen3.5 residual stream position (the input and post-attention
+//! norms of each layer and the final norm): per row of `d` values,
+//! `y = x · (rsqrt(mean(x²) + eps) · w)`. Qwen3.5's norms are zero-centred (`1 + w`); the model
+//! adds the 1 to the weight once at load, in f32 as the kernel used to (llama.cpp's GGUF files
+//! store the weight with the 1 already added).
 //!
 //! One workgroup per row. Each work-item adds the squares of its elements `lid, lid + 256,
 //! ...` in increasing order, then one workgroup tree (`reduce_sum`) combines them; the loops
@@ -9,8 +11,8 @@
 use loom::kernel;
 
 /// `x`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
-#[kernel(name = "norm.rmsnorm_zc", version = 1, workgroup = 256)]
-fn rmsnorm_zc(
+#[kernel(name = "norm.rmsnorm", version = 1, workgroup = 256)]
+fn rmsnorm(
     x: &[f32; num_groups() * d],
     w: &[f32; d],
     y: &mut [f32; num_groups() * d],
@@ -29,15 +31,15 @@ fn rmsnorm_zc(
         if c * group_size() + local_id() < d {
             y[group_id() * d + c * group_size() + local_id()] = x
                 [group_id() * d + c * group_size() + local_id()]
-                * (r * (1.0 + w[c * group_size() + local_id()]));
+                * (r * w[c * group_size() + local_id()]);
         }
     }
 }
 
-/// The residual add fused with the next norm: `x += m`, then `y = rmsnorm_zc(x)`.
+/// The residual add fused with the next norm: `x += m`, then `y = rmsnorm(x)`.
 /// `x`, `m`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
-#[kernel(name = "norm.add_rmsnorm_zc", version = 1, workgroup = 256)]
-fn add_rmsnorm_zc(
+#[kernel(name = "norm.add_rmsnorm", version = 1, workgroup = 256)]
+fn add_rmsnorm(
     x: &mut [f32; num_groups() * d],
     m: &[f32; num_groups() * d],
     w: &[f32; d],
@@ -59,7 +61,7 @@ fn add_rmsnorm_zc(
         if c * group_size() + local_id() < d {
             y[group_id() * d + c * group_size() + local_id()] = x
                 [group_id() * d + c * group_size() + local_id()]
-                * (r * (1.0 + w[c * group_size() + local_id()]));
+                * (r * w[c * group_size() + local_id()]);
         }
     }
 }

@@ -1,7 +1,8 @@
-//! `attention.qk_norm_rope`: the per-head zero-centred RMSNorm of queries or keys followed by
+//! `attention.qk_norm_rope`: the per-head RMSNorm of queries or keys followed by
 //! partial NeoX (rotate-half) RoPE, as Qwen3.5's full-attention layers apply them.
 //!
-//! Each head of `head_dim` values is normalised, `n = x · (rsqrt(mean(x²) + eps) · (1 + w))`;
+//! Each head of `head_dim` values is normalised, `n = x · (rsqrt(mean(x²) + eps) · w)` (the
+//! model adds the 1 of Qwen3.5's zero-centred norm weight at load, as for `norm.rmsnorm`);
 //! then its first `2 · half` dimensions are rotated in pairs `(i, i + half)` by the angle of
 //! the token's position and frequency `i`: `n_i cos - n_{i+half} sin` and
 //! `n_{i+half} cos + n_i sin`; the rest pass through. The cosines and sines come from a table
@@ -16,7 +17,7 @@ use loom::kernel;
 
 /// `src`: head `h` of token `tok` at `tok * src_row + h * src_head`; `w`: `[head_dim]`;
 /// `cos_sin`: `[t, 2 * half]`; `dst`: `[t, heads, head_dim]`. Grid: x = heads, y = t.
-#[kernel(name = "attention.qk_norm_rope", version = 1, workgroup = 64)]
+#[kernel(name = "attention.qk_norm_rope", version = 2, workgroup = 64)]
 fn qk_norm_rope(
     src: &[f32; num_groups_y() * src_row],
     w: &[f32; head_dim],
@@ -41,14 +42,14 @@ fn qk_norm_rope(
         let d = c * group_size() + local_id();
         if d < head_dim {
             let base = group_id_y() * src_row + group_id() * src_head;
-            let n = src[base + d] * (r * (1.0 + w[d]));
+            let n = src[base + d] * (r * w[d]);
             let mut out = n;
             if d < half {
-                let pair = src[base + d + half] * (r * (1.0 + w[d + half]));
+                let pair = src[base + d + half] * (r * w[d + half]);
                 let cs = group_id_y() * 2 * half + d;
                 out = n * cos_sin[cs] - pair * cos_sin[cs + half];
             } else if d < 2 * half {
-                let pair = src[base + d - half] * (r * (1.0 + w[d - half]));
+                let pair = src[base + d - half] * (r * w[d - half]);
                 let cs = group_id_y() * 2 * half + d - half;
                 out = n * cos_sin[cs] + pair * cos_sin[cs + half];
             }

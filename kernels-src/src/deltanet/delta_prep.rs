@@ -1,4 +1,4 @@
-//! `deltanet.delta_prep.v1`: the per-chunk matrices of the chunked gated delta rule
+//! `deltanet.delta_prep.v2`: the per-chunk matrices of the chunked gated delta rule
 //! (`qwen35-spec.md` §8.7), which depend on the chunk's keys, queries, β and g but not on the
 //! state, so they are formed once per (value head, chunk of 64 rows), all chunks at once,
 //! for [`super::delta_rule`] to read.
@@ -15,10 +15,10 @@ use loom::kernel;
 
 /// `qkv`: `[t, cd]` conv output rows `[q: hk dk | k: hk dk | v: ..]`, q and k normalised;
 /// `beta`, `g`: `[t, hv]`; `mats`: `[hv, chunks, 64, 64]` (`M` above); `decay`: `[hv, chunks,
-/// 2, 64]` (`e^Γ`, then `e^(Γ_last - Γ)`), with `chunks = ceil(t / 64)`. Value head `h` reads
-/// key head `h / (hv / hk)`. Grid: x = chunks, y = hv / hk, z = hk (value head `h = z *
-/// (hv / hk) + y`, key head `z`).
-#[kernel(name = "deltanet.delta_prep", version = 1, workgroup = 64)]
+/// 2, 64]` (`e^Γ`, then `e^(Γ_last - Γ)`), with `chunks = ceil(t / 64)`. Grid: x = chunks,
+/// y = hv / hk, z = hk; the workgroup's key head is `z` and its value head
+/// `h` as in [`super::delta_rule`].
+#[kernel(name = "deltanet.delta_prep", version = 2, workgroup = 64)]
 fn delta_prep(
     qkv: &[f32; t * cd],
     beta: &[f32; t * num_groups_y() * num_groups_z()],
@@ -28,6 +28,7 @@ fn delta_prep(
     t: u32,
     cd: u32,
     dk: u32,
+    tiled: u32,
 ) {
     const CH: u32 = 64;
     let m = shared::<f32>(CH * CH);
@@ -35,7 +36,11 @@ fn delta_prep(
     // Γ, the running sum in row order.
     if local_id() == 0 {
         let hv = num_groups_y() * num_groups_z();
-        let h = group_id_z() * num_groups_y() + group_id_y();
+        let h = if tiled == 0 {
+            group_id_z() * num_groups_y() + group_id_y()
+        } else {
+            group_id_y() * num_groups_z() + group_id_z()
+        };
         let mut acc = 0.0;
         for i in 0..min(CH, t - group_id() * CH) {
             acc += g[(group_id() * CH + i) * hv + h];
@@ -48,7 +53,11 @@ fn delta_prep(
     let c0 = group_id() * CH;
     let n = min(CH, t - c0);
     let hv = num_groups_y() * num_groups_z();
-    let h = group_id_z() * num_groups_y() + group_id_y();
+    let h = if tiled == 0 {
+        group_id_z() * num_groups_y() + group_id_y()
+    } else {
+        group_id_y() * num_groups_z() + group_id_z()
+    };
     let chunk = h * ((t + CH - 1) / CH) + group_id();
     let kq = group_id_z() * dk;
     let kk = (num_groups_z() + group_id_z()) * dk;

@@ -1,4 +1,4 @@
-//! `deltanet.delta_rule.v1`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
+//! `deltanet.delta_rule.v2`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
 //! 64 tokens), continuing from and updating the recurrent state of every value head, from
 //! the per-chunk matrices [`super::delta_prep`] formed.
 //!
@@ -25,10 +25,12 @@ use loom::kernel;
 
 /// `qkv`: `[t, cd]` conv output rows `[q: hk dk | k: hk dk | v: hv dv]`, q and k normalised;
 /// `beta`: `[t, hv]`; `mats`, `decay`: [`super::delta_prep`]'s for the same rows; `state`:
-/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`. Value head `h` reads key head
-/// `h / (hv / hk)`. `dk <= 128`. Grid: x = ceil(dv / 64), y = hv / hk, z = hk (value head
-/// `h = z * (hv / hk) + y`, key head `z`).
-#[kernel(name = "deltanet.delta_rule", version = 1, workgroup = 64)]
+/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`. `dk <= 128`. Grid: x = ceil(dv /
+/// 64), y = hv / hk, z = hk; the workgroup's key head is `z` and its value head
+/// `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped order: value head `h`
+/// reads key head `h / (hv / hk)`), else `h = y * hk + z` (llama.cpp's tiled order, which its
+/// GGUF converter writes: value head `h` reads key head `h % hk`).
+#[kernel(name = "deltanet.delta_rule", version = 2, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32; t * cd],
     beta: &[f32; t * num_groups_y() * num_groups_z()],
@@ -40,6 +42,7 @@ fn delta_rule(
     cd: u32,
     dk: u32,
     dv: u32,
+    tiled: u32,
 ) {
     // Chunk length, value columns per workgroup (the workgroup size), largest dk.
     const CH: u32 = 64;
@@ -49,7 +52,11 @@ fn delta_rule(
     let vn = shared::<f32>(CH * DVB);
     let hk = num_groups_z();
     let hv = num_groups_y() * num_groups_z();
-    let h = group_id_z() * num_groups_y() + group_id_y();
+    let h = if tiled == 0 {
+        group_id_z() * num_groups_y() + group_id_y()
+    } else {
+        group_id_y() * num_groups_z() + group_id_z()
+    };
     let kq = group_id_z() * dk;
     let kk = (num_groups_z() + group_id_z()) * dk;
     let c = group_id() * DVB + local_id();

@@ -1,5 +1,6 @@
-//! `deltanet.gates.v1`: the per-token, per-value-head scalars of the gated delta rule,
-//! `β = sigmoid(b)` and the log decay `g = -exp(A_log) · softplus(a + dt_bias)`.
+//! `deltanet.gates.v2`: the per-token, per-value-head scalars of the gated delta rule,
+//! `β = sigmoid(b)` and the log decay `g = A · softplus(a + dt_bias)`, with the decay rate
+//! `A = -exp(A_log)` formed once at load (llama.cpp's GGUF files store it so, as `ssm_a`).
 //!
 //! Softplus follows torch's threshold (the identity above 20); below it, `ln(1 + e^x)` is
 //! taken as `ln(u) · e^x / (u - 1)` with `u = 1 + e^x` rounded (Goldberg's `log1p`), which
@@ -8,13 +9,13 @@
 
 use loom::kernel;
 
-/// `b`, `a`, `beta`, `g`: `[n / hv, hv]` (token-major); `a_log`, `dt_bias`: `[hv]`. One
+/// `b`, `a`, `beta`, `g`: `[n / hv, hv]` (token-major); `rate` (`A`), `dt_bias`: `[hv]`. One
 /// work-item per element; grid x = ceil(n / 256).
-#[kernel(name = "deltanet.gates", version = 1, workgroup = 256)]
+#[kernel(name = "deltanet.gates", version = 2, workgroup = 256)]
 fn gates(
     b: &[f32; n],
     a: &[f32; n],
-    a_log: &[f32; hv],
+    rate: &[f32; hv],
     dt_bias: &[f32; hv],
     beta: &mut [f32; n],
     g: &mut [f32; n],
@@ -35,6 +36,6 @@ fn gates(
         } else {
             log(u) * (e / (u - 1.0))
         };
-        g[i] = -exp(a_log[h]) * softplus;
+        g[i] = rate[h] * softplus;
     }
 }

@@ -36,8 +36,14 @@ impl AttnWeights {
             k_proj: w("k_proj.weight", &[nkv * hd, h])?,
             v_proj: w("v_proj.weight", &[nkv * hd, h])?,
             o_proj: w("o_proj.weight", &[h, nh * hd])?,
-            q_norm: small(dev, &g("q_norm.weight", &[hd])?.to_f32_vec())?,
-            k_norm: small(dev, &g("k_norm.weight", &[hd])?.to_f32_vec())?,
+            q_norm: small(
+                dev,
+                &ws.norm_weight(&format!("{p}self_attn.q_norm.weight"), hd)?,
+            )?,
+            k_norm: small(
+                dev,
+                &ws.norm_weight(&format!("{p}self_attn.k_norm.weight"), hd)?,
+            )?,
         })
     }
 }

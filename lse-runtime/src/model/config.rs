@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::error::{ModelError, Result};
+pub use crate::ops::VHeadOrder;
 
 /// Kind of token mixer in one decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,9 @@ pub struct ModelConfig {
     pub linear_num_key_heads: usize,
     /// Hv.
     pub linear_num_value_heads: usize,
+    /// How the value-side weights order the DeltaNet value heads: grouped in Hugging Face
+    /// checkpoints, tiled in llama.cpp's GGUF files.
+    pub linear_value_head_order: VHeadOrder,
     /// Whether the LM head is the embedding matrix.
     pub tie_word_embeddings: bool,
     /// MoE sizes, or None for a dense MLP.
@@ -302,6 +306,7 @@ impl ModelConfig {
             linear_value_head_dim,
             linear_num_key_heads,
             linear_num_value_heads,
+            linear_value_head_order: VHeadOrder::Grouped,
             tie_word_embeddings,
             moe,
         };

@@ -26,8 +26,8 @@ pub struct GdnWeights {
     /// reads it.
     conv_w: DeviceBuf<f32>,
     dt_bias: DeviceBuf<f32>,
-    /// Per value head; the decay rate is −exp(A_log).
-    a_log: DeviceBuf<f32>,
+    /// Per value head, the decay rate −exp(A_log).
+    rate: DeviceBuf<f32>,
     /// Plain gated-norm weight [dv].
     norm: DeviceBuf<f32>,
 }
@@ -56,7 +56,7 @@ impl GdnWeights {
             out_proj: w("out_proj.weight", &[h, cfg.value_dim()])?,
             conv_w: small(dev, &conv_w)?,
             dt_bias: f32s("dt_bias", &[hv])?,
-            a_log: f32s("A_log", &[hv])?,
+            rate: small(dev, &ws.decay_rate(p, hv)?)?,
             norm: f32s("norm.weight", &[dv])?,
         })
     }
@@ -78,6 +78,7 @@ pub fn shape(cfg: &ModelConfig) -> GdnShape {
         dk: cfg.linear_key_head_dim,
         dv: cfg.linear_value_head_dim,
         kc: cfg.linear_conv_kernel_dim,
+        v_order: cfg.linear_value_head_order,
     }
 }
 
@@ -122,7 +123,7 @@ pub fn forward(
     drop(x);
     let mut beta = dev.alloc(t * hv)?;
     let mut g = dev.alloc(t * hv)?;
-    ops::deltanet_gates(dev, &b, &a, &w.a_log, &w.dt_bias, &mut beta, &mut g)?;
+    ops::deltanet_gates(dev, &b, &a, &w.rate, &w.dt_bias, &mut beta, &mut g)?;
     let mut o = dev.alloc(t * vd)?;
     ops::delta_rule_chunked(dev, &shape, &qkv, &beta, &g, &mut st.recurrent, &mut o)?;
     let mut y = dev.alloc(t * vd)?;

@@ -1,6 +1,8 @@
 //! Feed-forward blocks: SwiGLU MLP and the Qwen3.5 mixture of experts (softmax router, top-k,
 //! renormalised weights, sigmoid-gated shared expert). Experts may be fused 3-D tensors
-//! (`experts.gate_up_proj` [E, 2Im, H], `experts.down_proj` [E, H, Im]) or per-expert 2-D.
+//! (`experts.gate_up_proj` [E, 2Im, H], `experts.down_proj` [E, H, Im]), stacked 3-D tensors
+//! (`experts.gate_proj`, `experts.up_proj` [E, Im, H], as llama.cpp's GGUF files hold them) or
+//! per-expert 2-D.
 //!
 //! Everything runs as LOOM kernels on the engine's device: projections through the GEMM
 //! ([`linear`]), SwiGLU through `ffn.swiglu`, the router, the gather of each expert's rows
@@ -57,6 +59,11 @@ enum Experts {
         gate_up: DeviceWeight,
         down: DeviceWeight,
     },
+    Stacked {
+        gate: DeviceWeight,
+        up: DeviceWeight,
+        down: DeviceWeight,
+    },
     Split(Vec<[DeviceWeight; 3]>),
 }
 
@@ -80,11 +87,19 @@ impl Moe {
             .ok_or_else(|| ModelError::InvalidArgument("MoE layer without MoE config".into()))?;
         let (h, e, im) = (cfg.hidden_size, m.num_experts, m.moe_intermediate_size);
         let fused = format!("{p}mlp.experts.gate_up_proj");
+        let stacked = format!("{p}mlp.experts.gate_proj");
         let w = |name: &str, s: &[usize]| DeviceWeight::new(dev, &ws.get(name, s)?);
+        let down = || w(&format!("{p}mlp.experts.down_proj"), &[e, h, im]);
         let experts = if ws.contains(&fused) {
             Experts::Fused {
                 gate_up: w(&fused, &[e, 2 * im, h])?,
-                down: w(&format!("{p}mlp.experts.down_proj"), &[e, h, im])?,
+                down: down()?,
+            }
+        } else if ws.contains(&stacked) {
+            Experts::Stacked {
+                gate: w(&stacked, &[e, im, h])?,
+                up: w(&format!("{p}mlp.experts.up_proj"), &[e, im, h])?,
+                down: down()?,
             }
         } else {
             let mut v = Vec::with_capacity(e);
@@ -120,6 +135,11 @@ impl Moe {
             Experts::Fused { gate_up, down } => (
                 WeightMat::rows(gate_up, e * 2 * im, im, h)?,
                 WeightMat::rows(gate_up, e * 2 * im + im, im, h)?,
+                WeightMat::rows(down, e * h, h, im)?,
+            ),
+            Experts::Stacked { gate, up, down } => (
+                WeightMat::rows(gate, e * im, im, h)?,
+                WeightMat::rows(up, e * im, im, h)?,
                 WeightMat::rows(down, e * h, h, im)?,
             ),
             Experts::Split(v) => (

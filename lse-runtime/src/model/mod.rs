@@ -170,9 +170,7 @@ impl HybridLM {
         } else {
             Some(DeviceWeight::new(dev, &head)?)
         };
-        let norm = |name: &str| -> Result<DeviceBuf<f32>> {
-            small(dev, &ws.get(name, &[h])?.to_f32_vec())
-        };
+        let norm = |name: &str| -> Result<DeviceBuf<f32>> { small(dev, &ws.norm_weight(name, h)?) };
         let final_norm = norm(&format!("{prefix}norm.weight"))?;
         let mut layers = Vec::with_capacity(cfg.num_layers());
         for (i, kind) in cfg.layer_types.iter().enumerate() {
@@ -317,7 +315,7 @@ impl HybridLM {
             .layers
             .first()
             .map_or(&self.final_norm, |l| &l.input_norm);
-        crate::ops::rmsnorm_zc(dev, &x, first_norm, eps, &mut u)?;
+        crate::ops::rmsnorm(dev, &x, first_norm, eps, &mut u)?;
         for (i, (layer, state)) in self
             .layers
             .iter()
@@ -340,13 +338,13 @@ impl HybridLM {
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
-            crate::ops::add_rmsnorm_zc(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
+            crate::ops::add_rmsnorm(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
             layer.ffn.forward(dev, u.view(), m.view_mut())?;
             let next_norm = self
                 .layers
                 .get(i + 1)
                 .map_or(&self.final_norm, |l| &l.input_norm);
-            crate::ops::add_rmsnorm_zc(dev, &mut x, &m, next_norm, eps, &mut u)?;
+            crate::ops::add_rmsnorm(dev, &mut x, &m, next_norm, eps, &mut u)?;
         }
         session.pos += t;
         Ok(u)

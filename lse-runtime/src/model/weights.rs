@@ -1,7 +1,9 @@
-//! Memory-mapped safetensors weights (single file or sharded), read in their stored dtype.
+//! A checkpoint's weights by their Hugging Face names, read in their stored dtype: memory-mapped
+//! safetensors (single file or sharded), or a GGUF file's tensors ([`super::gguf`]).
 //!
-//! Tensors are never copied out of the mapping: a [`Tensor`] is a byte range in a shared
-//! `Mmap` plus its dtype and shape; callers convert rows or tiles to f32 on the fly.
+//! Mapped tensors are never copied out of the mapping: a [`Tensor`] is a byte range in a shared
+//! blob (a file mapping, or memory the loader filled) plus its dtype and shape; callers convert
+//! rows or tiles to f32 on the fly.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,10 +63,22 @@ pub fn to_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// One tensor: a byte range inside a memory-mapped safetensors file.
+/// Bytes that tensors point into: a file mapping, or memory a loader filled.
+pub type Blob = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// f32 values a loader computed (a dequantized GGUF tensor), as a [`Blob`] aligned for f32.
+pub struct F32Blob(pub Vec<f32>);
+
+impl AsRef<[u8]> for F32Blob {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+/// One tensor: a byte range inside a blob (a memory-mapped file or loader memory).
 #[derive(Clone)]
 pub struct Tensor {
-    map: Arc<Mmap>,
+    map: Blob,
     start: usize,
     end: usize,
     /// Stored dtype.
@@ -86,7 +100,7 @@ impl std::fmt::Debug for Tensor {
 impl Tensor {
     /// Raw little-endian bytes of the whole tensor.
     pub fn bytes(&self) -> &[u8] {
-        &self.map[self.start..self.end]
+        &(*self.map).as_ref()[self.start..self.end]
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
@@ -106,19 +120,36 @@ impl Tensor {
     }
 }
 
-/// Placeholder entry for a tensor whose dtype we cannot read (reported when used).
-struct Entry {
-    file: usize,
-    start: usize,
-    end: usize,
-    dtype: std::result::Result<DType, String>,
-    shape: Vec<usize>,
+/// Where a tensor's bytes are; a dtype we cannot read is kept by name and reported when used.
+pub struct Entry {
+    /// Index of the blob (from [`WeightStore::add_blob`]).
+    pub blob: usize,
+    /// First byte in the blob.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+    /// Stored dtype, or the name of one LSE cannot read.
+    pub dtype: std::result::Result<DType, String>,
+    /// Shape, outermost dimension first.
+    pub shape: Vec<usize>,
 }
 
-/// All tensors of a model directory, memory-mapped.
+/// Whose conventions a checkpoint's values follow where Hugging Face and llama.cpp differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conventions {
+    /// As transformers reads them: zero-centred norm weights (applied as `1 + w`) and the
+    /// DeltaNet decay as `A_log`.
+    HuggingFace,
+    /// As llama.cpp's GGUF converter writes them: the 1 added to those norm weights, the decay
+    /// rate stored as `ssm_a = -exp(A_log)`.
+    LlamaCpp,
+}
+
+/// All tensors of a checkpoint by Hugging Face name.
 pub struct WeightStore {
     dir: PathBuf,
-    maps: Vec<(PathBuf, Arc<Mmap>)>,
+    conventions: Conventions,
+    maps: Vec<(PathBuf, Blob)>,
     entries: HashMap<String, Entry>,
 }
 
@@ -149,15 +180,60 @@ impl WeightStore {
             }
             v
         };
-        let mut store = WeightStore {
-            dir: dir.to_path_buf(),
-            maps: Vec::new(),
-            entries: HashMap::new(),
-        };
+        let mut store = WeightStore::empty(dir, Conventions::HuggingFace);
         for f in files {
             store.add_file(&f)?;
         }
         Ok(store)
+    }
+
+    /// A store with no tensors; `source` (the checkpoint's path) names it in errors.
+    pub fn empty(source: &Path, conventions: Conventions) -> Self {
+        WeightStore {
+            dir: source.to_path_buf(),
+            conventions,
+            maps: Vec::new(),
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The weight of a zero-centred RMSNorm (`[len]`) as the norm kernels multiply by it:
+    /// `1 + w` in f32 for a Hugging Face checkpoint (as transformers computes it), as stored
+    /// for llama.cpp's (whose converter added the 1 in f32).
+    pub fn norm_weight(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let mut w = self.get(name, &[len])?.to_f32_vec();
+        if self.conventions == Conventions::HuggingFace {
+            w.iter_mut().for_each(|x| *x += 1.0);
+        }
+        Ok(w)
+    }
+
+    /// The DeltaNet decay rate `-exp(A_log)` (`[hv]`) of the layer whose names start with
+    /// `prefix`: from `{prefix}linear_attn.A_log` (exp in f32), or as llama.cpp stores it
+    /// (`{prefix}linear_attn.ssm_a`).
+    pub fn decay_rate(&self, prefix: &str, hv: usize) -> Result<Vec<f32>> {
+        Ok(match self.conventions {
+            Conventions::HuggingFace => self
+                .get(&format!("{prefix}linear_attn.A_log"), &[hv])?
+                .to_f32_vec()
+                .into_iter()
+                .map(|a| -a.exp())
+                .collect(),
+            Conventions::LlamaCpp => self
+                .get(&format!("{prefix}linear_attn.ssm_a"), &[hv])?
+                .to_f32_vec(),
+        })
+    }
+
+    /// Adds a blob that entries can point into (`path` names it in errors); returns its index.
+    pub fn add_blob(&mut self, path: &Path, blob: Blob) -> usize {
+        self.maps.push((path.to_path_buf(), blob));
+        self.maps.len() - 1
+    }
+
+    /// Adds (or replaces) the tensor `name`.
+    pub fn insert(&mut self, name: String, entry: Entry) {
+        self.entries.insert(name, entry);
     }
 
     fn add_file(&mut self, path: &Path) -> Result<()> {
@@ -179,7 +255,7 @@ impl WeightStore {
             self.entries.insert(
                 t.name,
                 Entry {
-                    file: fi,
+                    blob: fi,
                     start: t.start,
                     end: t.end,
                     dtype: t.dtype,
@@ -187,7 +263,8 @@ impl WeightStore {
                 },
             );
         }
-        self.maps.push((path.to_path_buf(), Arc::new(map)));
+        let blob: Blob = Arc::new(map);
+        self.maps.push((path.to_path_buf(), blob));
         Ok(())
     }
 
@@ -220,7 +297,7 @@ impl WeightStore {
                 path: self.dir.clone(),
                 tensor: name.to_string(),
             })?;
-        let (file, map) = &self.maps[e.file];
+        let (file, map) = &self.maps[e.blob];
         let dtype = e.dtype.clone().map_err(|d| ModelError::TensorDtype {
             path: file.clone(),
             tensor: name.to_string(),

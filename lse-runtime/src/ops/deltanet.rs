@@ -1,5 +1,5 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v1`,
-//! `deltanet.gates.v1`, `deltanet.delta_prep.v1` with `deltanet.delta_rule.v1`,
+//! `deltanet.gates.v2`, `deltanet.delta_prep.v2` with `deltanet.delta_rule.v2`,
 //! `deltanet.gated_norm.v1`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
@@ -27,7 +27,7 @@ const CHUNK: usize = 64;
 pub struct GdnShape {
     /// Key (and query) heads.
     pub hk: usize,
-    /// Value heads, a multiple of `hk`; value head `h` reads key head `h / (hv / hk)`.
+    /// Value heads, a multiple of `hk`; which key head a value head reads is `v_order`'s.
     pub hv: usize,
     /// Key head dim, at most [`MAX_KEY_HEAD_DIM`].
     pub dk: usize,
@@ -35,6 +35,18 @@ pub struct GdnShape {
     pub dv: usize,
     /// Conv kernel length (the conv state holds `kc - 1` rows).
     pub kc: usize,
+    /// The order of the value heads (and of every value-side weight row and column).
+    pub v_order: VHeadOrder,
+}
+
+/// How value heads map to key heads when there are more value heads than key heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VHeadOrder {
+    /// Hugging Face's order: value head `h` reads key head `h / (hv / hk)`.
+    Grouped,
+    /// llama.cpp's order (its GGUF converter permutes the value-side weights so): value head
+    /// `h` reads key head `h % hk`.
+    Tiled,
 }
 
 impl GdnShape {
@@ -63,7 +75,9 @@ impl GdnShape {
     /// `conv_dim`.
     fn check(&self, op: &'static str) -> Result<usize, OpError> {
         let invalid = |message: String| Err(OpError::Invalid { op, message });
-        let GdnShape { hk, hv, dk, dv, kc } = *self;
+        let GdnShape {
+            hk, hv, dk, dv, kc, ..
+        } = *self;
         if hk == 0 || hv == 0 || dk == 0 || dv == 0 || kc == 0 {
             return invalid(format!("sizes must be positive, got {self:?}"));
         }
@@ -168,27 +182,27 @@ pub fn deltanet_conv<'a>(
     Ok(())
 }
 
-/// The gates of one pass: `beta = sigmoid(b)` and `g = -exp(a_log[h]) · softplus(a +
-/// dt_bias[h])` (softplus is the identity above 20, as in torch), for `b`, `a`, `beta`, `g`
-/// `[t, hv]` and `a_log`, `dt_bias` `[hv]`.
+/// The gates of one pass: `beta = sigmoid(b)` and `g = rate[h] · softplus(a + dt_bias[h])`
+/// (softplus is the identity above 20, as in torch), for `b`, `a`, `beta`, `g` `[t, hv]` and
+/// `rate`, `dt_bias` `[hv]`. The decay rate is `-exp(A_log)` of the checkpoint.
 pub fn deltanet_gates<'a>(
     dev: &Device,
     b: impl Into<DevSlice<'a, f32>>,
     a: impl Into<DevSlice<'a, f32>>,
-    a_log: impl Into<DevSlice<'a, f32>>,
+    rate: impl Into<DevSlice<'a, f32>>,
     dt_bias: impl Into<DevSlice<'a, f32>>,
     beta: impl Into<DevSliceMut<'a, f32>>,
     g: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
-    let (b, a, a_log, dt_bias) = (b.into(), a.into(), a_log.into(), dt_bias.into());
+    let (b, a, rate, dt_bias) = (b.into(), a.into(), rate.into(), dt_bias.into());
     let (beta, g) = (beta.into(), g.into());
-    const OP: &str = "deltanet.gates.v1";
+    const OP: &str = "deltanet.gates.v2";
     const WORKGROUP: usize = 256;
-    let (n, hv) = (b.len(), a_log.len());
+    let (n, hv) = (b.len(), rate.len());
     if hv == 0 {
         return Err(OpError::Invalid {
             op: OP,
-            message: "a_log is empty (no value heads)".into(),
+            message: "rate is empty (no value heads)".into(),
         });
     }
     check_len(OP, "b", n, n / hv * hv)?;
@@ -204,7 +218,7 @@ pub fn deltanet_gates<'a>(
     let args = gates::Args {
         b,
         a,
-        a_log,
+        rate,
         dt_bias,
         beta,
         g,
@@ -216,13 +230,14 @@ pub fn deltanet_gates<'a>(
 }
 
 /// The chunked gated delta rule over one pass (chunks of 64 rows), continuing from and
-/// updating `state` (`[hv, dk, dv]`): per value head `h` and row, with the key head `h / (hv
-/// / hk)`'s `q`, `k` and `h`'s `v` read from the conv output `qkv` (`[t, conv_dim]`, q and k
-/// normalised), the result of the recurrence `S = e^g S; S += k (β (v - Sᵀk))ᵀ; o = Sᵀq`.
+/// updating `state` (`[hv, dk, dv]`): per value head `h` and row, with its key head's (as
+/// `shape.v_order` says) `q`, `k` and `h`'s `v` read from the conv output `qkv` (`[t,
+/// conv_dim]`, q and k normalised), the result of the recurrence `S = e^g S; S += k (β (v -
+/// Sᵀk))ᵀ; o = Sᵀq`.
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
-/// every chunk at once (`deltanet.delta_prep.v1`, into `64 · 64 + 128` floats of scratch per
+/// every chunk at once (`deltanet.delta_prep.v2`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
-/// (`deltanet.delta_rule.v1`).
+/// (`deltanet.delta_rule.v2`).
 pub fn delta_rule_chunked<'a>(
     dev: &Device,
     shape: &GdnShape,
@@ -234,7 +249,7 @@ pub fn delta_rule_chunked<'a>(
 ) -> Result<(), OpError> {
     let (qkv, beta, g) = (qkv.into(), beta.into(), g.into());
     let (state, out) = (state.into(), out.into());
-    const OP: &str = "deltanet.delta_rule.v1";
+    const OP: &str = "deltanet.delta_rule.v2";
     let cd = shape.check(OP)?;
     let t = qkv.len() / cd;
     shape.check_rows(OP, t)?;
@@ -255,6 +270,7 @@ pub fn delta_rule_chunked<'a>(
     let mut decay = dev.alloc::<f32>(shape.hv * chunks * 2 * CHUNK)?;
     let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
     let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
+    let tiled = u32::from(shape.v_order == VHeadOrder::Tiled);
     let prep = delta_prep::Args {
         qkv,
         beta,
@@ -264,6 +280,7 @@ pub fn delta_rule_chunked<'a>(
         t,
         cd,
         dk,
+        tiled,
     };
     dev.launch([chunks as u32, groups, hk], prep)?;
     let grid = [shape.dv.div_ceil(VALUE_BLOCK) as u32, groups, hk];
@@ -278,6 +295,7 @@ pub fn delta_rule_chunked<'a>(
         cd,
         dk,
         dv,
+        tiled,
     };
     dev.launch(grid, args)?;
     Ok(())
@@ -337,6 +355,7 @@ mod tests {
             dk,
             dv: 8,
             kc: 4,
+            v_order: VHeadOrder::Grouped,
         }
     }
 

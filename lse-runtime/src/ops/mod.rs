@@ -29,7 +29,7 @@ pub use attention_shape::{
     AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
 };
 pub use deltanet::{
-    delta_rule_chunked, deltanet_conv, deltanet_gated_norm, deltanet_gates, GdnShape,
+    delta_rule_chunked, deltanet_conv, deltanet_gated_norm, deltanet_gates, GdnShape, VHeadOrder,
     MAX_KEY_HEAD_DIM,
 };
 pub use embedding::embed_tokens;
@@ -42,7 +42,7 @@ pub use kv_write::{kv_write, KvCacheMut};
 pub use lm_head::{lm_head, lm_head_dev, HeadWeight, WeightView};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
-pub use norm::{add_rmsnorm_zc, rmsnorm_zc};
+pub use norm::{add_rmsnorm, rmsnorm};
 pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
 pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};

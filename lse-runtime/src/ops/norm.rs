@@ -1,7 +1,8 @@
-//! `norm.rmsnorm_zc.v1` and `norm.add_rmsnorm_zc.v1`: Qwen3.5's zero-centred RMSNorm of the
-//! residual stream, alone or fused with the residual add before it.
+//! `norm.rmsnorm.v1` and `norm.add_rmsnorm.v1`: the RMSNorm of the residual stream, alone or
+//! fused with the residual add before it. The weight is a plain multiplier: the model adds
+//! the 1 of Qwen3.5's zero-centred norms to it at load.
 
-use lse_kernels::norm::{add_rmsnorm_zc as add_kernel, rmsnorm_zc as kernel};
+use lse_kernels::norm::{add_rmsnorm as add_kernel, rmsnorm as kernel};
 
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
@@ -29,8 +30,8 @@ fn rows(
     Ok(rows)
 }
 
-/// `y = x · (rsqrt(mean(x²) + eps) · (1 + w))` per row of `x` (`[rows, w.len()]`).
-pub fn rmsnorm_zc<'a>(
+/// `y = x · (rsqrt(mean(x²) + eps) · w)` per row of `x` (`[rows, w.len()]`).
+pub fn rmsnorm<'a>(
     dev: &Device,
     x: impl Into<DevSlice<'a, f32>>,
     w: impl Into<DevSlice<'a, f32>>,
@@ -38,7 +39,7 @@ pub fn rmsnorm_zc<'a>(
     y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (x, w, y) = (x.into(), w.into(), y.into());
-    const OP: &str = "norm.rmsnorm_zc.v1";
+    const OP: &str = "norm.rmsnorm.v1";
     let rows = rows(OP, x.len(), w.len(), &[("y", y.len())])?;
     if rows == 0 {
         return Ok(());
@@ -54,8 +55,8 @@ pub fn rmsnorm_zc<'a>(
     Ok(())
 }
 
-/// The residual add and the next norm in one pass: `x += m`, then `y = rmsnorm_zc(x)`.
-pub fn add_rmsnorm_zc<'a>(
+/// The residual add and the next norm in one pass: `x += m`, then `y = rmsnorm(x)`.
+pub fn add_rmsnorm<'a>(
     dev: &Device,
     x: impl Into<DevSliceMut<'a, f32>>,
     m: impl Into<DevSlice<'a, f32>>,
@@ -64,7 +65,7 @@ pub fn add_rmsnorm_zc<'a>(
     y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (x, m, w, y) = (x.into(), m.into(), w.into(), y.into());
-    const OP: &str = "norm.add_rmsnorm_zc.v1";
+    const OP: &str = "norm.add_rmsnorm.v1";
     let rows = rows(OP, x.len(), w.len(), &[("m", m.len()), ("y", y.len())])?;
     if rows == 0 {
         return Ok(());
@@ -91,25 +92,25 @@ mod tests {
         let dev = Device::open(Pool::Cpu).unwrap();
         let (x, w) = (vec![1.0; 8], vec![0.0; 4]);
         let mut y = vec![0.0; 7];
-        let e = rmsnorm_zc(&dev, &x, &w, 1e-6, &mut y).unwrap_err();
+        let e = rmsnorm(&dev, &x, &w, 1e-6, &mut y).unwrap_err();
         assert!(
             e.to_string().contains("y has 7 elements, expected 8"),
             "{e}"
         );
-        let e = rmsnorm_zc(&dev, &x[..7], &w, 1e-6, &mut y).unwrap_err();
+        let e = rmsnorm(&dev, &x[..7], &w, 1e-6, &mut y).unwrap_err();
         assert!(
             e.to_string().contains("x has 7 elements, expected 4"),
             "{e}"
         );
-        let e = rmsnorm_zc(&dev, &x, &[], 1e-6, &mut y).unwrap_err();
+        let e = rmsnorm(&dev, &x, &[], 1e-6, &mut y).unwrap_err();
         assert!(e.to_string().contains("weight is empty"), "{e}");
         let (mut x, mut y) = (vec![1.0; 8], vec![0.0; 8]);
-        let e = add_rmsnorm_zc(&dev, &mut x, &[0.0; 4], &w, 1e-6, &mut y).unwrap_err();
+        let e = add_rmsnorm(&dev, &mut x, &[0.0; 4], &w, 1e-6, &mut y).unwrap_err();
         assert!(
             e.to_string().contains("m has 4 elements, expected 8"),
             "{e}"
         );
         // No rows is a no-op.
-        rmsnorm_zc(&dev, &[], &w, 1e-6, &mut []).unwrap();
+        rmsnorm(&dev, &[], &w, 1e-6, &mut []).unwrap();
     }
 }

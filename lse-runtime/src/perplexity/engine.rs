@@ -166,10 +166,10 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
             "embedding",
             &lse_kernels::embedding::embed_tokens_bf16::KERNEL,
         ),
-        ("rms_norm", &lse_kernels::norm::rmsnorm_zc::KERNEL),
+        ("rms_norm", &lse_kernels::norm::rmsnorm::KERNEL),
         (
             "rms_norm (residual add)",
-            &lse_kernels::norm::add_rmsnorm_zc::KERNEL,
+            &lse_kernels::norm::add_rmsnorm::KERNEL,
         ),
         ("q/k norm and rope", &qk_norm_rope::qk_norm_rope::KERNEL),
         ("kv cache write", &kv_write::kv_write_bf16::KERNEL),

@@ -17,7 +17,7 @@ use lse_runtime::ops::{self, HeadLayout, KvCacheMut, RopeTable};
 
 use super::{Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol, SAME_ORDER};
-use crate::reference::norm::{rmsnorm_zc, rope_neox, sigmoid};
+use crate::reference::norm::{rmsnorm, rope_neox, sigmoid};
 
 const EPS: f32 = 1e-6;
 const U: f32 = f32::EPSILON / 2.0;
@@ -63,7 +63,7 @@ impl Case for QkCase {
         for i in 0..self.t {
             for h in 0..l.heads {
                 let at = i * l.row + h * l.head;
-                let mut n = rmsnorm_zc(&src[at..at + l.head_dim], &w, EPS);
+                let mut n = rmsnorm(&src[at..at + l.head_dim], &w, EPS);
                 rope_neox(&mut n, &freq, self.pos0 + i);
                 dst.extend(n.iter().map(|&v| v as f32));
             }

@@ -9,7 +9,7 @@
 //! for bit; the tolerances below are against the f64 references.
 
 use lse_runtime::device::Device;
-use lse_runtime::ops::{self, GdnShape};
+use lse_runtime::ops::{self, GdnShape, VHeadOrder};
 
 use super::boxed;
 use crate::diff::{Case, Out, Rng, Tol};
@@ -25,6 +25,7 @@ fn shape(hk: usize, hv: usize, dk: usize, dv: usize) -> GdnShape {
         dk,
         dv,
         kc: 4,
+        v_order: VHeadOrder::Grouped,
     }
 }
 
@@ -111,8 +112,8 @@ const A_EXTREMES: [f32; 14] = [
 ];
 
 impl GatesCase {
-    /// `(b, a, a_log, dt_bias)`; `dt_bias` is 0 on head 0 so the extremes reach softplus as
-    /// they are.
+    /// `(b, a, rate, dt_bias)` with the decay rate `-exp(A_log)` of a random `A_log`;
+    /// `dt_bias` is 0 on head 0 so the extremes reach softplus as they are.
     fn inputs(&self) -> [Vec<f32>; 4] {
         let mut rng = Rng(0x9a7e + self.t as u64);
         let n = self.t * self.hv;
@@ -129,10 +130,10 @@ impl GatesCase {
                 a[i * self.hv] = *x;
             }
         }
-        let a_log = rng.f32s(self.hv, 2.0);
+        let rate = rng.f32s(self.hv, 2.0).iter().map(|a| -a.exp()).collect();
         let mut dt_bias = rng.f32s(self.hv, 1.0);
         dt_bias[0] = 0.0;
-        [b, a, a_log, dt_bias]
+        [b, a, rate, dt_bias]
     }
 }
 
@@ -142,21 +143,21 @@ impl Case for GatesCase {
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
-        let [b, a, a_log, dt_bias] = self.inputs();
+        let [b, a, rate, dt_bias] = self.inputs();
         let (mut beta, mut g) = (vec![0.0; b.len()], vec![0.0; b.len()]);
-        ops::deltanet_gates(dev, &b, &a, &a_log, &dt_bias, &mut beta, &mut g).unwrap();
+        ops::deltanet_gates(dev, &b, &a, &rate, &dt_bias, &mut beta, &mut g).unwrap();
         vec![Out::F32("beta", beta), Out::F32("g", g)]
     }
 
     fn reference(&self) -> Vec<Out> {
-        let [b, a, a_log, dt_bias] = self.inputs();
-        let (beta, g) = reference::gates(&b, &a, &a_log, &dt_bias);
+        let [b, a, rate, dt_bias] = self.inputs();
+        let (beta, g) = reference::gates(&b, &a, &rate, &dt_bias);
         vec![Out::F32("beta", beta), Out::F32("g", g)]
     }
 
     fn tolerance(&self) -> Tol {
-        // sigmoid is within 2.37 ulp (LOOM.md); g is exp (0.92 ulp) times softplus, whose
-        // log1p form is within a few ulp, times one rounding. Observed over a sweep of
+        // sigmoid is within 2.37 ulp (LOOM.md); g is the rate times softplus, whose log1p
+        // form is within a few ulp, with one rounding. Observed over a sweep of
         // a + dt_bias in [-100, 40]: beta within 1.4e-7 and g within 2.4e-7 relative (2 ulp);
         // 1e-6 (8 ulp) still fails on any lost regime (softplus -> 0 below -17, a missed
         // threshold). The absolute 1e-37 admits subnormal g, where exp(-100) loses bits.
@@ -406,6 +407,20 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         // Qwen3.5's head sizes.
         delta((1, 2, 128, 128), &[100], true, false),
     ]);
+    // llama.cpp's tiled value-head order: value head h reads key head h % hk.
+    deltas.extend(
+        [
+            delta((2, 4, 24, 40), &[70], true, true),
+            delta((3, 6, 16, 8), &[20, 45], true, false),
+        ]
+        .map(|c| DeltaCase {
+            shape: GdnShape {
+                v_order: VHeadOrder::Tiled,
+                ..c.shape
+            },
+            ..c
+        }),
+    );
     out.extend(boxed(deltas));
     out.extend(boxed([
         NormCase { t: 1, hv: 1, dv: 8 },

@@ -1,6 +1,6 @@
 //! Differential cases of the residual stream's kernels: the token embedding
-//! (`embedding.gather_<ty>`), the zero-centred RMSNorm (`norm.rmsnorm_zc`) and the residual
-//! add fused with it (`norm.add_rmsnorm_zc`), on Qwen3.5-0.8B's width and ragged ones.
+//! (`embedding.gather_<ty>`), the RMSNorm (`norm.rmsnorm`) and the residual
+//! add fused with it (`norm.add_rmsnorm`), on Qwen3.5-0.8B's width and ragged ones.
 //!
 //! Tolerance of the norms against the f64 reference: the sum of `d` squares in any order is
 //! within `(d - 1)·u` relative (u = 2^-24), the square root halves that and adds one
@@ -13,7 +13,7 @@ use lse_runtime::ops;
 
 use super::{Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol, SAME_ORDER};
-use crate::reference::norm::rmsnorm_zc;
+use crate::reference::norm::rmsnorm;
 
 const EPS: f32 = 1e-6;
 
@@ -28,7 +28,7 @@ fn norm_tol(d: usize) -> Tol {
 struct NormCase {
     rows: usize,
     d: usize,
-    /// `norm.add_rmsnorm_zc` (with a residual) or `norm.rmsnorm_zc`.
+    /// `norm.add_rmsnorm` (with a residual) or `norm.rmsnorm`.
     add: bool,
     /// Scale of the inputs (tiny rows test the eps, huge ones the range).
     scale: f32,
@@ -46,11 +46,7 @@ impl NormCase {
 
 impl Case for NormCase {
     fn name(&self) -> String {
-        let op = if self.add {
-            "add_rmsnorm_zc"
-        } else {
-            "rmsnorm_zc"
-        };
+        let op = if self.add { "add_rmsnorm" } else { "rmsnorm" };
         format!("{op} rows={} d={} scale={}", self.rows, self.d, self.scale)
     }
 
@@ -58,10 +54,10 @@ impl Case for NormCase {
         let (mut x, m, w) = self.inputs();
         let mut y = vec![f32::NAN; x.len()];
         if self.add {
-            ops::add_rmsnorm_zc(dev, &mut x, &m, &w, EPS, &mut y).unwrap();
+            ops::add_rmsnorm(dev, &mut x, &m, &w, EPS, &mut y).unwrap();
             vec![Out::F32("x", x), Out::F32("y", y)]
         } else {
-            ops::rmsnorm_zc(dev, &x, &w, EPS, &mut y).unwrap();
+            ops::rmsnorm(dev, &x, &w, EPS, &mut y).unwrap();
             vec![Out::F32("y", y)]
         }
     }
@@ -75,7 +71,7 @@ impl Case for NormCase {
         }
         let y = x
             .chunks(self.d)
-            .flat_map(|row| rmsnorm_zc(row, &w, EPS))
+            .flat_map(|row| rmsnorm(row, &w, EPS))
             .map(|v| v as f32)
             .collect();
         if self.add {

@@ -3,7 +3,7 @@
 //! over the concatenated rows `[state | x]`, the gates with `ln_1p`, the per-token
 //! recurrence of the delta rule (not the chunked form), and the gated norm.
 
-use lse_runtime::ops::GdnShape;
+use lse_runtime::ops::{GdnShape, VHeadOrder};
 
 fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
@@ -59,10 +59,10 @@ pub fn softplus(x: f64) -> f64 {
     }
 }
 
-/// The gates: `(beta, g)` with `beta = sigmoid(b)`, `g = -exp(a_log[h]) · softplus(a +
-/// dt_bias[h])` (`a + dt_bias` rounded to f32 first, as the kernel adds them), `[t, hv]`.
-pub fn gates(b: &[f32], a: &[f32], a_log: &[f32], dt_bias: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let hv = a_log.len();
+/// The gates: `(beta, g)` with `beta = sigmoid(b)`, `g = rate[h] · softplus(a + dt_bias[h])`
+/// (`a + dt_bias` rounded to f32 first, as the kernel adds them), `[t, hv]`.
+pub fn gates(b: &[f32], a: &[f32], rate: &[f32], dt_bias: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let hv = rate.len();
     let beta = b
         .iter()
         .map(|&b| (1.0 / (1.0 + (-b as f64).exp())) as f32)
@@ -72,15 +72,16 @@ pub fn gates(b: &[f32], a: &[f32], a_log: &[f32], dt_bias: &[f32]) -> (Vec<f32>,
         .enumerate()
         .map(|(i, &a)| {
             let h = i % hv;
-            (-(a_log[h] as f64).exp() * softplus((a + dt_bias[h]) as f64)) as f32
+            (rate[h] as f64 * softplus((a + dt_bias[h]) as f64)) as f32
         })
         .collect();
     (beta, g)
 }
 
 /// The gated delta rule by its per-token recurrence (spec §8.6), in f64, continuing from
-/// `state` (`[hv, dk, dv]`, updated): for every value head `h` and row in order, with key
-/// head `h / (hv / hk)`'s `q` and `k` and `h`'s `v` from the conv rows `qkv`:
+/// `state` (`[hv, dk, dv]`, updated): for every value head `h` and row in order, with its key
+/// head's (`h / (hv / hk)` grouped, `h % hk` tiled) `q` and `k` and `h`'s `v` from the conv
+/// rows `qkv`:
 /// `S = e^g S; δ = β (v - Sᵀk); S += k δᵀ; o = Sᵀq`. Returns `o` `[t, hv, dv]`.
 pub fn delta_rule_recurrent(
     shape: &GdnShape,
@@ -94,7 +95,10 @@ pub fn delta_rule_recurrent(
     let t = qkv.len() / cd;
     let mut out = vec![0.0f32; t * hv * dv];
     for h in 0..hv {
-        let kh = h / (hv / hk);
+        let kh = match shape.v_order {
+            VHeadOrder::Grouped => h / (hv / hk),
+            VHeadOrder::Tiled => h % hk,
+        };
         let s = &mut state[h * dk * dv..(h + 1) * dk * dv];
         for r in 0..t {
             let row = &qkv[r * cd..(r + 1) * cd];

@@ -1,14 +1,14 @@
 //! f64 references of the residual stream's and the attention layer's elementwise steps: the
-//! zero-centred RMSNorm, NeoX RoPE and the sigmoid output gate. Each takes f32 inputs and
+//! RMSNorm, NeoX RoPE and the sigmoid output gate. Each takes f32 inputs and
 //! computes in f64, so it is independent of the kernels' summation order.
 
-/// Zero-centred RMSNorm of one row: `x · rsqrt(mean(x²) + eps) · (1 + w)`.
-pub fn rmsnorm_zc(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
+/// RMSNorm of one row: `x · rsqrt(mean(x²) + eps) · w`.
+pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
     let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
     let r = 1.0 / (ss / x.len() as f64 + eps as f64).sqrt();
     x.iter()
         .zip(w)
-        .map(|(&v, &wi)| v as f64 * r * (1.0 + wi as f64))
+        .map(|(&v, &wi)| v as f64 * r * wi as f64)
         .collect()
 }
 
