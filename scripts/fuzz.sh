@@ -16,7 +16,7 @@ secs="${1:-1800}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(kld_base config_json token_ids safetensors shard_index)
+    targets=(kld_base config_json token_ids safetensors shard_index gguf)
 fi
 command -v cargo-afl >/dev/null || cargo install cargo-afl --locked
 export CARGO_TARGET_DIR="${LSE_FUZZ_TARGET_DIR:-$PWD/fuzz/target}"

@@ -6,6 +6,7 @@
 
 use lse_dsl::rt::KernelDef;
 
+pub mod act_quant;
 pub mod attention;
 pub mod deltanet;
 pub mod embedding;
@@ -29,6 +30,8 @@ macro_rules! kernels {
 }
 
 kernels!(
+    act_quant::q8_0,
+    act_quant::q8_k,
     lse_pick::lse_pick,
     topk_pairs::topk_pairs,
     lm_head::lm_head_matvec_bf16,

@@ -43,8 +43,8 @@ pub enum Dialect {
 /// Options of `lse perplexity`: the serving options, then the scoring ones.
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json); not a GGUF
-    /// file.
+    /// Hugging Face model directory (config.json, *.safetensors, tokenizer.json), or a
+    /// llama.cpp GGUF file (qwen35 / qwen35moe; the first part of a split set).
     #[arg(long)]
     model: PathBuf,
     /// Device: host (LLVM-compiled LOOM kernels on this CPU), cpu (generated Rust), hip:N / hrx:N

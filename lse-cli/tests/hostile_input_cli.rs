@@ -558,7 +558,7 @@ fn unclear_messages_are_clear() {
     let d = dir.path();
     let text = text(d);
 
-    // A GGUF file given as --model.
+    // A GGUF file cut short after its magic.
     let gguf = d.join("model.gguf");
     fs::write(&gguf, b"GGUF").unwrap();
     let err = refused(lse(&[
@@ -569,8 +569,35 @@ fn unclear_messages_are_clear() {
         &text,
     ]));
     assert!(
-        err.contains("model.gguf is a GGUF file")
-            && err.contains("--model takes a Hugging Face model directory"),
+        err.contains("model.gguf: invalid GGUF file") && err.contains("truncated"),
+        "{err}"
+    );
+
+    // A valid GGUF of another architecture, and the first part of a split set whose second
+    // part is missing.
+    let blocks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf/blocks.gguf");
+    let err = refused(lse(&[
+        "perplexity",
+        "--model",
+        s(&blocks),
+        "--perplexity",
+        &text,
+    ]));
+    assert!(
+        err.contains("blocks.gguf: field `general.architecture`: expected one of qwen35, qwen35moe, found \"lse-test\""),
+        "{err}"
+    );
+    let part = d.join("m-00001-of-00002.gguf");
+    fs::copy(&blocks, &part).unwrap();
+    let err = refused(lse(&[
+        "perplexity",
+        "--model",
+        s(&part),
+        "--perplexity",
+        &text,
+    ]));
+    assert!(
+        err.contains("m-00002-of-00002.gguf: missing file (part of the split GGUF checkpoint"),
         "{err}"
     );
 

@@ -1,6 +1,6 @@
 //! Entry points that hand arbitrary bytes to every parser of untrusted input: the
-//! KL-divergence base, `config.json`, the token-id JSON, safetensors files and the sharded
-//! weights' `model.safetensors.index.json`. The
+//! KL-divergence base, `config.json`, the token-id JSON, safetensors files, the sharded
+//! weights' `model.safetensors.index.json` and GGUF files (container, config, tokenizer). The
 //! coverage-guided fuzzers in `fuzz/` and the short mutation runs of the test suite call
 //! them. Each must return for any input, without a panic, and checks what a successful
 //! parse promises.
@@ -38,12 +38,13 @@ impl Rng {
 pub type Target = fn(&[u8]);
 
 /// The parsers, by name (the fuzz target and corpus folder names).
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("kld_base", kld_base),
     ("config_json", config_json),
     ("token_ids", token_ids),
     ("safetensors", safetensors),
     ("shard_index", shard_index),
+    ("gguf", gguf),
 ];
 
 /// A KL-divergence base file, as given and with its records' checksum rewritten to match
@@ -105,5 +106,24 @@ pub fn shard_index(data: &[u8]) {
             );
             assert!(!files[..i].contains(f), "{f} twice");
         }
+    }
+}
+
+/// A GGUF file: every tensor's bytes lie inside the file; its config, if it parses, has layer
+/// kinds for every layer; its tokenizer, if it has one, builds or is refused.
+pub fn gguf(data: &[u8]) {
+    use crate::model::gguf::{tokenizer, GgufCheckpoint, GgufFile};
+    let Ok(f) = GgufFile::from_bytes(data, Path::new("model.gguf")) else {
+        return;
+    };
+    for t in f.tensors() {
+        assert!(t.start <= t.end && t.end <= data.len(), "{}", t.name);
+        assert_eq!(f.tensor_bytes(t).len(), t.end - t.start);
+    }
+    if let Ok(cfg) = GgufCheckpoint::config_of(&f) {
+        assert_eq!(cfg.layer_types.len(), cfg.num_layers());
+    }
+    if f.get("tokenizer.ggml.model").is_some() {
+        let _ = tokenizer::from_gguf(&f);
     }
 }

@@ -123,3 +123,31 @@ fn matches_transformers_goldens_for_every_plan() {
     }
     assert!(checked > 0, "no golden models found in {}", dir.display());
 }
+
+/// The golden models converted by llama.cpp's converter (`tests/goldens/make_gguf_models.py`):
+/// the GGUF file, loaded with llama.cpp's conventions (norm weights with the 1 added, `ssm_a`,
+/// tiled value heads, split experts), scores as transformers does on the Hugging Face
+/// checkpoint it came from, within the same tolerance.
+#[test]
+fn gguf_conversions_of_the_golden_models_match_the_same_goldens() {
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf");
+    let files = [
+        ("dense_tied_f32-f32.gguf", "dense_tied_f32"),
+        ("dense_untied_bf16-f32.gguf", "dense_untied_bf16"),
+        ("dense_untied_bf16-bf16.gguf", "dense_untied_bf16"),
+        ("moe_fused-f32.gguf", "moe_fused"),
+    ];
+    for (file, model) in files {
+        let g = read_golden(&models_dir().join(model).join("golden.json"));
+        let m = HybridLM::load(&gguf.join(file)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(m.tokenizer().is_none(), "{file} carries no tokenizer");
+        let t = g.tokens.len();
+        for (b, u) in [(t, t), (t, 17)] {
+            let mut gen = Generator::new(&m, dense(), DType::F32, t).unwrap();
+            let h = gen.prefill(&g.tokens, b, u).unwrap();
+            let d = max_diff(&m, &h, &g);
+            println!("{file}: batch {b} ubatch {u}: max |dlogprob| = {d:.3e}");
+            assert!(d < TOL_F32_KV, "{file}: plan ({b},{u}) diff {d}");
+        }
+    }
+}

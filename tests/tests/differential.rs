@@ -43,3 +43,10 @@ fn ffn_agrees_across_generated_rust_every_host_level_and_reference() {
 fn deltanet_agrees_across_generated_rust_every_host_level_and_reference() {
     run_cases(lse_tests::cases::deltanet::cases());
 }
+
+/// llama.cpp's activation quantization ([`lse_tests::cases::act_quant`]): every host level,
+/// generated Rust and transcriptions of ggml's code, bit for bit.
+#[test]
+fn activation_quantization_agrees_across_generated_rust_every_host_level_and_ggml() {
+    run_cases(lse_tests::cases::act_quant::cases());
+}

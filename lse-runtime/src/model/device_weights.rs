@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use super::error::Result;
 use super::weights::{DType, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
-use crate::ops::{OpError, WeightView};
+use crate::ops::{Activations, OpError, WeightView};
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
 /// matrix of its last dimension's columns.
@@ -18,6 +18,8 @@ pub struct DeviceWeight {
     pub rows: usize,
     /// Columns: the last dimension.
     pub cols: usize,
+    /// How activations meet the weight in a product ([`Tensor::act`]).
+    pub act: Activations,
 }
 
 enum Mem {
@@ -69,6 +71,7 @@ impl DeviceWeight {
             mem,
             rows: t.numel() / cols,
             cols,
+            act: t.act,
         })
     }
 

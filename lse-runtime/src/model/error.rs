@@ -26,7 +26,7 @@ pub enum ModelError {
     /// The model path is a file, not a directory.
     #[error(
         "{path} is {what}: --model takes a Hugging Face model directory holding config.json, \
-         the *.safetensors weights and tokenizer.json"
+         the *.safetensors weights and tokenizer.json, or a llama.cpp GGUF file (*.gguf)"
     )]
     NotAModelDirectory {
         /// The path given.
@@ -85,6 +85,14 @@ pub enum ModelError {
         /// The safetensors file.
         path: PathBuf,
         /// The parser's message.
+        message: String,
+    },
+    /// A GGUF file is malformed (header, metadata or tensor layout).
+    #[error("{path}: invalid GGUF file: {message}")]
+    Gguf {
+        /// The GGUF file.
+        path: PathBuf,
+        /// What was expected and what the file holds.
         message: String,
     },
     /// A tensor the model needs is not present in any weight file.

@@ -10,6 +10,7 @@ use crate::ops::{self, Activations, GemmOut, WeightView};
 #[derive(Clone, Copy)]
 pub struct WeightMat<'a> {
     view: WeightView<'a>,
+    act: Activations,
     /// Output features (rows).
     pub n: usize,
     /// Input features (columns).
@@ -21,6 +22,7 @@ impl<'a> WeightMat<'a> {
     pub fn of(w: &'a DeviceWeight) -> Self {
         WeightMat {
             view: w.view(),
+            act: w.act,
             n: w.rows,
             k: w.cols,
         }
@@ -31,6 +33,7 @@ impl<'a> WeightMat<'a> {
     pub fn rows(w: &'a DeviceWeight, row0: usize, n: usize, k: usize) -> Result<Self> {
         Ok(WeightMat {
             view: w.view().sub(row0 * k..(row0 + n) * k)?,
+            act: w.act,
             n,
             k,
         })
@@ -38,24 +41,16 @@ impl<'a> WeightMat<'a> {
 }
 
 /// `out[t, :] = x[t, :] · Wᵀ` for `t` rows through the LOOM GEMM on `dev`. `x` is [t, w.k],
-/// `out` is [t, w.n] (overwritten). Activations stay f32 (f32 products, as the transformers
-/// goldens compute them): rounding them to bf16 moves perplexity (README, "Numerics of the
-/// GEMM").
+/// `out` is [t, w.n] (overwritten). Activations meet the weight as the checkpoint's reference
+/// computes it: f32 for a Hugging Face checkpoint (f32 products, as the transformers goldens
+/// compute them; rounding them to bf16 moves perplexity, README "Numerics of the GEMM"),
+/// llama.cpp's rounding or quantization for a GGUF's.
 pub fn linear(
     dev: &Device,
     x: DevSlice<'_, f32>,
     w: WeightMat<'_>,
     out: DevSliceMut<'_, f32>,
 ) -> Result<()> {
-    ops::gemm(
-        dev,
-        x,
-        w.k,
-        w.view,
-        w.n,
-        out,
-        GemmOut::Overwrite,
-        Activations::F32,
-    )?;
+    ops::gemm(dev, x, w.k, w.view, w.n, out, GemmOut::Overwrite, w.act)?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The Qwen3.5 hybrid model (Gated DeltaNet + gated attention, dense or MoE): loading from a
-//! Hugging Face directory onto a device, and prefill through the LOOM kernels.
+//! Hugging Face directory or a llama.cpp GGUF file onto a device, and prefill through the LOOM
+//! kernels.
 //!
 //! Residency: the weights are made available to the device once, at load
 //! ([`device_weights`]); a session's KV cache and DeltaNet states live in the device's memory,
@@ -16,6 +17,7 @@ pub mod deltanet;
 pub mod device_weights;
 pub mod error;
 pub mod ffn;
+pub mod gguf;
 pub mod kv_cache;
 pub mod linear;
 pub mod prefill;
@@ -84,33 +86,35 @@ pub struct HybridLM {
     tokenizer: Option<TextTokenizer>,
 }
 
+/// `path` as a Hugging Face model directory, with its parsed `config.json`; a file is refused
+/// with what it is.
+fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig)> {
+    if path.is_file() {
+        return Err(ModelError::NotAModelDirectory {
+            path: path.to_path_buf(),
+            what: "a file without the .gguf extension",
+        });
+    }
+    if !path.is_dir() {
+        return Err(ModelError::MissingFile {
+            path: path.to_path_buf(),
+            what: "model (a Hugging Face model directory or a GGUF file)".into(),
+        });
+    }
+    Ok((path, ModelConfig::from_file(&path.join("config.json"))?))
+}
+
 /// Weight-name prefixes of the text model, tried in order (spec §3.1).
 const PREFIXES: [&str; 3] = ["model.language_model.", "language_model.model.", "model."];
 
 impl HybridLM {
-    /// Checks that `dir` is a model directory and reads its `config.json`, without touching
-    /// the weights.
-    pub fn read_config(dir: &Path) -> Result<ModelConfig> {
-        if dir.is_file() {
-            return Err(ModelError::NotAModelDirectory {
-                path: dir.to_path_buf(),
-                what: if dir
-                    .extension()
-                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-                {
-                    "a GGUF file; LSE reads Hugging Face checkpoints, not GGUF"
-                } else {
-                    "a file"
-                },
-            });
+    /// Reads the config of the checkpoint at `path` without touching the weights: a Hugging
+    /// Face directory's `config.json`, or a GGUF file's metadata.
+    pub fn read_config(path: &Path) -> Result<ModelConfig> {
+        if gguf::is_gguf(path) && path.is_file() {
+            return gguf::GgufCheckpoint::read_config(path);
         }
-        if !dir.is_dir() {
-            return Err(ModelError::MissingFile {
-                path: dir.to_path_buf(),
-                what: "model directory".into(),
-            });
-        }
-        ModelConfig::from_file(&dir.join("config.json"))
+        Ok(checkpoint_dir(path)?.1)
     }
 
     /// [`HybridLM::load_on`] for the CPU-side devices: weights stay memory-mapped, read where
@@ -119,17 +123,34 @@ impl HybridLM {
         Self::load_on(dir, &Device::open(Pool::Cpu)?)
     }
 
-    /// Loads config.json, the (possibly sharded) safetensors weights and, if present, the
-    /// tokenizer from an HF model directory, with the weights made available to `dev` once:
-    /// on a GPU uploaded to its memory; on the CPU-side devices memory-mapped and read where
-    /// they are (copied once if not aligned for their dtype). Sessions of the model keep
+    /// Loads a checkpoint, with the weights made available to `dev` once: on a GPU uploaded
+    /// to its memory; on the CPU-side devices memory-mapped and read where they are (copied
+    /// once if not aligned for their dtype). `path` is a Hugging Face directory (config.json,
+    /// the possibly sharded safetensors weights and, if present, tokenizer.json) or a GGUF
+    /// file of llama.cpp's `qwen35`/`qwen35moe` architectures (or the first part of a split
+    /// set), whose quantized tensors are dequantized at load; its tokenizer is
+    /// `tokenizer.json` beside it if there is one, else its own. Sessions of the model keep
     /// their state in `dev`'s memory.
-    pub fn load_on(dir: &Path, dev: &Device) -> Result<Self> {
-        let cfg = Self::read_config(dir)?;
+    pub fn load_on(path: &Path, dev: &Device) -> Result<Self> {
+        let (cfg, ws, tokenizer, config_path) = if gguf::is_gguf(path) && path.is_file() {
+            let ck = gguf::GgufCheckpoint::open(path)?;
+            let beside = path.parent().unwrap_or(Path::new("."));
+            let tokenizer = match TextTokenizer::load(beside)? {
+                Some(t) => Some(t),
+                None if ck.files[0].get("tokenizer.ggml.model").is_none() => None,
+                None => Some(TextTokenizer::from_gguf(&ck.files[0])?),
+            };
+            (ck.config, ck.weights, tokenizer, path.to_path_buf())
+        } else {
+            let (dir, cfg) = checkpoint_dir(path)?;
+            let ws = WeightStore::open(dir)?;
+            (cfg, ws, TextTokenizer::load(dir)?, dir.join("config.json"))
+        };
+        let dir = path;
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
                 "{}: head_dim {} is above {}, the largest the attention kernels take",
-                dir.join("config.json").display(),
+                config_path.display(),
                 cfg.head_dim,
                 crate::ops::MAX_HEAD_DIM
             )));
@@ -137,12 +158,11 @@ impl HybridLM {
         if cfg.linear_key_head_dim > crate::ops::MAX_KEY_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
                 "{}: linear_key_head_dim {} is above {}, the largest the delta rule kernel takes",
-                dir.join("config.json").display(),
+                config_path.display(),
                 cfg.linear_key_head_dim,
                 crate::ops::MAX_KEY_HEAD_DIM
             )));
         }
-        let ws = WeightStore::open(dir)?;
         let prefix = PREFIXES
             .iter()
             .find(|p| ws.contains(&format!("{p}embed_tokens.weight")))
@@ -188,7 +208,7 @@ impl HybridLM {
         }
         let inv_freq = crate::ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
         Ok(HybridLM {
-            tokenizer: TextTokenizer::load(dir)?,
+            tokenizer,
             dir: dir.to_path_buf(),
             cfg,
             device: dev.clone(),
@@ -222,12 +242,19 @@ impl HybridLM {
         self.head_weight.as_ref().unwrap_or(&self.embed).view()
     }
 
+    /// How hidden rows meet the LM-head weight ([`crate::ops::Activations`]): f32 for a
+    /// Hugging Face checkpoint, llama.cpp's rule for the head's type in a GGUF file.
+    pub fn head_act(&self) -> crate::ops::Activations {
+        self.head_weight.as_ref().unwrap_or(&self.embed).act
+    }
+
     /// The device the weights were made available to.
     pub fn device(&self) -> &Device {
         &self.device
     }
 
-    /// The tokenizer, if the directory has `tokenizer.json`.
+    /// The tokenizer: a Hugging Face directory's `tokenizer.json` if it has one; for a GGUF
+    /// file, `tokenizer.json` beside it or else the file's own.
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {
         self.tokenizer.as_ref()
     }

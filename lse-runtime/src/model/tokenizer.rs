@@ -1,4 +1,5 @@
-//! Optional text tokenizer of a model directory (`tokenizer.json` via the `tokenizers` crate).
+//! Optional text tokenizer of a model: a directory's `tokenizer.json` via the `tokenizers`
+//! crate, or a GGUF file's own ([`super::gguf::tokenizer`]).
 //!
 //! A BOS token is prepended only when `tokenizer_config.json` sets `add_bos_token: true`
 //! (Qwen3.5 does not).
@@ -27,6 +28,16 @@ impl TextTokenizer {
         })?;
         let bos = bos_policy(&dir.join("tokenizer_config.json"), &tok)?;
         Ok(Some(TextTokenizer { tok, bos, path }))
+    }
+
+    /// The tokenizer a GGUF file carries (`tokenizer.ggml.*`), built to give llama.cpp's ids.
+    pub fn from_gguf(f: &super::gguf::GgufFile) -> Result<Self> {
+        let (tok, bos) = super::gguf::tokenizer::from_gguf(f)?;
+        Ok(TextTokenizer {
+            tok,
+            bos,
+            path: f.path().to_path_buf(),
+        })
     }
 
     /// The BOS id prepended to every encoding, if any.

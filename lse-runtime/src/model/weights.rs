@@ -12,6 +12,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::{ModelError, Result};
+use crate::ops::Activations;
 
 /// Storage dtype of a weight tensor (or of the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,8 @@ pub struct Tensor {
     pub dtype: DType,
     /// Stored shape.
     pub shape: Vec<usize>,
+    /// How activations meet the tensor in a product ([`Entry::act`]).
+    pub act: Activations,
     /// Full tensor name in the file.
     pub name: String,
     /// File the tensor lives in.
@@ -132,6 +135,9 @@ pub struct Entry {
     pub dtype: std::result::Result<DType, String>,
     /// Shape, outermost dimension first.
     pub shape: Vec<usize>,
+    /// How activations meet this weight in a product, as the checkpoint's reference computes
+    /// it (f32 for Hugging Face checkpoints; llama.cpp's rules for a GGUF's).
+    pub act: Activations,
 }
 
 /// Whose conventions a checkpoint's values follow where Hugging Face and llama.cpp differ.
@@ -260,6 +266,7 @@ impl WeightStore {
                     end: t.end,
                     dtype: t.dtype,
                     shape: t.shape,
+                    act: Activations::F32,
                 },
             );
         }
@@ -317,6 +324,7 @@ impl WeightStore {
             end: e.end,
             dtype,
             shape: e.shape.clone(),
+            act: e.act,
             name: name.to_string(),
             file: file.clone(),
         })

@@ -4,6 +4,7 @@
 //! product into a buffer (`gemm.transpose_x_<ty>.v1`).
 
 use half::{bf16, f16};
+use lse_kernels::act_quant::{q8_0, q8_k};
 use lse_kernels::gemm::{
     gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
     transpose_x_bf16, transpose_x_f16,
@@ -39,6 +40,13 @@ pub enum Activations {
     RoundedToWeight,
     /// Kept f32: each product `x · w` is rounded once, as an f32 SGEMM on the widened weight.
     F32,
+    /// Each block of 32 values of a row replaced by what its llama.cpp Q8_0 (or Q8_1) form
+    /// stands for (`act_quant.q8_0`), then kept f32: against a dequantized Q4_0, Q4_1, Q5_0,
+    /// Q5_1 or Q8_0 weight of a GGUF checkpoint, as llama.cpp's CPU backend multiplies it.
+    Q8_0,
+    /// The same with llama.cpp's Q8_K blocks of 256 (`act_quant.q8_k`), against a dequantized
+    /// K-quant weight.
+    Q8K,
 }
 
 /// `y[r, c] (=|+=) Σ_j x[r, j] · w[c, j]` for `x` `[m, k]`, `w` `[n, k]` and `y` `[m, n]`, with
@@ -76,6 +84,52 @@ pub fn gemm<'a>(
     launch(dev, x, w, y, [m as u32, n as u32, k as u32], out, act)
 }
 
+/// `y` = the rows of `x` (`[m, k]`) as llama.cpp quantizes them for `act` (`Q8_0`: blocks of
+/// 32 through `act_quant.q8_0`; `Q8K`: blocks of 256 through `act_quant.q8_k`), each value
+/// replaced by the one its quantized form stands for; `k` must be a multiple of the block.
+/// Other modes copy nothing and are refused.
+pub fn quantize_activations<'a>(
+    dev: &Device,
+    x: impl Into<DevSlice<'a, f32>>,
+    k: usize,
+    act: Activations,
+    y: impl Into<DevSliceMut<'a, f32>>,
+) -> Result<(), OpError> {
+    const OP: &str = "act_quant";
+    let (x, y) = (x.into(), y.into());
+    let block = match act {
+        Activations::Q8_0 => 32,
+        Activations::Q8K => 256,
+        Activations::RoundedToWeight | Activations::F32 => {
+            return Err(OpError::Invalid {
+                op: OP,
+                message: format!("{act:?} activations are not quantized"),
+            })
+        }
+    };
+    if k == 0 || !k.is_multiple_of(block) {
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!(
+                "{act:?} activations need rows of a positive multiple of {block} values, k = {k}"
+            ),
+        });
+    }
+    let m = x.len() / k;
+    check_len(OP, "x", x.len(), m * k)?;
+    check_len(OP, "y", y.len(), m * k)?;
+    let blocks = to_u32(OP, "m * k / block", m * k / block)?;
+    if blocks == 0 {
+        return Ok(());
+    }
+    let grid = [blocks, 1, 1];
+    match act {
+        Activations::Q8_0 => dev.launch(grid, q8_0::Args { x, y })?,
+        _ => dev.launch(grid, q8_k::Args { x, y })?,
+    }
+    Ok(())
+}
+
 /// Launches the GEMM instance for `w`'s dtype and `act` on checked shapes: `x` `[m, k]`,
 /// `w` `[n, k]`, `y` `[m, n]` with every size below 2^32 (any placement). Shared by [`gemm`]
 /// and the LM head's matrix form.
@@ -88,6 +142,11 @@ pub(super) fn launch(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
+    if matches!(act, Activations::Q8_0 | Activations::Q8K) {
+        let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;
+        quantize_activations(dev, x, k as usize, act, xq.view_mut())?;
+        return launch(dev, xq.view(), w, y, [m, n, k], out, Activations::F32);
+    }
     let accumulate = u32::from(out == GemmOut::Accumulate);
     macro_rules! exact {
         ($kernel:ident, $w:expr) => {
@@ -140,8 +199,8 @@ pub(super) fn launch(
         (WeightView::F16(w), Activations::RoundedToWeight) => {
             transposed!(transpose_x_f16, gemm_xwt_f16, f16, w)
         }
-        (WeightView::Bf16(w), Activations::F32) => exact!(gemm_xwt_exact_bf16, w),
-        (WeightView::F16(w), Activations::F32) => exact!(gemm_xwt_exact_f16, w),
+        (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
+        (WeightView::F16(w), _) => exact!(gemm_xwt_exact_f16, w),
         (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
     }?;
     Ok(())

@@ -81,7 +81,15 @@ pub fn lm_head(
     vocab: usize,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    run(dev, hidden.into(), dim, weight.view(), vocab, out.into())
+    run(
+        dev,
+        hidden.into(),
+        dim,
+        weight.view(),
+        vocab,
+        out.into(),
+        Activations::F32,
+    )
 }
 
 /// [`lm_head`] on device views: `hidden`, `weight` and `out` stay where they are (on a GPU,
@@ -94,7 +102,29 @@ pub fn lm_head_dev<'a>(
     vocab: usize,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    run(dev, hidden, dim, weight.into(), vocab, out)
+    run(
+        dev,
+        hidden,
+        dim,
+        weight.into(),
+        vocab,
+        out,
+        Activations::F32,
+    )
+}
+
+/// [`lm_head_dev`] with the activations meeting the weight as `act` says (a GGUF head's
+/// llama.cpp rounding or quantization); anything but f32 takes the GEMM for every row count.
+pub fn lm_head_dev_act<'a>(
+    dev: &Device,
+    hidden: DevSlice<'_, f32>,
+    dim: usize,
+    weight: impl Into<WeightView<'a>>,
+    vocab: usize,
+    out: DevSliceMut<'_, f32>,
+    act: Activations,
+) -> Result<(), OpError> {
+    run(dev, hidden, dim, weight.into(), vocab, out, act)
 }
 
 /// Checks the shapes of `hidden` `[rows, dim]`, `weight` `[vocab, dim]` and `out`
@@ -106,6 +136,7 @@ fn run(
     weight: WeightView<'_>,
     vocab: usize,
     out: DevSliceMut<'_, f32>,
+    act: Activations,
 ) -> Result<(), OpError> {
     const OP: &str = "lm_head";
     if dim == 0 || vocab == 0 {
@@ -126,7 +157,7 @@ fn run(
         return Ok(());
     }
     let dim32 = to_u32(OP, "dim", dim)?;
-    if rows == 1 {
+    if rows == 1 && act == Activations::F32 {
         macro_rules! matvec {
             ($kernel:ident, $w:expr) => {{
                 let grid = [vocab32.div_ceil($kernel::KERNEL.workgroup_size), 1, 1];
@@ -156,7 +187,7 @@ fn run(
         out,
         [rows32, vocab32, dim32],
         GemmOut::Overwrite,
-        Activations::F32,
+        act,
     )
 }
 

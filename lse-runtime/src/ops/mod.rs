@@ -37,9 +37,9 @@ pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
     MAX_BLOCK_SIZE,
 };
-pub use gemm::{gemm, Activations, GemmOut};
+pub use gemm::{gemm, quantize_activations, Activations, GemmOut};
 pub use kv_write::{kv_write, KvCacheMut};
-pub use lm_head::{lm_head, lm_head_dev, HeadWeight, WeightView};
+pub use lm_head::{lm_head, lm_head_dev, lm_head_dev_act, HeadWeight, WeightView};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm, rmsnorm};

@@ -7,7 +7,7 @@
 
 use super::EngineError;
 use crate::device::{DevSlice, Device, DeviceBuf};
-use crate::ops::{self, OpError, WeightView};
+use crate::ops::{self, Activations, OpError, WeightView};
 use crate::scoring::{
     base_record, compare_row, BaseRecord, DeviceRow, KldAccumulator, KldBaseReader, KldBaseWriter,
     PplAccumulator,
@@ -34,6 +34,8 @@ pub enum KldMode {
 pub struct HeadStage<'a> {
     dev: &'a Device,
     weight: WeightView<'a>,
+    /// How the hidden rows meet the weight (the model's [`crate::model::HybridLM::head_act`]).
+    act: Activations,
     vocab: usize,
     dim: usize,
     /// A device buffer, grown to the largest block so far: `[rows, vocab]`.
@@ -44,16 +46,19 @@ pub struct HeadStage<'a> {
 }
 
 impl<'a> HeadStage<'a> {
-    /// The head of `weight` (`[vocab, dim]`, in `dev`'s memory or host memory) on `dev`.
+    /// The head of `weight` (`[vocab, dim]`, in `dev`'s memory or host memory) on `dev`, the
+    /// hidden rows meeting it as `act` says.
     pub fn new(
         dev: &'a Device,
         weight: WeightView<'a>,
+        act: Activations,
         vocab: usize,
         dim: usize,
     ) -> Result<HeadStage<'a>, EngineError> {
         Ok(HeadStage {
             dev,
             weight,
+            act,
             vocab,
             dim,
             logits: dev.alloc(0).map_err(OpError::from)?,
@@ -86,13 +91,14 @@ impl<'a> HeadStage<'a> {
         debug_assert!(n <= HEAD_ROWS && hidden.len() == n * self.dim);
         let v = self.vocab;
         Self::reserve(self.dev, &mut self.logits, n * v)?;
-        ops::lm_head_dev(
+        ops::lm_head_dev_act(
             self.dev,
             hidden,
             self.dim,
             self.weight,
             v,
             self.logits.slice_mut(..n * v).map_err(OpError::from)?,
+            self.act,
         )?;
         let logits = self.logits.slice(..n * v).map_err(OpError::from)?;
 

@@ -72,7 +72,7 @@ pub(super) fn run(
             .sparse_when(settings.flashprefill_min_kv_len),
         settings.flashprefill,
     );
-    let mut head = HeadStage::new(dev, model.head_view(), vocab, dim)?;
+    let mut head = HeadStage::new(dev, model.head_view(), model.head_act(), vocab, dim)?;
     let mut total = PplAccumulator::default();
     let mut windows = Vec::with_capacity(plan.windows.len());
     let mut token_nlls = request.include_token_stats.then(Vec::new);

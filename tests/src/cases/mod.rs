@@ -7,6 +7,7 @@ use lse_runtime::ops::{AttnShape, HeadWeight, KvSlice};
 
 use crate::diff::Case;
 
+pub mod act_quant;
 pub mod attention;
 pub mod attention_layer;
 pub mod deltanet;
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     out.extend(attention_layer::cases());
     out.extend(ffn::cases());
     out.extend(deltanet::cases());
+    out.extend(act_quant::cases());
     out
 }
 

@@ -1,0 +1,44 @@
+//! llama.cpp's activation quantization, as values: before ggml's CPU backend multiplies a
+//! quantized weight it quantizes the activation rows to the weight's `vec_dot_type` (Q8_0 for
+//! Q4_0, Q5_0, Q8_0; Q8_1 for Q4_1, Q5_1; Q8_K for the K-quants) and takes integer dot
+//! products. These kernels write each activation as the value its quantized form stands for,
+//! so an f32 GEMM on the dequantized weight forms the same products (up to f32 rounding of
+//! the sums) and a GGUF checkpoint scores as llama-perplexity scores it.
+//!
+//! Rounding to an integer is to nearest even through `(v + 1.5 · 2^23) - 1.5 · 2^23`, exact for
+//! `|v| <= 2^22` (the quantized values are at most 128 in magnitude), as ggml's
+//! `_mm256_round_ps(_, _MM_ROUND_NEAREST)` and `nearest_int` round.
+
+use loom::kernel;
+
+/// Q8_0 and Q8_1 (the x86 `quantize_row_q8_0` / `_q8_1`): per block of 32 values, `amax` the
+/// largest magnitude, `d = amax / 127` stored as f16, `q = round(v · (127 / amax))`, and the
+/// value `f16(d) · q`. (Q8_1's block sum, which the Q4_1 and Q5_1 dot products use for the
+/// weight's offset, is not modelled: those products take `f16(d · Σq)` where this gives the
+/// exact `f16(d) · Σq`.) `x`, `y`: `[blocks · 32]`. Grid: x = blocks.
+#[kernel(name = "act_quant.q8_0", version = 1, workgroup = 32)]
+fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
+    let i = group_id() * 32 + local_id();
+    let v = x[i];
+    let amax = reduce_max(abs(v));
+    let d = f16_to_f32(f32_to_f16(amax / 127.0));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let q = (v * id + 12582912.0) - 12582912.0;
+    y[i] = d * q;
+}
+
+/// Q8_K (`quantize_row_q8_K_ref`, which the x86 build uses): per block of 256 values, `max`
+/// the first value of the largest magnitude (with its sign), `iscale = -127 / max`,
+/// `q = min(127, round(iscale · v))`, `d = 1 / iscale` (f32), and the value `d · q`; an
+/// all-zero block stays zero. `x`, `y`: `[blocks · 256]`. Grid: x = blocks.
+#[kernel(name = "act_quant.q8_k", version = 1, workgroup = 256)]
+fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
+    let i = group_id() * 256 + local_id();
+    let v = x[i];
+    let (amax, at) = argmax(abs(v), local_id());
+    let max = x[group_id() * 256 + at];
+    let iscale = if amax != 0.0 { -127.0 / max } else { 0.0 };
+    let d = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
+    let q = min((iscale * v + 12582912.0) - 12582912.0, 127.0);
+    y[i] = d * q;
+}
