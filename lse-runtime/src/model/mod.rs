@@ -263,6 +263,12 @@ impl HybridLM {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match &self.tokenizer {
             Some(t) => t.encode(text),
+            None if gguf::is_gguf(&self.dir) => Err(ModelError::Tokenizer {
+                path: self.dir.clone(),
+                message: "text input needs a tokenizer, but the GGUF file has no tokenizer.ggml.* \
+                          metadata and no tokenizer.json lies beside it (pass token ids instead)"
+                    .into(),
+            }),
             None => Err(ModelError::Tokenizer {
                 path: self.dir.join("tokenizer.json"),
                 message: "text input needs a tokenizer, but tokenizer.json is missing (pass token ids instead)".into(),

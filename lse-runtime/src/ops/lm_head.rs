@@ -102,15 +102,7 @@ pub fn lm_head_dev<'a>(
     vocab: usize,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    run(
-        dev,
-        hidden,
-        dim,
-        weight.into(),
-        vocab,
-        out,
-        Activations::F32,
-    )
+    lm_head_dev_act(dev, hidden, dim, weight, vocab, out, Activations::F32)
 }
 
 /// [`lm_head_dev`] with the activations meeting the weight as `act` says (a GGUF head's

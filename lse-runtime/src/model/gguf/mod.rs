@@ -17,17 +17,17 @@ pub use checkpoint::{is_gguf, GgufCheckpoint};
 pub use file::{GgufFile, GgufTensorInfo, GgufValue};
 pub use quants::{dequantize_row, GgmlType};
 
+/// A committed GGUF fixture (`tests/data/gguf/<name>`).
+#[cfg(test)]
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/gguf")
+        .join(name)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-
-    fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/data/gguf")
-            .join(name)
-    }
 
     /// Every tensor of `blocks.gguf` (one per type, blocks from llama-quantize), dequantized
     /// row by row, equals gguf-py's dequantization bit for bit.

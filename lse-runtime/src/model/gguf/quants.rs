@@ -318,10 +318,10 @@ fn q4_k(b: &[u8], y: &mut [f32]) {
         .zip(y.chunks_exact_mut(64))
         .enumerate()
     {
-        let (sc, m) = scale_min_k4(2 * i, scales);
-        let (d1, m1) = (d * sc as f32, min * m as f32);
-        let (sc, m) = scale_min_k4(2 * i + 1, scales);
-        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let [(d1, m1), (d2, m2)] = [2 * i, 2 * i + 1].map(|j| {
+            let (sc, m) = scale_min_k4(j, scales);
+            (d * sc as f32, min * m as f32)
+        });
         let (lo, hi) = y.split_at_mut(32);
         for ((&q, y0), y1) in qs.iter().zip(lo).zip(hi) {
             *y0 = d1 * (q & 0xF) as f32 - m1;
@@ -341,10 +341,10 @@ fn q5_k(b: &[u8], y: &mut [f32]) {
         .zip(y.chunks_exact_mut(64))
         .enumerate()
     {
-        let (sc, m) = scale_min_k4(2 * i, scales);
-        let (d1, m1) = (d * sc as f32, min * m as f32);
-        let (sc, m) = scale_min_k4(2 * i + 1, scales);
-        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let [(d1, m1), (d2, m2)] = [2 * i, 2 * i + 1].map(|j| {
+            let (sc, m) = scale_min_k4(j, scales);
+            (d * sc as f32, min * m as f32)
+        });
         let (u1, u2) = (1u8 << (2 * i), 2u8 << (2 * i));
         let (lo, hi) = y.split_at_mut(32);
         for (((&q, &h), y0), y1) in qs.iter().zip(qh).zip(lo).zip(hi) {

@@ -496,11 +496,7 @@ mod tests {
 
     use super::*;
 
-    fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/data/gguf")
-            .join(name)
-    }
+    use super::super::fixture;
 
     /// GGUF v3 bytes holding `kvs` and no tensors.
     fn gguf_bytes(kvs: &[(String, GgufValue)]) -> Vec<u8> {
