@@ -276,7 +276,8 @@ fn loading_errors_name_the_file_and_the_problem() {
 
     let e = load_err(&root.path().join("nope"));
     assert!(
-        e.contains("nope") && e.contains("missing file (model directory)"),
+        e.contains("nope")
+            && e.contains("missing file (model: a Hugging Face model directory or a GGUF file)"),
         "{e}"
     );
 

@@ -125,6 +125,16 @@ pub enum ModelError {
         /// The stored dtype.
         dtype: String,
     },
+    /// A quantized tensor (or its scales and biases) disagrees with its quantization settings.
+    #[error("{path}: tensor `{tensor}`: {message}")]
+    Quantized {
+        /// The file holding the tensor.
+        path: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// What was expected and what the file holds.
+        message: String,
+    },
     /// Text input was given but the model directory has no usable tokenizer.
     #[error("{path}: {message}")]
     Tokenizer {

@@ -20,6 +20,7 @@ pub mod ffn;
 pub mod gguf;
 pub mod kv_cache;
 pub mod linear;
+pub mod mlx;
 pub mod prefill;
 pub mod safetensors_file;
 pub mod synthetic;
@@ -86,9 +87,10 @@ pub struct HybridLM {
     tokenizer: Option<TextTokenizer>,
 }
 
-/// `path` as a Hugging Face model directory, with its parsed `config.json`; a file is refused
-/// with what it is.
-fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig)> {
+/// `path` as a Hugging Face model directory, with its parsed `config.json` and, for an MLX
+/// quantized checkpoint (its config has mlx-lm's `quantization`), the config's JSON; a file
+/// is refused with what it is.
+fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig, Option<serde_json::Value>)> {
     if path.is_file() {
         return Err(ModelError::NotAModelDirectory {
             path: path.to_path_buf(),
@@ -98,10 +100,25 @@ fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig)> {
     if !path.is_dir() {
         return Err(ModelError::MissingFile {
             path: path.to_path_buf(),
-            what: "model (a Hugging Face model directory or a GGUF file)".into(),
+            what: "model: a Hugging Face model directory or a GGUF file".into(),
         });
     }
-    Ok((path, ModelConfig::from_file(&path.join("config.json"))?))
+    let config = path.join("config.json");
+    let text = std::fs::read_to_string(&config).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ModelError::MissingFile {
+                path: config.clone(),
+                what: "model config".into(),
+            }
+        } else {
+            ModelError::io(&config, e)
+        }
+    })?;
+    let root = serde_json::from_str::<serde_json::Value>(&text).ok();
+    if let Some(root) = root.filter(mlx::is_mlx_quantized) {
+        return Ok((path, mlx::read_config(&root, &config)?, Some(root)));
+    }
+    Ok((path, ModelConfig::from_json_str(&text, &config)?, None))
 }
 
 /// Weight-name prefixes of the text model, tried in order (spec §3.1).
@@ -129,7 +146,9 @@ impl HybridLM {
     /// the possibly sharded safetensors weights and, if present, tokenizer.json) or a GGUF
     /// file of llama.cpp's `qwen35`/`qwen35moe` architectures (or the first part of a split
     /// set), whose quantized tensors are dequantized at load; its tokenizer is
-    /// `tokenizer.json` beside it if there is one, else its own. Sessions of the model keep
+    /// `tokenizer.json` beside it if there is one, else its own. A directory whose config.json
+    /// has mlx-lm's `quantization` is an MLX quantized checkpoint ([`mlx`]), its packed
+    /// weights dequantized at load as `mx.dequantize` does. Sessions of the model keep
     /// their state in `dev`'s memory.
     pub fn load_on(path: &Path, dev: &Device) -> Result<Self> {
         let (cfg, ws, tokenizer, config_path) = if gguf::is_gguf(path) && path.is_file() {
@@ -142,9 +161,17 @@ impl HybridLM {
             };
             (ck.config, ck.weights, tokenizer, path.to_path_buf())
         } else {
-            let (dir, cfg) = checkpoint_dir(path)?;
-            let ws = WeightStore::open(dir)?;
-            (cfg, ws, TextTokenizer::load(dir)?, dir.join("config.json"))
+            let (dir, cfg, mlx_config) = checkpoint_dir(path)?;
+            let config_path = dir.join("config.json");
+            let ws = match &mlx_config {
+                Some(root) => mlx::open(dir, root, &config_path)?,
+                None => {
+                    let ws = WeightStore::open(dir)?;
+                    mlx::check_unquantized(&ws, &config_path)?;
+                    ws
+                }
+            };
+            (cfg, ws, TextTokenizer::load(dir)?, config_path)
         };
         let dir = path;
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {

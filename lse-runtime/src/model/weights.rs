@@ -149,6 +149,9 @@ pub enum Conventions {
     /// As llama.cpp's GGUF converter writes them: the 1 added to those norm weights, the decay
     /// rate stored as `ssm_a = -exp(A_log)`.
     LlamaCpp,
+    /// As mlx-lm writes them (its `sanitize`, saved by `mlx_lm convert`): the 1 added to the
+    /// zero-centred norm weights (in the stored dtype), the decay as raw `A_log`.
+    Mlx,
 }
 
 /// All tensors of a checkpoint by Hugging Face name.
@@ -205,7 +208,8 @@ impl WeightStore {
 
     /// The weight of a zero-centred RMSNorm (`[len]`) as the norm kernels multiply by it:
     /// `1 + w` in f32 for a Hugging Face checkpoint (as transformers computes it), as stored
-    /// for llama.cpp's (whose converter added the 1 in f32).
+    /// for llama.cpp's (whose converter added the 1 in f32) and mlx-lm's (which added it in
+    /// the checkpoint's dtype).
     pub fn norm_weight(&self, name: &str, len: usize) -> Result<Vec<f32>> {
         let mut w = self.get(name, &[len])?.to_f32_vec();
         if self.conventions == Conventions::HuggingFace {
@@ -219,7 +223,7 @@ impl WeightStore {
     /// (`{prefix}linear_attn.ssm_a`).
     pub fn decay_rate(&self, prefix: &str, hv: usize) -> Result<Vec<f32>> {
         Ok(match self.conventions {
-            Conventions::HuggingFace => self
+            Conventions::HuggingFace | Conventions::Mlx => self
                 .get(&format!("{prefix}linear_attn.A_log"), &[hv])?
                 .to_f32_vec()
                 .into_iter()
@@ -235,6 +239,40 @@ impl WeightStore {
     pub fn add_blob(&mut self, path: &Path, blob: Blob) -> usize {
         self.maps.push((path.to_path_buf(), blob));
         self.maps.len() - 1
+    }
+
+    /// Sets whose conventions the values follow.
+    pub fn set_conventions(&mut self, conventions: Conventions) {
+        self.conventions = conventions;
+    }
+
+    /// Whose conventions the values follow.
+    pub fn conventions(&self) -> Conventions {
+        self.conventions
+    }
+
+    /// The entry of `name`, whatever its dtype (one LSE cannot read included).
+    pub fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    /// The file and raw stored bytes of the tensor `name`, whatever its dtype (for loaders
+    /// that decode dtypes the model does not read, such as MLX's packed U32 weights).
+    pub fn entry_bytes(&self, name: &str) -> Option<(&Path, &[u8])> {
+        let e = self.entries.get(name)?;
+        let (file, blob) = &self.maps[e.blob];
+        Some((file.as_path(), &(**blob).as_ref()[e.start..e.end]))
+    }
+
+    /// The file the blob of the tensor `name` belongs to.
+    pub fn file_of(&self, name: &str) -> Option<&Path> {
+        let e = self.entries.get(name)?;
+        Some(self.maps[e.blob].0.as_path())
+    }
+
+    /// Removes the tensor `name`, returning its entry.
+    pub fn remove(&mut self, name: &str) -> Option<Entry> {
+        self.entries.remove(name)
     }
 
     /// Adds (or replaces) the tensor `name`.
