@@ -1,4 +1,4 @@
-//! `attention.qk_norm_rope.v1`: the q/k head norms and partial NeoX RoPE of a full-attention
+//! `attention.qk_norm_rope.v2`: the q/k head norms and partial NeoX RoPE of a full-attention
 //! layer, and the per-pass table of RoPE cosines and sines it reads.
 
 use lse_kernels::attention::qk_norm_rope::qk_norm_rope as kernel;
@@ -70,9 +70,9 @@ pub struct HeadLayout {
     pub head: usize,
 }
 
-/// Normalises every head of `src` with `w` (`[head_dim]`, zero-centred: `1 + w`) and rotates
-/// its first `2 · rope.half()` dimensions by each token's position, into `dst`
-/// (`[t, heads, head_dim]`, `t = rope.tokens()`).
+/// Normalises every head of `src` with `w` (`[head_dim]`, a plain multiplier: the model adds the
+/// 1 of the zero-centred norm at load) and rotates its first `2 · rope.half()` dimensions by
+/// each token's position, into `dst` (`[t, heads, head_dim]`, `t = rope.tokens()`).
 pub fn qk_norm_rope<'a>(
     dev: &Device,
     src: impl Into<DevSlice<'a, f32>>,
@@ -83,7 +83,7 @@ pub fn qk_norm_rope<'a>(
     dst: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (src, w, dst) = (src.into(), w.into(), dst.into());
-    const OP: &str = "attention.qk_norm_rope.v1";
+    const OP: &str = "attention.qk_norm_rope.v2";
     let HeadLayout {
         heads,
         head_dim,
