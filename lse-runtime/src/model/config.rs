@@ -79,6 +79,29 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
 }
 
+/// The JSON of `path` (a config.json), with errors naming it: a missing file, an I/O error,
+/// malformed JSON.
+pub fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ModelError::MissingFile {
+                path: path.to_path_buf(),
+                what: "model config".into(),
+            }
+        } else {
+            ModelError::io(path, e)
+        }
+    })?;
+    parse_json(&text, path)
+}
+
+fn parse_json(text: &str, path: &Path) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| ModelError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 impl ModelConfig {
     /// Number of decoder layers L.
     pub fn num_layers(&self) -> usize {
@@ -103,35 +126,27 @@ impl ModelConfig {
 
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ModelError::MissingFile {
-                    path: path.to_path_buf(),
-                    what: "model config".into(),
-                }
-            } else {
-                ModelError::io(path, e)
-            }
-        })?;
-        Self::from_json_str(&text, path)
+        Self::from_value(&read_json(path)?, path)
     }
 
     /// Parses config JSON text; `path` is used only in error messages.
     pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
-        let root: Value = serde_json::from_str(text).map_err(|e| ModelError::Json {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        Self::from_value(&parse_json(text, path)?, path)
+    }
+
+    /// Validates parsed config JSON (a config.json's, or one derived from other metadata);
+    /// `path` is used only in error messages.
+    pub fn from_value(root: &Value, path: &Path) -> Result<Self> {
         let r = Reader {
             path: path.to_path_buf(),
         };
         if !root.is_object() {
             return Err(ModelError::ConfigRoot {
                 path: path.to_path_buf(),
-                found: describe(&root),
+                found: describe(root),
             });
         }
-        let model_type = r.string(&root, "", "model_type")?;
+        let model_type = r.string(root, "", "model_type")?;
         let (wrapper, is_moe) = match model_type.as_str() {
             "qwen3_5" => (true, false),
             "qwen3_5_text" => (false, false),
@@ -151,7 +166,7 @@ impl ModelConfig {
                 None => return Err(r.missing("text_config", "a JSON object")),
             }
         } else {
-            (&root, "")
+            (root, "")
         };
         let u = |name: &str| r.usize(tc, pre, name);
         let vocab_size = u("vocab_size")?;
@@ -265,7 +280,7 @@ impl ModelConfig {
                 &Value::from(linear_num_value_heads),
             ));
         }
-        let tie_word_embeddings = match r.opt_bool(&root, "", "tie_word_embeddings")? {
+        let tie_word_embeddings = match r.opt_bool(root, "", "tie_word_embeddings")? {
             Some(b) => b,
             None if wrapper => r.opt_bool(tc, pre, "tie_word_embeddings")?.unwrap_or(false),
             None => false,

@@ -18,15 +18,14 @@
 //! config.json may be the flat text config under model_type `qwen3_5` (mlx-lm's ModelArgs
 //! takes it so), whose attention layers mlx-lm picks by `full_attention_interval`.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use rayon::prelude::*;
 use serde_json::Value;
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use super::weights::{to_f32, Conventions, DType, Entry, F32Blob, WeightStore};
+use super::weights::{Conventions, DType, Entry, WeightStore};
 use crate::ops::Activations;
 
 /// The bit widths of mlx's affine quantization.
@@ -196,7 +195,7 @@ pub fn read_config(root: &Value, path: &Path) -> Result<ModelConfig> {
             root["model_type"] = Value::from(t);
         }
     }
-    let cfg = ModelConfig::from_json_str(&root.to_string(), path)?;
+    let cfg = ModelConfig::from_value(&root, path)?;
     let tc = root.get("text_config").unwrap_or(&root);
     if tc.get("layer_types").is_some_and(|v| !v.is_null()) {
         let interval = tc
@@ -238,15 +237,18 @@ pub fn open(dir: &Path, root: &Value, config_path: &Path) -> Result<WeightStore>
     Ok(ws)
 }
 
+/// True for a tensor of MLX packed values (U32, which the model itself does not read).
+fn is_packed(e: &Entry) -> bool {
+    matches!(&e.dtype, Err(d) if d == "U32")
+}
+
 /// Refuses MLX packed weights (a U32 `X.weight` beside an `X.scales`) in a checkpoint whose
 /// config has no quantization settings to read them with.
 pub fn check_unquantized(ws: &WeightStore, config_path: &Path) -> Result<()> {
     let mut names: Vec<&str> = ws.names().collect();
     names.sort_unstable();
     for name in names {
-        let packed = ws
-            .entry(name)
-            .is_some_and(|e| matches!(&e.dtype, Err(d) if d == "U32"));
+        let packed = ws.entry(name).is_some_and(is_packed);
         let module = name.strip_suffix(".weight").unwrap_or(name);
         if packed && ws.contains(&format!("{module}.scales")) {
             return Err(ModelError::Quantized {
@@ -263,21 +265,6 @@ pub fn check_unquantized(ws: &WeightStore, config_path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The readable float dtype of `name`, or an error naming it.
-fn float_dtype(ws: &WeightStore, name: &str, dir: &Path) -> Result<(DType, Vec<usize>, PathBuf)> {
-    let e = ws.entry(name).ok_or_else(|| ModelError::MissingTensor {
-        path: dir.to_path_buf(),
-        tensor: name.to_string(),
-    })?;
-    let file = ws.file_of(name).unwrap_or(dir).to_path_buf();
-    let d = e.dtype.clone().map_err(|d| ModelError::TensorDtype {
-        path: file.clone(),
-        tensor: name.to_string(),
-        dtype: d,
-    })?;
-    Ok((d, e.shape.clone(), file))
-}
-
 /// Replaces every quantized module's packed weight in `ws` by its f32 dequantization, drops
 /// the scales and biases, and views the conv weights as Hugging Face's `[conv_dim, 1, kc]`.
 pub fn dequantize_store(ws: &mut WeightStore, q: &Quantization, config_path: &Path) -> Result<()> {
@@ -287,13 +274,13 @@ pub fn dequantize_store(ws: &mut WeightStore, q: &Quantization, config_path: &Pa
     for name in &names {
         if let Some(module) = name.strip_suffix(".scales") {
             if ws.contains(&format!("{module}.weight")) {
-                dequantize_module(ws, q, module, &dir, config_path)?;
+                dequantize_module(ws, q, module, config_path)?;
             }
         }
     }
     for name in &names {
         let Some(e) = ws.entry(name) else { continue };
-        if matches!(&e.dtype, Err(d) if d == "U32") {
+        if is_packed(e) {
             let module = name.strip_suffix(".weight").unwrap_or(name);
             return Err(ModelError::MissingTensor {
                 path: ws.file_of(name).unwrap_or(&dir).to_path_buf(),
@@ -317,7 +304,6 @@ fn dequantize_module(
     ws: &mut WeightStore,
     q: &Quantization,
     module: &str,
-    dir: &Path,
     config_path: &Path,
 ) -> Result<()> {
     let wname = format!("{module}.weight");
@@ -379,37 +365,40 @@ fn dequantize_module(
         ));
     }
     let groups = cols / group;
-    let (sd, sshape, sfile) = float_dtype(ws, &sname, dir)?;
+    let st = ws.tensor(&sname)?;
     if !ws.contains(&bname) {
         return Err(ModelError::MissingTensor {
             path: wfile,
             tensor: format!("{bname} (`{module}` has scales; affine quantization needs biases)"),
         });
     }
-    let (bd, bshape, bfile) = float_dtype(ws, &bname, dir)?;
-    for (n, shape, file) in [(&sname, &sshape, &sfile), (&bname, &bshape, &bfile)] {
-        if shape[..] != [rows, groups] {
+    let bt = ws.tensor(&bname)?;
+    for t in [&st, &bt] {
+        if t.shape[..] != [rows, groups] {
             return Err(ModelError::Quantized {
-                path: file.clone(),
-                tensor: n.clone(),
+                path: t.file.clone(),
+                tensor: t.name.clone(),
                 message: format!(
-                    "shape {shape:?}, expected [{rows}, {groups}] ({cols} values per row of \
-                     `{wname}` at {bits} bits in groups of {group})"
+                    "shape {:?}, expected [{rows}, {groups}] ({cols} values per row of \
+                     `{wname}` at {bits} bits in groups of {group})",
+                    t.shape
                 ),
             });
         }
     }
-    if sd != bd {
+    if st.dtype != bt.dtype {
         return Err(ModelError::Quantized {
-            path: bfile,
+            path: bt.file,
             tensor: bname,
-            message: format!("dtype {}, unlike its scales' {}", bd.name(), sd.name()),
+            message: format!(
+                "dtype {}, unlike its scales' {}",
+                bt.dtype.name(),
+                st.dtype.name()
+            ),
         });
     }
-    let mut scales = vec![0.0f32; rows * groups];
-    let mut biases = vec![0.0f32; rows * groups];
-    to_f32(sd, ws.entry_bytes(&sname).expect("present").1, &mut scales);
-    to_f32(bd, ws.entry_bytes(&bname).expect("present").1, &mut biases);
+    let sd = st.dtype;
+    let (scales, biases) = (st.to_f32_vec(), bt.to_f32_vec());
     let mut out = vec![0.0f32; rows * cols];
     if cols > 0 {
         out.par_chunks_mut(cols)
@@ -417,34 +406,27 @@ fn dequantize_module(
             .zip(scales.par_chunks(groups).zip(biases.par_chunks(groups)))
             .for_each(|((row, bytes), (s, b))| dequantize_row(bytes, s, b, bits, group, sd, row));
     }
-    let blob = ws.add_blob(&wfile, Arc::new(F32Blob(out)));
     ws.remove(&sname);
     ws.remove(&bname);
-    ws.insert(
-        wname,
-        Entry {
-            blob,
-            start: 0,
-            end: rows * cols * 4,
-            dtype: Ok(DType::F32),
-            shape: vec![rows, cols],
-            act: Activations::F32,
-        },
-    );
+    ws.insert_f32(wname, &wfile, out, vec![rows, cols], Activations::F32);
     Ok(())
 }
 
 /// Unpacks `out.len()` values of `bits` bits from the little-endian bit stream `packed`
 /// (value `j` in bits `j * bits .. (j + 1) * bits`).
 pub fn unpack_row(packed: &[u8], bits: u32, out: &mut [u32]) {
-    let mask = (1u32 << bits) - 1;
     for (j, o) in out.iter_mut().enumerate() {
-        let bit = j * bits as usize;
-        let (byte, shift) = (bit / 8, bit % 8);
-        let lo = packed[byte] as u32;
-        let hi = packed.get(byte + 1).copied().unwrap_or(0) as u32;
-        *o = ((lo | (hi << 8)) >> shift) & mask;
+        *o = value_at(packed, bits, j);
     }
+}
+
+/// Value `j` of `bits` bits of the little-endian bit stream `packed`.
+fn value_at(packed: &[u8], bits: u32, j: usize) -> u32 {
+    let bit = j * bits as usize;
+    let (byte, shift) = (bit / 8, bit % 8);
+    let lo = packed[byte] as u32;
+    let hi = packed.get(byte + 1).copied().unwrap_or(0) as u32;
+    ((lo | (hi << 8)) >> shift) & ((1u32 << bits) - 1)
 }
 
 /// Rounds `x` to `dtype` (round to nearest even), as f32.
@@ -467,13 +449,10 @@ pub fn dequantize_row(
     dtype: DType,
     out: &mut [f32],
 ) {
-    let mut q = vec![0u32; out.len()];
-    unpack_row(packed, bits, &mut q);
-    for (g, (o, q)) in out.chunks_mut(group).zip(q.chunks(group)).enumerate() {
-        let (s, b) = (scales[g], biases[g]);
-        for (o, &q) in o.iter_mut().zip(q) {
-            *o = round_to(dtype, round_to(dtype, s * q as f32) + b);
-        }
+    for (j, o) in out.iter_mut().enumerate() {
+        let (s, b) = (scales[j / group], biases[j / group]);
+        let q = value_at(packed, bits, j) as f32;
+        *o = round_to(dtype, round_to(dtype, s * q) + b);
     }
 }
 

@@ -74,7 +74,8 @@ pub struct LmHeadView<'a> {
 /// A loaded Qwen3.5 text model ready for prefill, its weights available to one device.
 pub struct HybridLM {
     cfg: ModelConfig,
-    dir: PathBuf,
+    /// The checkpoint: a model directory or a GGUF file.
+    source: PathBuf,
     device: Device,
     embed: DeviceWeight,
     /// `None` when the head is tied to the embedding.
@@ -104,21 +105,11 @@ fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig, Option<serde_json:
         });
     }
     let config = path.join("config.json");
-    let text = std::fs::read_to_string(&config).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ModelError::MissingFile {
-                path: config.clone(),
-                what: "model config".into(),
-            }
-        } else {
-            ModelError::io(&config, e)
-        }
-    })?;
-    let root = serde_json::from_str::<serde_json::Value>(&text).ok();
-    if let Some(root) = root.filter(mlx::is_mlx_quantized) {
+    let root = config::read_json(&config)?;
+    if mlx::is_mlx_quantized(&root) {
         return Ok((path, mlx::read_config(&root, &config)?, Some(root)));
     }
-    Ok((path, ModelConfig::from_json_str(&text, &config)?, None))
+    Ok((path, ModelConfig::from_value(&root, &config)?, None))
 }
 
 /// Weight-name prefixes of the text model, tried in order (spec §3.1).
@@ -173,7 +164,6 @@ impl HybridLM {
             };
             (cfg, ws, TextTokenizer::load(dir)?, config_path)
         };
-        let dir = path;
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
                 "{}: head_dim {} is above {}, the largest the attention kernels take",
@@ -194,7 +184,7 @@ impl HybridLM {
             .iter()
             .find(|p| ws.contains(&format!("{p}embed_tokens.weight")))
             .ok_or_else(|| ModelError::MissingTensor {
-                path: dir.to_path_buf(),
+                path: path.to_path_buf(),
                 tensor: if cfg.multimodal_wrapper {
                     "model.language_model.embed_tokens.weight".into()
                 } else {
@@ -236,7 +226,7 @@ impl HybridLM {
         let inv_freq = crate::ops::rope_inv_freq(cfg.rope_theta, cfg.rotary_dim());
         Ok(HybridLM {
             tokenizer,
-            dir: dir.to_path_buf(),
+            source: path.to_path_buf(),
             cfg,
             device: dev.clone(),
             embed: DeviceWeight::new(dev, &embed)?,
@@ -290,14 +280,14 @@ impl HybridLM {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match &self.tokenizer {
             Some(t) => t.encode(text),
-            None if gguf::is_gguf(&self.dir) => Err(ModelError::Tokenizer {
-                path: self.dir.clone(),
+            None if gguf::is_gguf(&self.source) => Err(ModelError::Tokenizer {
+                path: self.source.clone(),
                 message: "text input needs a tokenizer, but the GGUF file has no tokenizer.ggml.* \
                           metadata and no tokenizer.json lies beside it (pass token ids instead)"
                     .into(),
             }),
             None => Err(ModelError::Tokenizer {
-                path: self.dir.join("tokenizer.json"),
+                path: self.source.join("tokenizer.json"),
                 message: "text input needs a tokenizer, but tokenizer.json is missing (pass token ids instead)".into(),
             }),
         }

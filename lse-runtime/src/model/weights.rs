@@ -280,6 +280,32 @@ impl WeightStore {
         self.entries.insert(name, entry);
     }
 
+    /// Adds (or replaces) the tensor `name` as f32 `values` a loader computed (a dequantized
+    /// weight) of `shape`, from the file `source` (named in errors), meeting activations as
+    /// `act` says.
+    pub fn insert_f32(
+        &mut self,
+        name: String,
+        source: &Path,
+        values: Vec<f32>,
+        shape: Vec<usize>,
+        act: Activations,
+    ) {
+        let end = values.len() * 4;
+        let blob = self.add_blob(source, Arc::new(F32Blob(values)));
+        self.insert(
+            name,
+            Entry {
+                blob,
+                start: 0,
+                end,
+                dtype: Ok(DType::F32),
+                shape,
+                act,
+            },
+        );
+    }
+
     fn add_file(&mut self, path: &Path) -> Result<()> {
         let file = std::fs::File::open(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {

@@ -11,7 +11,6 @@
 //! ggml's reference code does.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde_json::{json, Value};
@@ -20,7 +19,7 @@ use super::file::{GgufFile, GgufTensorInfo, GgufValue};
 use super::quants::{dequantize_row, GgmlType};
 use crate::model::config::{ModelConfig, VHeadOrder};
 use crate::model::error::{ModelError, Result};
-use crate::model::weights::{Blob, Conventions, DType, Entry, F32Blob, WeightStore};
+use crate::model::weights::{Blob, Conventions, DType, Entry, WeightStore};
 use crate::ops::Activations;
 
 /// The architectures LSE reads (`general.architecture`).
@@ -110,25 +109,55 @@ impl GgufCheckpoint {
     }
 }
 
+/// Which checkpoints a config.json field of [`KEYS`] is read for.
+#[derive(Clone, Copy, PartialEq)]
+enum Needed {
+    /// Every checkpoint.
+    Always,
+    /// Dense ones (`qwen35`).
+    Dense,
+    /// MoE ones (`qwen35moe`).
+    Moe,
+    /// None as such: the field is computed from other keys (errors still name the key).
+    Derived,
+}
+
 /// The metadata keys the config comes from, beside the config.json field each stands for
-/// (errors name the key).
-const KEYS: [(&str, &str); 14] = [
-    ("hidden_size", "embedding_length"),
-    ("num_attention_heads", "attention.head_count"),
-    ("num_key_value_heads", "attention.head_count_kv"),
-    ("head_dim", "attention.key_length"),
-    ("intermediate_size", "feed_forward_length"),
-    ("linear_conv_kernel_dim", "ssm.conv_kernel"),
-    ("linear_key_head_dim", "ssm.state_size"),
-    ("linear_num_key_heads", "ssm.group_count"),
-    ("linear_num_value_heads", "ssm.time_step_rank"),
-    ("linear_value_head_dim", "ssm.inner_size"),
-    ("num_experts", "expert_count"),
-    ("num_experts_per_tok", "expert_used_count"),
-    ("moe_intermediate_size", "expert_feed_forward_length"),
+/// (errors name the key) and when it is read.
+const KEYS: [(&str, &str, Needed); 14] = [
+    ("hidden_size", "embedding_length", Needed::Always),
+    (
+        "num_attention_heads",
+        "attention.head_count",
+        Needed::Always,
+    ),
+    (
+        "num_key_value_heads",
+        "attention.head_count_kv",
+        Needed::Always,
+    ),
+    ("head_dim", "attention.key_length", Needed::Always),
+    ("intermediate_size", "feed_forward_length", Needed::Dense),
+    ("linear_conv_kernel_dim", "ssm.conv_kernel", Needed::Always),
+    ("linear_key_head_dim", "ssm.state_size", Needed::Always),
+    ("linear_num_key_heads", "ssm.group_count", Needed::Always),
+    (
+        "linear_num_value_heads",
+        "ssm.time_step_rank",
+        Needed::Always,
+    ),
+    ("linear_value_head_dim", "ssm.inner_size", Needed::Derived),
+    ("num_experts", "expert_count", Needed::Moe),
+    ("num_experts_per_tok", "expert_used_count", Needed::Moe),
+    (
+        "moe_intermediate_size",
+        "expert_feed_forward_length",
+        Needed::Moe,
+    ),
     (
         "shared_expert_intermediate_size",
         "expert_shared_feed_forward_length",
+        Needed::Moe,
     ),
 ];
 
@@ -219,7 +248,6 @@ fn read_config(f: &GgufFile) -> Result<ModelConfig> {
         Some(_) => int("vocab_size")?,
         None => embed.ne.get(1).map_or(0, |&v| v as usize),
     };
-    let hidden = int("embedding_length")?;
     let head_dim = int("attention.key_length")?;
     let rot = int("rope.dimension_count")?;
     let hv = int("ssm.time_step_rank")?;
@@ -238,41 +266,28 @@ fn read_config(f: &GgufFile) -> Result<ModelConfig> {
     let mut text = json!({
         "model_type": if moe { "qwen3_5_moe_text" } else { "qwen3_5_text" },
         "vocab_size": vocab,
-        "hidden_size": hidden,
         "num_hidden_layers": layers,
         "layer_types": layer_types,
-        "num_attention_heads": int("attention.head_count")?,
-        "num_key_value_heads": int("attention.head_count_kv")?,
-        "head_dim": head_dim,
         "rms_norm_eps": f.f32_of(&key("attention.layer_norm_rms_epsilon"))?,
         "rope_parameters": {
             "rope_theta": f.f32_of(&key("rope.freq_base"))?,
             "partial_rotary_factor": rot as f64 / head_dim.max(1) as f64,
         },
-        "linear_conv_kernel_dim": int("ssm.conv_kernel")?,
-        "linear_key_head_dim": int("ssm.state_size")?,
-        "linear_num_key_heads": int("ssm.group_count")?,
-        "linear_num_value_heads": hv,
         "linear_value_head_dim": inner / hv,
         "tie_word_embeddings": f.tensor("output.weight").is_none(),
     });
-    let extra: Vec<(&str, &str)> = if moe {
-        vec![
-            ("num_experts", "expert_count"),
-            ("num_experts_per_tok", "expert_used_count"),
-            ("moe_intermediate_size", "expert_feed_forward_length"),
-            (
-                "shared_expert_intermediate_size",
-                "expert_shared_feed_forward_length",
-            ),
-        ]
-    } else {
-        vec![("intermediate_size", "feed_forward_length")]
-    };
-    for (field, k) in extra {
-        text[field] = Value::from(int(k)?);
+    for (field, k, needed) in KEYS {
+        let read = match needed {
+            Needed::Always => true,
+            Needed::Dense => !moe,
+            Needed::Moe => moe,
+            Needed::Derived => false,
+        };
+        if read {
+            text[field] = Value::from(int(k)?);
+        }
     }
-    let mut cfg = ModelConfig::from_json_str(&text.to_string(), f.path()).map_err(|e| match e {
+    let mut cfg = ModelConfig::from_value(&text, f.path()).map_err(|e| match e {
         ModelError::ConfigField {
             path,
             field,
@@ -300,8 +315,8 @@ fn gguf_key(arch: &str, field: &str) -> String {
         "num_hidden_layers" | "layer_types" => format!("{arch}.block_count"),
         _ => KEYS
             .iter()
-            .find(|(f, _)| *f == field)
-            .map_or(field.to_string(), |(_, k)| format!("{arch}.{k}")),
+            .find(|(f, _, _)| *f == field)
+            .map_or(field.to_string(), |(_, k, _)| format!("{arch}.{k}")),
     }
 }
 
@@ -380,33 +395,26 @@ fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<
             continue;
         };
         let shape = hf_shape(&name, &t.ne);
-        let entry = match &t.ty {
-            Ok(GgmlType::F32) => stored(mapped, t, DType::F32, shape),
-            Ok(GgmlType::F16) => stored(mapped, t, DType::F16, shape),
-            Ok(GgmlType::BF16) => stored(mapped, t, DType::BF16, shape),
+        match &t.ty {
+            Ok(GgmlType::F32) => ws.insert(name, stored(mapped, t, DType::F32, shape)),
+            Ok(GgmlType::F16) => ws.insert(name, stored(mapped, t, DType::F16, shape)),
+            Ok(GgmlType::BF16) => ws.insert(name, stored(mapped, t, DType::BF16, shape)),
             Ok(ty) => {
                 let values = dequantize(f, t, *ty)?;
-                let blob = ws.add_blob(f.path(), Arc::new(F32Blob(values)));
-                let len = t.n_elements() as usize * 4;
-                Entry {
-                    blob,
-                    start: 0,
-                    end: len,
-                    dtype: Ok(DType::F32),
-                    shape,
-                    act: activations(*ty),
-                }
+                ws.insert_f32(name, f.path(), values, shape, activations(*ty));
             }
-            Err(unsupported) => Entry {
-                blob: mapped,
-                start: t.start,
-                end: t.end,
-                dtype: Err(format!("GGUF type {unsupported}")),
-                shape,
-                act: Activations::F32,
-            },
-        };
-        ws.insert(name, entry);
+            Err(unsupported) => ws.insert(
+                name,
+                Entry {
+                    blob: mapped,
+                    start: t.start,
+                    end: t.end,
+                    dtype: Err(format!("GGUF type {unsupported}")),
+                    shape,
+                    act: Activations::F32,
+                },
+            ),
+        }
     }
     Ok(())
 }
