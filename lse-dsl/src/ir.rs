@@ -348,13 +348,25 @@ pub enum Stmt {
     Tile(TileOp),
 }
 
-/// Where a tile load or store reads or writes a buffer: element `(r, c)` of the tile is
-/// buffer element `offset + r * stride + c` (or `offset + c * stride + r` when
-/// `transposed`), for `r < rows` and `c < cols`; elements outside that window read as 0 and
-/// are not written. All four are uniform `u32` expressions.
+/// The memory a tile window reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TileMem {
+    /// An f32, bf16 or f16 buffer parameter (read-write for a store).
+    Buffer(ParamId),
+    /// An f32 workgroup-shared array (`shared::<f32>(LEN)`), e.g. weights the work-items
+    /// dequantised there before a `tile_load`, or an epilogue staged by a `tile_store`. The
+    /// tile statement's barriers order it with the work-items' own accesses to the array.
+    Shared(SharedId),
+}
+
+/// Where a tile load or store reads or writes a buffer or shared array (`mem`): element
+/// `(r, c)` of the tile is element `offset + r * stride + c` of it (or
+/// `offset + c * stride + r` when `transposed`), for `r < rows` and `c < cols`; elements
+/// outside that window read as 0 and are not written. All four are uniform `u32`
+/// expressions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TileWindow {
-    pub buf: ParamId,
+    pub mem: TileMem,
     pub offset: Expr,
     pub stride: Expr,
     pub rows: Expr,
@@ -367,16 +379,26 @@ impl TileWindow {
     pub fn exprs(&self) -> [&Expr; 4] {
         [&self.offset, &self.stride, &self.rows, &self.cols]
     }
+
+    /// The buffer parameter the window is on, or `None` for a shared array.
+    pub fn buffer(&self) -> Option<ParamId> {
+        match self.mem {
+            TileMem::Buffer(p) => Some(p),
+            TileMem::Shared(_) => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TileOp {
     /// `tile_zero(t)`: every element becomes 0.
     Zero { dst: TileId },
-    /// `tile_load(t, buf, offset, stride, rows, cols)` (`tile_load_t` for transposed): each
-    /// element converted from the buffer's type to the tile's (round to nearest even).
+    /// `tile_load(t, mem, offset, stride, rows, cols)` (`tile_load_t` for transposed): each
+    /// element converted from the buffer's or shared array's type to the tile's (round to
+    /// nearest even).
     Load { dst: TileId, from: TileWindow },
-    /// `tile_store(buf, t, offset, stride, rows, cols)`: converted to the buffer's type.
+    /// `tile_store(t, mem, offset, stride, rows, cols)` (`tile_store_t` for transposed): each
+    /// element converted to the buffer's or shared array's type.
     Store { src: TileId, to: TileWindow },
     /// `tile_dot(acc, a, b)`: `acc += a b` with `a: [M x K]` and `b: [K x N]` in bf16 or f16
     /// (both the same) or f32, `acc: [M x N]` f32. Products of 16-bit operands are exact in
@@ -671,6 +693,12 @@ pub enum MathFn {
     F32ToBf16,
     /// f32 -> f16, round to nearest even.
     F32ToF16,
+    /// u32 -> f32 with the same bits.
+    F32FromBits,
+    /// u32 -> f16 whose bits are the low 16 bits of the argument.
+    F16FromBits,
+    /// u32 -> bf16 whose bits are the low 16 bits of the argument.
+    Bf16FromBits,
 }
 
 impl Expr {

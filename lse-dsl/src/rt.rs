@@ -397,7 +397,7 @@ pub mod tile {
     }
 
     /// `tile_store`: writes element `(r, c)` inside the window.
-    pub fn store(t: &[f32], cols: u32, w: Window, write: impl Fn(u32, f32)) {
+    pub fn store(t: &[f32], cols: u32, w: Window, mut write: impl FnMut(u32, f32)) {
         for (i, v) in t.iter().enumerate() {
             if let Some(ix) = w.index(i as u32 / cols, i as u32 % cols) {
                 write(ix, *v);

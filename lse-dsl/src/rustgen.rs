@@ -28,7 +28,7 @@ fn names_half(tokens: &TokenStream) -> bool {
 
 use crate::ir::{
     BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileId,
-    TileOp, TileWindow, Ty, UnOp, VarId,
+    TileMem, TileOp, TileWindow, Ty, UnOp, VarId,
 };
 use crate::wil::{Phase, VarStorage, WilKernel};
 
@@ -482,13 +482,22 @@ impl Gen<'_> {
                 let t = self.tile_ident(*dst);
                 let cols = decl(*dst).cols;
                 let w = self.window(from);
-                let p = self.param_ident(from.buf);
-                let elem = self.buffer_elem(from.buf, Ty::F32);
-                let f = load_fn(elem);
-                let read = if elem == Ty::F32 {
-                    quote!(|i| #f(#p, i))
-                } else {
-                    quote!(|i| #f(#p, i).to_f32())
+                let read = match from.mem {
+                    TileMem::Buffer(buf) => {
+                        let p = self.param_ident(buf);
+                        let elem = self.buffer_elem(buf, Ty::F32);
+                        let f = load_fn(elem);
+                        if elem == Ty::F32 {
+                            quote!(|i| #f(#p, i))
+                        } else {
+                            quote!(|i| #f(#p, i).to_f32())
+                        }
+                    }
+                    // An f32 shared array (the front end refuses others).
+                    TileMem::Shared(array) => {
+                        let a = self.shared_ident(array);
+                        quote!(|i| #a[i as usize])
+                    }
                 };
                 let round = match decl(*dst).elem {
                     Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
@@ -501,11 +510,19 @@ impl Gen<'_> {
                 let t = self.tile_ident(*src);
                 let cols = decl(*src).cols;
                 let w = self.window(to);
-                let p = self.param_ident(to.buf);
-                let write = match self.buffer_elem(to.buf, Ty::F32) {
-                    Ty::Bf16 => quote!(|i, x| store(#p, i, bf16::from_f32(x))),
-                    Ty::F16 => quote!(|i, x| store(#p, i, f16::from_f32(x))),
-                    _ => quote!(|i, x: f32| store(#p, i, x)),
+                let write = match to.mem {
+                    TileMem::Buffer(buf) => {
+                        let p = self.param_ident(buf);
+                        match self.buffer_elem(buf, Ty::F32) {
+                            Ty::Bf16 => quote!(|i, x| store(#p, i, bf16::from_f32(x))),
+                            Ty::F16 => quote!(|i, x| store(#p, i, f16::from_f32(x))),
+                            _ => quote!(|i, x: f32| store(#p, i, x)),
+                        }
+                    }
+                    TileMem::Shared(array) => {
+                        let a = self.shared_ident(array);
+                        quote!(|i, x: f32| #a[i as usize] = x)
+                    }
                 };
                 quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
             }
@@ -963,6 +980,9 @@ impl Gen<'_> {
             MathFn::Bf16ToF32 | MathFn::F16ToF32 => quote!(#a.to_f32()),
             MathFn::F32ToBf16 => quote!(bf16::from_f32(#a)),
             MathFn::F32ToF16 => quote!(f16::from_f32(#a)),
+            MathFn::F32FromBits => quote!(f32::from_bits(#a)),
+            MathFn::F16FromBits => quote!(f16::from_bits(#a as u16)),
+            MathFn::Bf16FromBits => quote!(bf16::from_bits(#a as u16)),
         }
     }
 }

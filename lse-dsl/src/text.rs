@@ -11,8 +11,8 @@ use std::fmt::Write;
 use sha2::{Digest, Sha256};
 
 use crate::ir::{
-    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileOp,
-    TileWindow, Ty, UnOp,
+    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileMem,
+    TileOp, TileWindow, Ty, UnOp,
 };
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
@@ -217,7 +217,11 @@ impl Printer<'_> {
     fn tile_op(&self, op: &TileOp) -> String {
         let window = |w: &TileWindow| {
             let [o, s, r, c] = w.exprs().map(|e| self.expr(e));
-            format!("{}, {o}, {s}, {r}, {c}", self.param(w.buf))
+            let mem = match w.mem {
+                TileMem::Buffer(p) => self.param(p),
+                TileMem::Shared(a) => self.shared(a),
+            };
+            format!("{mem}, {o}, {s}, {r}, {c}")
         };
         match op {
             TileOp::Zero { dst } => format!("tile_zero({});", self.tile(*dst)),
@@ -367,6 +371,9 @@ fn math_name(f: MathFn) -> &'static str {
         MathFn::F16ToF32 => "f16_to_f32",
         MathFn::F32ToBf16 => "f32_to_bf16",
         MathFn::F32ToF16 => "f32_to_f16",
+        MathFn::F32FromBits => "f32_from_bits",
+        MathFn::F16FromBits => "f16_from_bits",
+        MathFn::Bf16FromBits => "bf16_from_bits",
     }
 }
 

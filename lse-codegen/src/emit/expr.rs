@@ -336,6 +336,10 @@ impl Emitter<'_> {
                 let h = b.op(format!("fptrunc float {x} to half"));
                 b.op(format!("bitcast half {h} to i16"))
             }
+            (MathFn::F32FromBits, Ty::U32) => b.op(format!("bitcast i32 {x} to float")),
+            (MathFn::F16FromBits | MathFn::Bf16FromBits, Ty::U32) => {
+                b.op(format!("trunc i32 {x} to i16"))
+            }
             (f, t) => return Err(format!("{f:?} on {}", t.rust_name())),
         })
     }

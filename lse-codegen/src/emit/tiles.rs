@@ -1,18 +1,25 @@
 //! What the host and GPU tile lowerings share: evaluating a tile window and reading or
-//! writing the buffer element behind a tile element, and a loop that carries values in
+//! writing the buffer or shared-array element behind a tile element, and a loop that carries values in
 //! registers (the register-blocked and per-element dots).
 
 use super::{convert, lty, Emitter, Lowered};
-use lse_dsl::ir::{Expr, Param, TileWindow, Ty};
+use lse_dsl::ir::{Expr, Param, TileMem, TileWindow, Ty};
 
 /// A tile window with its expressions evaluated.
 #[derive(Clone)]
 pub(crate) struct WindowVals {
-    buf: String,
-    /// The buffer's element type.
+    /// Base pointer of the buffer or shared array.
+    base: String,
+    /// Its pointer type: the target's buffer pointer, or its shared-array pointer
+    /// (`ptr addrspace(3)` on a GPU, `ptr` on the host).
+    pub ptr_ty: &'static str,
+    /// Whether the window is on a shared array (writable by the work-items, never prefetched
+    /// or read in place).
+    pub shared: bool,
+    /// The buffer's or shared array's element type.
     pub elem: Ty,
     offset: String,
-    /// Elements between consecutive rows (columns, when transposed) in the buffer.
+    /// Elements between consecutive rows (columns, when transposed) in the memory.
     pub stride: String,
     pub rows: String,
     pub cols: String,
@@ -20,7 +27,7 @@ pub(crate) struct WindowVals {
 }
 
 impl WindowVals {
-    /// The same window starting at element `offset` of the buffer.
+    /// The same window starting at element `offset` of its memory.
     pub fn at_offset(&self, offset: &str) -> WindowVals {
         WindowVals {
             offset: offset.to_string(),
@@ -32,25 +39,43 @@ impl WindowVals {
 impl Emitter<'_> {
     /// `w` with `offset, stride, rows, cols` evaluated by `eval` (the host evaluates them as
     /// work-item 0, the GPU on every work-item); an error when the window's parameter is not
-    /// a buffer.
+    /// a buffer or its shared array is not declared.
     pub fn tile_window(
         &mut self,
         w: &TileWindow,
         eval: &mut dyn FnMut(&mut Self, &Expr) -> Lowered<String>,
     ) -> Lowered<WindowVals> {
-        let (Some(Param::Buffer { elem, .. }), Some(Some(buf))) = (
-            self.k.params.get(w.buf as usize),
-            self.bufs.get(w.buf as usize),
-        ) else {
-            return Err(format!("tile window on parameter {}, not a buffer", w.buf));
+        let (base, ptr_ty, elem) = match w.mem {
+            TileMem::Buffer(p) => {
+                let (Some(Param::Buffer { elem, .. }), Some(Some(buf))) =
+                    (self.k.params.get(p as usize), self.bufs.get(p as usize))
+                else {
+                    return Err(format!("tile window on parameter {p}, not a buffer"));
+                };
+                (buf.clone(), self.buf_ptr, *elem)
+            }
+            TileMem::Shared(a) => {
+                let (Some(decl), Some(base)) =
+                    (self.k.shared.get(a as usize), self.shared.get(a as usize))
+                else {
+                    return Err(format!("tile window on shared array {a}, not declared"));
+                };
+                if decl.elem != Ty::F32 {
+                    return Err(format!(
+                        "tile window on shared array {a} of {}, not f32",
+                        decl.elem.rust_name()
+                    ));
+                }
+                (base.clone(), self.shared_ptr, decl.elem)
+            }
         };
-        let buf = buf.clone();
-        let elem = *elem;
         let [offset, stride, rows, cols] = w.exprs();
         let (offset, stride) = (eval(self, offset)?, eval(self, stride)?);
         let (rows, cols) = (eval(self, rows)?, eval(self, cols)?);
         Ok(WindowVals {
-            buf,
+            base,
+            ptr_ty,
+            shared: matches!(w.mem, TileMem::Shared(_)),
             elem,
             offset,
             stride,
@@ -67,31 +92,32 @@ impl Emitter<'_> {
         self.b.op(format!("and i1 {in_r}, {in_c}"))
     }
 
-    /// The buffer element behind tile element `(r, c)`, converted to `to`.
+    /// The buffer or shared-array element behind tile element `(r, c)`, converted to `to`.
     pub fn window_read(&mut self, w: &WindowVals, r: &str, c: &str, to: Ty) -> String {
         let p = self.window_elem_ptr(w, r, c);
         let (ty, md) = (lty(w.elem), self.mem_md.clone());
         let v = self.b.op(format!(
             "load {ty}, {} {p}, align {}{md}",
-            self.buf_ptr,
+            w.ptr_ty,
             w.elem.size_bytes()
         ));
         convert(&mut self.b, &v, w.elem, to)
     }
 
-    /// Stores `v` (of type `from`) to the buffer element behind tile element `(r, c)`.
+    /// Stores `v` (of type `from`) to the buffer or shared-array element behind tile element
+    /// `(r, c)`.
     pub fn window_write(&mut self, w: &WindowVals, r: &str, c: &str, v: &str, from: Ty) {
         let p = self.window_elem_ptr(w, r, c);
         let v = convert(&mut self.b, v, from, w.elem);
         let (ty, md) = (lty(w.elem), self.mem_md.clone());
         self.b.ins(format!(
             "store {ty} {v}, {} {p}, align {}{md}",
-            self.buf_ptr,
+            w.ptr_ty,
             w.elem.size_bytes()
         ));
     }
 
-    /// `&buf[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, or `(c, r)`
+    /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, or `(c, r)`
     /// for a transposed window; no wrap-around (an index that would wrap is out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
         let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
@@ -102,8 +128,8 @@ impl Emitter<'_> {
         self.b.op(format!(
             "getelementptr inbounds {}, {} {}, i64 {ix64}",
             lty(w.elem),
-            self.buf_ptr,
-            w.buf
+            w.ptr_ty,
+            w.base
         ))
     }
 
@@ -122,7 +148,7 @@ impl Emitter<'_> {
         let at = self.b.op(format!("add i64 {bytes}, {byte}"));
         self.b.op(format!(
             "getelementptr i8, {} {}, i64 {at}",
-            self.buf_ptr, w.buf
+            w.ptr_ty, w.base
         ))
     }
 

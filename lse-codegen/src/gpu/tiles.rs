@@ -201,8 +201,9 @@ fn dot_unit(
 }
 
 /// Tile `t` <- window (`store` false) or window <- tile `t`. Consecutive work-items take
-/// consecutive elements of the buffer (down a column of the tile for a transposed window),
-/// so global accesses coalesce.
+/// consecutive elements of the buffer or shared array (down a column of the tile for a
+/// transposed window), so global accesses coalesce (and shared-array accesses take
+/// consecutive banks).
 fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowered<()> {
     let w = e.tile_window(w, &mut |e, x| e.expr(x))?;
     let tile = e.k.tiles[t as usize].clone();

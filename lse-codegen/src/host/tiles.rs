@@ -7,13 +7,16 @@
 //!   bf16 tile, or stored from an f32 tile to an f32 buffer, is instead moved in 16 x 16
 //!   blocks of 32-bit units through a shuffle transpose: element by element, each unit cost
 //!   a strided access. A whole untransposed window loaded into a pair-layout tile is
-//!   interleaved two rows at a time.
+//!   interleaved two rows at a time. A window on an f32 shared array (a stack array of the
+//!   host function, like the tiles) takes the same loops and transposed blocks as one on an
+//!   f32 buffer.
 //! - A tile used only as the `a` operand of dots and loaded only from untransposed windows of
 //!   read-only buffers of its own type (the GEMM's activation or weight rows) is read in place
 //!   when the window is whole: the load records where the window starts and its row stride
 //!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
-//!   zero-padded, as for any tile, and the view points at the copy.
-//! - A load of a whole window inside a uniform loop also prefetches, into L2, the window it
+//!   zero-padded, as for any tile, and the view points at the copy. A tile loaded from a
+//!   shared array is always copied (the work-items may write the array after the load).
+//! - A load of a whole buffer window inside a uniform loop also prefetches, into L2, the window it
 //!   will load at the loop's next step (its offset evaluated with the loop variable advanced,
 //!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
 //!   cache lines each per step, were 64 streams the hardware prefetcher does not follow, and
@@ -158,14 +161,16 @@ fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
 /// Which tiles may be read in place ([`View`]): those used only as the `a` operand of dots
 /// (with other `acc` and `b` tiles) and loaded only from untransposed windows of read-only
 /// buffers of the tile's own element type, so a whole window's elements are the tile's,
-/// unchanged for as long as the tile holds them.
+/// unchanged for as long as the tile holds them. A tile loaded from a shared array never is:
+/// the work-items may write the array after the load.
 fn viewable(k: &Kernel) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
+            // Never a shared array: the work-items may write it between two loads.
             let in_place = matches!(
-                k.params.get(from.buf as usize),
+                from.buffer().and_then(|p| k.params.get(p as usize)),
                 Some(Param::Buffer { elem, access: Access::Read, .. })
                     if *elem == k.tiles[*dst as usize].elem
             );
@@ -324,7 +329,12 @@ impl HostPhases {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
             TileOp::Load { dst, from } => {
                 let w = e.tile_window(from, &mut |e, x| self.uniform(e, x))?;
-                let next = self.next_offset(e, from)?;
+                // A shared array is in the cache already: nothing to prefetch.
+                let next = if w.shared {
+                    None
+                } else {
+                    self.next_offset(e, from)?
+                };
                 self.copy(e, *dst as usize, &w, false, next.as_deref());
             }
             TileOp::Store { src, to } => {
@@ -458,21 +468,24 @@ impl HostPhases {
     }
 
     /// For a [`View`] tile `t` loaded from `w`: points the view at the window when `whole`
-    /// (and returns true: nothing to copy), else at the tile's stack array, which the copy
-    /// then fills. False for other tiles.
+    /// and on a buffer (and returns true: nothing to copy), else at the tile's stack array,
+    /// which the copy then fills. False for other tiles. ([`viewable`] gives no view to a
+    /// tile loaded from a shared array, which the work-items may overwrite while the view
+    /// points at it; a shared window is copied all the same.)
     fn point_view(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, whole: bool) -> bool {
         let tile = &self.tiles[t];
         let Some(view) = &tile.view else {
             return false;
         };
-        let (base, stride) = if whole {
+        let in_place = whole && !w.shared;
+        let (base, stride) = if in_place {
             (e.window_elem_ptr(w, "0", "0"), w.stride.clone())
         } else {
             (tile.ptr.clone(), tile.decl.cols.to_string())
         };
         e.b.ins(format!("store ptr {base}, ptr {}", view.base));
         e.b.ins(format!("store i32 {stride}, ptr {}", view.stride));
-        whole
+        in_place
     }
 
     /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, or

@@ -218,3 +218,19 @@ fn subgroup_code_objects() {
         }
     }
 }
+
+/// Tile windows on shared arrays (LDS) lower for every AMDGPU arch: the f32 loads, stores
+/// and transposed windows, and a dequantising bf16 GEMM block whose `b` operand comes from
+/// LDS and whose dot takes the arch's matrix instruction.
+#[test]
+fn shared_array_window_code_objects() {
+    let k = kernels::from_source(kernels::TILE_SHARED_SRC);
+    let gemm = kernels::from_source(kernels::TILE_SHARED_BF16_SRC);
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(c.asm.contains("ds_"), "{arch}: no LDS access");
+        let c = check_common(&gemm, arch, mach, wave);
+        let unit = if wave == 64 { "v_mfma" } else { "v_wmma" };
+        assert!(c.asm.contains(unit), "{arch}: no {unit}");
+    }
+}

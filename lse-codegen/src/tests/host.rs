@@ -733,6 +733,37 @@ fn half_values_match_the_half_crate_on_every_cpu() {
     }
 }
 
+/// `f32_from_bits`, `f16_from_bits` and `bf16_from_bits` give the values with the word's bits
+/// (the low 16 for the 16-bit types) on every host level, NaN payloads, infinities and
+/// subnormals included.
+#[test]
+fn from_bits_builtins_keep_the_bits_on_every_cpu() {
+    let k = kernels::from_source(kernels::FROM_BITS_SRC);
+    let mut u: Vec<u32> = vec![
+        0,
+        0x8000_0000,
+        0x7f80_0000,
+        0xff80_0001,
+        0x0000_0001,
+        0x3c00,
+    ];
+    u.extend((0..200u32).map(|i| i.wrapping_mul(0x9E37_79B9)));
+    let n = u.len();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let mut u2 = u.clone();
+        let (mut f, mut h, mut b) = (vec![0f32; n], vec![f16::ZERO; n], vec![bf16::ZERO; n]);
+        let bufs = [raw(&mut u2), raw(&mut f), raw(&mut h), raw(&mut b)];
+        let groups = n.div_ceil(32) as u32;
+        run(&lib, &bufs, &[n as u64], [groups, 1, 1], 0, groups);
+        for i in 0..n {
+            assert_eq!(f[i].to_bits(), u[i], "{cpu} f32 {i}");
+            assert_eq!(h[i].to_bits(), u[i] as u16, "{cpu} f16 {i}");
+            assert_eq!(b[i].to_bits(), (u[i] >> 8) as u16, "{cpu} bf16 {i}");
+        }
+    }
+}
+
 /// `op` folded over `v` by the tree of `ir::tree_steps` (the collectives' definition).
 fn tree<T: Copy>(v: &[T], op: impl Fn(T, T) -> T) -> T {
     let mut v = v.to_vec();
@@ -805,5 +836,195 @@ fn a_workgroup_wide_subgroup_matches_the_workgroup_collective_on_every_cpu() {
             assert_eq!(whole[i].to_bits(), want.to_bits(), "{cpu} whole {i}");
             assert_eq!(rev[i].to_bits(), x[15 - i].to_bits(), "{cpu} rev {i}");
         }
+    }
+}
+
+/// Pseudo-random codes below 16 (a 4-bit quantisation's) and f32 values in [-4, 4).
+fn codes_and_values(n: usize) -> (Vec<u32>, Vec<f32>) {
+    let hash = |i: usize| (i as u32).wrapping_mul(2_654_435_761) >> 7;
+    let q = (0..n).map(|i| hash(i) % 16).collect();
+    let x = (0..n)
+        .map(|i| (hash(i + n) % 2001) as f32 / 250.0 - 4.0)
+        .collect();
+    (q, x)
+}
+
+/// Tile loads and stores on shared arrays ([`kernels::TILE_SHARED_SRC`]), whole (where the
+/// host takes its transposed-block copies) and ragged: every host level agrees bit for bit
+/// with the reference semantics of `lse_dsl::rt::tile`, which the generated Rust calls;
+/// the dot operand loaded from `wq` keeps its values after the work-items overwrite `wq`.
+#[test]
+fn shared_array_windows_match_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile::{self, Window};
+    let k = kernels::from_source(kernels::TILE_SHARED_SRC);
+    let text = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4");
+    assert!(
+        text.contains("shufflevector <16 x i32>"),
+        "the whole transposed windows take the block transpose: {text}"
+    );
+    let (q, x) = codes_and_values(512);
+    let scale = 0.375f32;
+    let win = |offset, stride, rows, cols, transposed| Window {
+        offset,
+        stride,
+        rows,
+        cols,
+        transposed,
+    };
+    for (rows, cols) in [(16u32, 16u32), (5, 11), (16, 9), (3, 16)] {
+        // The reference, statement by statement.
+        let mut wq: Vec<f32> = q.iter().map(|&c| (c as f32 - 8.0) * scale).collect();
+        let mut staged = vec![-1f32; 512];
+        let (mut a, mut b, mut acc) = (vec![0f32; 128], vec![0f32; 256], vec![0f32; 128]);
+        tile::load(
+            &mut a,
+            16,
+            win(0, 16, 8, cols, false),
+            |i| wq[i as usize],
+            |v| v,
+        );
+        tile::load(
+            &mut b,
+            16,
+            win(256, 16, rows, cols, false),
+            |i| wq[i as usize],
+            |v| v,
+        );
+        wq.copy_from_slice(&x);
+        tile::dot(&mut acc, &a, &b, 16, 16);
+        tile::load(
+            &mut b,
+            16,
+            win(1, 17, rows, cols, true),
+            |i| wq[i as usize],
+            |v| v,
+        );
+        tile::dot(&mut acc, &a, &b, 16, 16);
+        let want_y = acc.clone();
+        tile::store(&acc, 16, win(3, 20, rows, cols, false), |i, v| {
+            staged[i as usize] = v
+        });
+        tile::store(&b, 16, win(200, 16, rows, cols, true), |i, v| {
+            staged[i as usize] = v
+        });
+        assert!(staged.contains(&-1.0), "a window leaves elements unwritten");
+        for cpu in HOST_CPUS {
+            let (lib, _) = load(&k, cpu);
+            let (mut qs, mut xs) = (q.clone(), x.clone());
+            let (mut y, mut back) = (vec![0f32; 128], vec![0f32; 512]);
+            let bufs = [raw(&mut qs), raw(&mut xs), raw(&mut y), raw(&mut back)];
+            let scalars = [scale.to_bits() as u64, u64::from(rows), u64::from(cols)];
+            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+            let at = format!("{cpu} rows={rows} cols={cols}");
+            for (i, (got, want)) in y.iter().zip(&want_y).enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{at} y[{i}]: {got} vs {want}"
+                );
+            }
+            for (i, (got, want)) in back.iter().zip(&staged).enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{at} back[{i}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+/// A dequantising bf16 GEMM block through a shared array ([`kernels::TILE_SHARED_BF16_SRC`]),
+/// whole and ragged: bit for bit the reference order on the levels without a matrix
+/// instruction for it, and within the bound `k 2^-24 sum |a_j b_j|` of an f64 product of the
+/// same bf16 operands on every level this CPU runs (`vdpbf16ps`, AMX); every level compiles.
+#[test]
+fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile::{self, Window};
+    let k = kernels::from_source(kernels::TILE_SHARED_BF16_SRC);
+    let (q, x) = codes_and_values(32 * 64);
+    let scale = 0.3f32;
+    let round = |v: f32| bf16::from_f32(v).to_f32();
+    let w: Vec<f32> = q.iter().map(|&c| (c as f32 - 8.0) * scale).collect();
+    for (m, n) in [(32u32, 32u32), (7, 19)] {
+        let (mut a, mut b, mut acc) = (vec![0f32; 1024], vec![0f32; 1024], vec![0f32; 1024]);
+        let mut bound = vec![(0f64, 0f64); 1024];
+        for k0 in [0u32, 32] {
+            let wq: Vec<f32> = (0..1024usize)
+                .map(|i| w[i / 32 * 64 + k0 as usize + i % 32])
+                .collect();
+            let at_a = Window {
+                offset: k0,
+                stride: 64,
+                rows: m,
+                cols: 32,
+                transposed: false,
+            };
+            tile::load(&mut a, 32, at_a, |i| x[i as usize], round);
+            let at_b = Window {
+                offset: 0,
+                stride: 32,
+                rows: 32,
+                cols: n,
+                transposed: true,
+            };
+            tile::load(&mut b, 32, at_b, |i| wq[i as usize], round);
+            tile::dot(&mut acc, &a, &b, 32, 32);
+            for (i, (exact, abs)) in bound.iter_mut().enumerate() {
+                for kk in 0..32 {
+                    let p = a[i / 32 * 32 + kk] as f64 * b[kk * 32 + i % 32] as f64;
+                    *exact += p;
+                    *abs += p.abs();
+                }
+            }
+        }
+        let mut want = vec![0f32; (m * 32) as usize];
+        let store_at = Window {
+            offset: 0,
+            stride: 32,
+            rows: m,
+            cols: n,
+            transposed: false,
+        };
+        tile::store(&acc, 32, store_at, |i, v| want[i as usize] = v);
+        for cpu in HOST_CPUS {
+            let (lib, _) = load(&k, cpu);
+            if !lse_dsl::rt::cpu_supports(cpu) {
+                continue;
+            }
+            let (mut qs, mut xs) = (q.clone(), x.clone());
+            let mut y = vec![0f32; (m * 32) as usize];
+            let bufs = [raw(&mut qs), raw(&mut xs), raw(&mut y)];
+            let scalars = [scale.to_bits() as u64, u64::from(m), u64::from(n)];
+            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+            let matrix = cpu.ends_with("-bf16") || cpu.ends_with("-amx");
+            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
+                let at = format!("{cpu} m={m} n={n} y[{i}]: {got} vs {want}");
+                if !matrix {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{at}");
+                }
+                let (exact, abs) = bound[i];
+                let tol = 64.0 * 2f64.powi(-24) * abs;
+                assert!((*got as f64 - exact).abs() <= tol, "{at}, exact {exact}");
+            }
+        }
+    }
+}
+
+/// Windows on a shared array are never prefetched (it is in the cache already), even in a
+/// loop whose next offset is safe to compute; the loads still copy the right rows.
+#[test]
+fn shared_array_windows_are_not_prefetched() {
+    let k = kernels::from_source(kernels::TILE_SHARED_LOOP_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    let x: Vec<f32> = (0..256).map(|i| i as f32 * 0.5).collect();
+    for cpu in HOST_CPUS {
+        let text = host_llvm_text(&w, cpu);
+        assert!(!text.contains("llvm.prefetch"), "{cpu}: {text}");
+        let (lib, _) = load(&k, cpu);
+        let (mut xs, mut y) = (x.clone(), vec![0f32; 256]);
+        let bufs = [raw(&mut xs), raw(&mut y)];
+        run(&lib, &bufs, &[16], [1, 1, 1], 0, 1);
+        assert_eq!(y, x, "{cpu}");
     }
 }

@@ -493,6 +493,20 @@ fn half_values(a: &[bf16], b: &[bf16], c: &[f16], d: &[f16], out_b: &mut [bf16],
 }
 "#;
 
+/// The bit built-ins: each word read as an f32, its low 16 bits as an f16 and its bits 8..24
+/// as a bf16.
+pub const FROM_BITS_SRC: &str = r#"
+#[loom::kernel(name = "test.from_bits", version = 1, workgroup = 32)]
+fn from_bits(u: &[u32], f: &mut [f32], h: &mut [f16], b: &mut [bf16], n: u32) {
+    let i = group_id() * group_size() + local_id();
+    if i < n {
+        f[i] = f32_from_bits(u[i]);
+        h[i] = f16_from_bits(u[i]);
+        b[i] = bf16_from_bits(u[i] >> 8);
+    }
+}
+"#;
+
 /// A kernel from LOOM source text, through the front end.
 pub fn from_source(src: &str) -> Kernel {
     let mut ks = lse_dsl::frontend::kernels_in_file(src).unwrap_or_else(|e| panic!("{e}"));
@@ -560,5 +574,84 @@ fn whole_subgroup(x: &[f32], sub: &mut [f32], whole: &mut [f32], rev: &mut [f32]
     sub[i] = subgroup_sum(x[i]);
     whole[i] = reduce_sum(x[i]);
     rev[i] = subgroup_shuffle(x[i], 15 - subgroup_lane());
+}
+"#;
+
+/// Tile windows on f32 shared arrays (`q` holds 512 codes, `x` 512 values; `y` is 8 x 16,
+/// `back` 512): the work-items dequantise `q` into `wq` (and fill `staged` with -1), `a` and
+/// `b` are loaded from `wq`, then the work-items overwrite `wq` with `x` before `a` is
+/// dotted (a tile keeps the values it was loaded with), `b` is reloaded transposed from the
+/// new `wq` and dotted again; `acc` goes to `y` and, through windows of `rows x cols`, to
+/// `staged` (and `b` transposed), which the work-items copy to `back`.
+pub const TILE_SHARED_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_shared", version = 1, workgroup = 16)]
+fn tile_shared(q: &[u32], x: &[f32], y: &mut [f32], back: &mut [f32], scale: f32, rows: u32, cols: u32) {
+    let wq = shared::<f32>(512);
+    let staged = shared::<f32>(512);
+    let a = tile::<f32, 8, 16>();
+    let b = tile::<f32, 16, 16>();
+    let acc = tile::<f32, 8, 16>();
+    let lid = local_id();
+    for j in 0u32..32u32 {
+        wq[j * 16 + lid] = (q[j * 16 + lid] as f32 - 8.0) * scale;
+        staged[j * 16 + lid] = -1.0;
+    }
+    tile_load(a, wq, 0, 16, 8, cols);
+    tile_load(b, wq, 256, 16, rows, cols);
+    for j in 0u32..32u32 {
+        wq[j * 16 + lid] = x[j * 16 + lid];
+    }
+    tile_dot(acc, a, b);
+    tile_load_t(b, wq, 1, 17, rows, cols);
+    tile_dot(acc, a, b);
+    tile_store(acc, y, 0, 16, 8, 16);
+    tile_store(acc, staged, 3, 20, rows, cols);
+    tile_store_t(b, staged, 200, 16, rows, cols);
+    for j in 0u32..32u32 {
+        back[j * 16 + lid] = staged[j * 16 + lid];
+    }
+}
+"#;
+
+/// A dequantising GEMM block through a shared array: `x` is `m x 64` f32, `q` the codes of a
+/// `32 x 64` weight (row-major `[n, k]`), `y = x w^T` is `m x n` (row stride 32). Per K
+/// step of 32 the work-items dequantise the block into `wq` (32 x 32, `[n, k]`), read
+/// transposed into the bf16 operand `b`; shapes fit AMX, MFMA, WMMA and `mma.sync`.
+pub const TILE_SHARED_BF16_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_shared_bf16", version = 1, workgroup = 64)]
+fn tile_shared_bf16(q: &[u32], x: &[f32], y: &mut [f32], scale: f32, m: u32, n: u32) {
+    let wq = shared::<f32>(1024);
+    let a = tile::<bf16, 32, 32>();
+    let b = tile::<bf16, 32, 32>();
+    let acc = tile::<f32, 32, 32>();
+    let lid = local_id();
+    for k0 in (0u32..64u32).step_by(32) {
+        for j in 0u32..16u32 {
+            let i = j * 64 + lid;
+            wq[i] = (q[i / 32 * 64 + k0 + i % 32] as f32 - 8.0) * scale;
+        }
+        tile_load(a, x, k0, 64, m, 32);
+        tile_load_t(b, wq, 0, 32, 32, n);
+        tile_dot(acc, a, b);
+    }
+    tile_store(acc, y, 0, 32, m, n);
+}
+"#;
+
+/// Tile loads from a shared array in a loop, at offsets that depend on the loop variable:
+/// nothing to prefetch (`y` row `i` is `x` from element `16 * i`).
+pub const TILE_SHARED_LOOP_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_shared_loop", version = 1, workgroup = 16)]
+fn tile_shared_loop(x: &[f32], y: &mut [f32], n: u32) {
+    let s = shared::<f32>(256);
+    let t = tile::<f32, 1, 16>();
+    let lid = local_id();
+    for j in 0u32..16u32 {
+        s[j * 16 + lid] = x[j * 16 + lid];
+    }
+    for i in 0..n {
+        tile_load(t, s, i * 16, 16, 1, 16);
+        tile_store(t, y, i * 16, 16, 1, 16);
+    }
 }
 "#;

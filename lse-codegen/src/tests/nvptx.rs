@@ -172,3 +172,24 @@ fn subgroups_use_warp_shuffles_or_shared_memory() {
         assert!(check_ptx(&whole, sm).contains("shfl.sync.idx.b32"), "{sm}");
     }
 }
+
+/// Tile windows on shared arrays lower to PTX: shared-memory loads and stores between
+/// barriers, and the dequantising bf16 GEMM block's dot on `mma.sync`.
+#[test]
+fn shared_array_windows_ptx() {
+    let k = super::kernels::from_source(super::kernels::TILE_SHARED_SRC);
+    let gemm = super::kernels::from_source(super::kernels::TILE_SHARED_BF16_SRC);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&k, sm);
+        assert!(
+            ptx.contains("ld.shared") && ptx.contains("st.shared"),
+            "{sm}: {ptx}"
+        );
+        assert!(ptx.contains("bar.sync"), "{sm}: no barrier");
+        let ptx = check_ptx(&gemm, sm);
+        assert!(
+            ptx.contains("mma.sync.aligned.m16n8k16"),
+            "{sm}: no mma.sync"
+        );
+    }
+}

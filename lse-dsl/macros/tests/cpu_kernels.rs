@@ -85,6 +85,36 @@ fn elementwise_kernel_follows_ir_semantics() {
     }
 }
 
+#[loom::kernel(name = "test.from_bits", version = 1, workgroup = 32)]
+fn from_bits(u: &[u32], f: &mut [f32], h: &mut [f32], b: &mut [f32]) {
+    let i = group_id() * group_size() + local_id();
+    f[i] = f32_from_bits(u[i]);
+    h[i] = f16_to_f32(f16_from_bits(u[i]));
+    b[i] = bf16_to_f32(bf16_from_bits(u[i] >> 16));
+}
+
+#[test]
+fn from_bits_builtins_read_the_words_bits() {
+    let mut u: Vec<u32> = (0..64u32)
+        .map(|i| i.wrapping_mul(0x9E37_79B9) ^ 0x3c00)
+        .collect();
+    u[0] = 0x7f80_0000;
+    let (mut fv, mut hv, mut bv) = (vec![0f32; 64], vec![0f32; 64], vec![0f32; 64]);
+    let bufs = [raw(&mut u), raw(&mut fv), raw(&mut hv), raw(&mut bv)];
+    (from_bits::KERNEL.cpu)(&bufs, &[], [2, 1, 1], 0, 2);
+    for i in 0..64 {
+        assert_eq!(fv[i].to_bits(), u[i], "f32 {i}");
+        let h = lse_dsl::__private::half::f16::from_bits(u[i] as u16).to_f32();
+        let b = f32::from_bits(u[i] & 0xffff_0000);
+        for (got, want, what) in [(hv[i], h, "f16"), (bv[i], b, "bf16")] {
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{what} {i}"
+            );
+        }
+    }
+}
+
 #[loom::kernel(name = "test.reverse", version = 1, workgroup = 16)]
 fn reverse(x: &[u32], out: &mut [u32]) {
     let tile = shared::<u32>(16);
@@ -502,5 +532,69 @@ fn subgroup_builtins_work_within_groups_of_the_declared_size() {
         assert_eq!(sums[i], 0b1111 << base, "sum {i}");
         assert_eq!(next[i], 1 << (base + (i + 1) % 4), "next {i}");
         assert_eq!(where_[i], i as u32, "where {i}");
+    }
+}
+
+#[loom::kernel(name = "test.tile_shared", version = 1, workgroup = 8)]
+fn tile_shared(q: &[u32], x: &[f32], y: &mut [f32], back: &mut [f32], scale: f32) {
+    let wq = shared::<f32>(64);
+    let staged = shared::<f32>(64);
+    let a = tile::<f32, 3, 4>();
+    let b = tile::<f32, 4, 5>();
+    let acc = tile::<f32, 3, 5>();
+    let lid = local_id();
+    for j in 0u32..8u32 {
+        wq[j * 8 + lid] = (q[j * 8 + lid] as f32 - 8.0) * scale;
+        staged[j * 8 + lid] = -1.0;
+    }
+    tile_load(a, x, 0, 4, 3, 4);
+    tile_load_t(b, wq, 2, 6, 3, 5);
+    tile_dot(acc, a, b);
+    tile_store(acc, y, 0, 5, 3, 5);
+    tile_load(b, wq, 40, 5, 4, 4);
+    tile_store_t(b, staged, 1, 9, 4, 5);
+    tile_store(acc, staged, 50, 6, 2, 5);
+    for j in 0u32..8u32 {
+        back[j * 8 + lid] = staged[j * 8 + lid];
+    }
+}
+
+/// Tile windows on f32 shared arrays in the generated Rust: the work-items' dequantised
+/// values are what `tile_load_t` reads (ragged: row 3 of `b` is zero), a ragged `tile_load`
+/// leaves column 4 zero, and `tile_store_t` / `tile_store` into `staged` write their windows
+/// only (the rest keeps the work-items' -1), which the work-items read back after them.
+#[test]
+fn tile_windows_on_shared_arrays_follow_their_reference_semantics() {
+    let scale = 0.25f32;
+    let mut q: Vec<u32> = (0..64).map(|i| (i * 7 + 3) % 16).collect();
+    let mut x: Vec<f32> = (0..12).map(|i| 1.0 + i as f32 / 3.0).collect();
+    let (mut y, mut back) = (vec![0f32; 15], vec![0f32; 64]);
+    let wq: Vec<f32> = q.iter().map(|&c| (c as f32 - 8.0) * scale).collect();
+    let bufs = [raw(&mut q), raw(&mut x), raw(&mut y), raw(&mut back)];
+    (tile_shared::KERNEL.cpu)(&bufs, &[f(scale)], [1, 1, 1], 0, 1);
+    // acc[r][n] = sum over k < 3 of x[4r + k] * wq[2 + 6n + k], fused in increasing k.
+    let mut acc = [[0f32; 5]; 3];
+    for (r, row) in acc.iter_mut().enumerate() {
+        for (n, v) in row.iter_mut().enumerate() {
+            for k in 0..4 {
+                let w = if k < 3 { wq[2 + 6 * n + k] } else { 0.0 };
+                *v = x[4 * r + k].mul_add(w, *v);
+            }
+            assert_eq!(y[5 * r + n].to_bits(), v.to_bits(), "y[{r}][{n}]");
+        }
+    }
+    let mut staged = vec![-1f32; 64];
+    for r in 0..4 {
+        for c in 0..5 {
+            staged[1 + 9 * c + r] = if c < 4 { wq[40 + 5 * r + c] } else { 0.0 };
+        }
+    }
+    for r in 0..2 {
+        for c in 0..5 {
+            staged[50 + 6 * r + c] = acc[r][c];
+        }
+    }
+    for (i, (got, want)) in back.iter().zip(&staged).enumerate() {
+        assert_eq!(got.to_bits(), want.to_bits(), "back[{i}]: {got} vs {want}");
     }
 }

@@ -10,7 +10,7 @@ use super::fold::eval;
 use super::syntax::{err, strip, text};
 use super::types::named_ty;
 use crate::ir::{
-    Access, Block, Param, ParamId, Stmt, TileBinary, TileDecl, TileId, TileOp, TileWindow, Ty,
+    Access, Block, Param, Stmt, TileBinary, TileDecl, TileId, TileMem, TileOp, TileWindow, Ty,
 };
 
 /// The tile statements, by name.
@@ -338,14 +338,14 @@ impl Cx {
         )
     }
 
-    /// `buf, offset, stride, rows, cols` of a load (`write = false`) or store.
+    /// `mem, offset, stride, rows, cols` of a load (`write = false`) or store.
     fn window(
         &mut self,
         args: &[&syn::Expr],
         transposed: bool,
         write: bool,
     ) -> syn::Result<TileWindow> {
-        let buf = self.buffer_arg(args[0], write)?;
+        let mem = self.memory_arg(args[0], write)?;
         let mut exprs = Vec::with_capacity(4);
         for (e, what) in args[1..].iter().zip(["offset", "stride", "rows", "cols"]) {
             let x = self.expr_of(e, Ty::U32, &format!("the tile window's {what}"))?;
@@ -354,7 +354,7 @@ impl Cx {
         let [offset, stride, rows, cols]: [_; 4] =
             exprs.try_into().expect("four window expressions");
         Ok(TileWindow {
-            buf,
+            mem,
             offset,
             stride,
             rows,
@@ -363,7 +363,9 @@ impl Cx {
         })
     }
 
-    fn buffer_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<ParamId> {
+    /// The buffer parameter (f32, bf16 or f16; `&mut` for a store) or f32 shared array a
+    /// window reads or writes.
+    fn memory_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<TileMem> {
         let found = match strip(e) {
             syn::Expr::Path(p) => p
                 .path
@@ -371,11 +373,31 @@ impl Cx {
                 .and_then(|id| self.lookup(&id.to_string()).cloned()),
             _ => None,
         };
-        let Some(Binding::Param(id)) = found else {
-            return err(
-                e.span(),
-                format!("expected a buffer parameter, found `{}`", text(e)),
-            );
+        let id = match found {
+            Some(Binding::Param(id)) => id,
+            Some(Binding::Shared(id)) => {
+                let elem = self.shared[id as usize].elem;
+                if elem != Ty::F32 {
+                    return err(
+                        e.span(),
+                        format!(
+                            "tiles load and store f32 shared arrays; `{}` holds {}",
+                            text(e),
+                            elem.rust_name()
+                        ),
+                    );
+                }
+                return Ok(TileMem::Shared(id));
+            }
+            _ => {
+                return err(
+                    e.span(),
+                    format!(
+                        "expected a buffer parameter or an f32 shared array, found `{}`",
+                        text(e)
+                    ),
+                )
+            }
         };
         match &self.params[id as usize] {
             Param::Buffer { elem, access, .. } => {
@@ -398,11 +420,96 @@ impl Cx {
                         ),
                     );
                 }
-                Ok(id)
+                Ok(TileMem::Buffer(id))
             }
             Param::Scalar { .. } => {
                 err(e.span(), format!("`{}` is a scalar, not a buffer", text(e)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::frontend::tests::*;
+    use crate::ir::*;
+    use crate::text::ir_text;
+
+    /// The tile statements of `k`'s body, in order.
+    fn tile_ops(k: &Kernel) -> Vec<&TileOp> {
+        k.body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Tile(op) => Some(op),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn windows_on_buffers_and_f32_shared_arrays_name_their_memory() {
+        let k = k("let w = shared::<f32>(256);
+            let a = tile::<bf16, 16, 16>();
+            let acc = tile::<f32, 16, 16>();
+            w[local_id()] = x[local_id()];
+            tile_load(a, h, 0, 16, 16, 16);
+            tile_load_t(acc, w, 4, 16, n, 16);
+            tile_store(acc, w, 0, 16, 16, n);
+            tile_store_t(acc, out, 0, 16, 16, 16);");
+        let mems: Vec<(TileMem, bool)> = tile_ops(&k)
+            .iter()
+            .map(|op| match op {
+                TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => (w.mem, w.transposed),
+                op => panic!("{op:?}"),
+            })
+            .collect();
+        assert_eq!(
+            mems,
+            [
+                (TileMem::Buffer(3), false),
+                (TileMem::Shared(0), true),
+                (TileMem::Shared(0), false),
+                (TileMem::Buffer(1), true),
+            ]
+        );
+        let TileOp::Load { from, .. } = tile_ops(&k)[1] else {
+            panic!()
+        };
+        assert_eq!(from.buffer(), None);
+        let text = ir_text(&k);
+        assert!(
+            text.contains("tile_load_t(acc#t1, w#s0, 4u32, 16u32, n, 16u32);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tile_store(acc#t1, w#s0, 0u32, 16u32, 16u32, n);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tile_load(a#t0, h, 0u32, 16u32, 16u32, 16u32);"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn integer_shared_arrays_are_not_tile_windows() {
+        for (ty, verb) in [("u32", "tile_load"), ("i32", "tile_store_t")] {
+            let msg = e(&format!(
+                "let q = shared::<{ty}>(256);
+                let t = tile::<f32, 16, 16>();
+                {verb}(t, q, 0, 16, 16, 16);"
+            ));
+            assert!(
+                msg.contains(&format!(
+                    "tiles load and store f32 shared arrays; `q` holds {ty}"
+                )),
+                "{msg}"
+            );
+        }
+        let msg = e("let t = tile::<f32, 16, 16>(); let z = 0u32; tile_load(t, z, 0, 16, 16, 16);");
+        assert!(
+            msg.contains("expected a buffer parameter or an f32 shared array, found `z`"),
+            "{msg}"
+        );
     }
 }
