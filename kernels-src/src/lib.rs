@@ -12,6 +12,7 @@ pub mod deltanet;
 pub mod embedding;
 pub mod ffn;
 pub mod gemm;
+pub mod gemm_quant;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod norm;
@@ -52,9 +53,17 @@ kernels!(
     gemm::gemm_xwt_exact_f32,
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
+    gemm_quant::gemm_xwt_q8_0,
+    gemm_quant::gemm_xwt_q4_k,
+    gemm_quant::gemm_xwt_q5_k,
+    gemm_quant::gemm_xwt_q6_k,
     embedding::embed_tokens_bf16,
     embedding::embed_tokens_f16,
     embedding::embed_tokens_f32,
+    embedding::embed_tokens_q8_0,
+    embedding::embed_tokens_q4_k,
+    embedding::embed_tokens_q5_k,
+    embedding::embed_tokens_q6_k,
     norm::rmsnorm,
     norm::add_rmsnorm,
     attention::qk_norm_rope::qk_norm_rope,

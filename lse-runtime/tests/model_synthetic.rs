@@ -10,7 +10,7 @@ use lse_runtime::model::synthetic::{
     write_random_model, write_safetensors, SyntheticSpec, TensorDecl,
 };
 use lse_runtime::model::weights::WeightStore;
-use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, PrefillAttention};
+use lse_runtime::model::{DType, HybridLM, ModelConfig, ModelError, PrefillAttention, Storage};
 
 /// Dense prefill attention on the host device, shared by every test.
 fn dense() -> &'static PrefillAttention<'static> {
@@ -196,7 +196,7 @@ fn random_models_are_deterministic_and_tied_heads_share_the_embedding() {
     let emb = ws.tensor("model.embed_tokens.weight").unwrap();
     assert!(m.config().tie_word_embeddings);
     assert_eq!(m.lm_head().bytes, emb.bytes());
-    assert_eq!(m.lm_head().dtype, DType::BF16);
+    assert_eq!(m.lm_head().dtype, Storage::Float(DType::BF16));
     // Untied: the head is lm_head.weight.
     let d = tempfile::tempdir().unwrap();
     write_random_model(d.path(), &SyntheticSpec::tiny(), 1).unwrap();
@@ -247,12 +247,11 @@ fn rewrite(src: &Path, dst: &Path, f: impl Fn(&str, &[usize]) -> Option<(String,
     for n in names {
         let t = ws.tensor(&n).unwrap();
         if let Some((name, shape)) = f(&n, &t.shape) {
+            let Storage::Float(dtype) = t.dtype else {
+                panic!("{n}: a synthetic checkpoint holds float tensors only");
+            };
             data.push(t.to_f32_vec());
-            decls.push(TensorDecl {
-                name,
-                dtype: t.dtype,
-                shape,
-            });
+            decls.push(TensorDecl { name, dtype, shape });
         }
     }
     write_safetensors(&dst.join("model.safetensors"), &decls, |i, s, out| {

@@ -6,9 +6,9 @@
 use half::{bf16, f16};
 
 use super::error::Result;
-use super::weights::{DType, Tensor};
+use super::weights::{DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
-use crate::ops::{Activations, OpError, WeightView};
+use crate::ops::{Activations, OpError, QuantFormat, QuantView, WeightView};
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
 /// matrix of its last dimension's columns.
@@ -29,9 +29,11 @@ enum Mem {
     Bf16(DeviceBuf<bf16>),
     F16(DeviceBuf<f16>),
     F32(DeviceBuf<f32>),
+    /// A block-format tensor's bytes as little-endian words, the last one zero-padded.
+    Words(QuantFormat, DeviceBuf<u32>),
 }
 
-/// The tensor's bytes viewed as `T`, if aligned.
+/// The tensor's bytes viewed as `T`, if aligned (and, for words, a whole number of them).
 fn cast<T: bytemuck::Pod>(t: &Tensor) -> Option<&[T]> {
     bytemuck::try_cast_slice(t.bytes()).ok()
 }
@@ -49,21 +51,37 @@ fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf
     Ok(dev.buffer_from(data).map_err(OpError::from)?)
 }
 
+/// A copy of `t`'s bytes as little-endian words in `dev`'s memory, the last word zero-padded.
+fn upload_words(dev: &Device, t: &Tensor) -> Result<DeviceBuf<u32>> {
+    let words: Vec<u32> = t
+        .bytes()
+        .chunks(4)
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect();
+    Ok(dev.buffer_from(&words).map_err(OpError::from)?)
+}
+
 impl DeviceWeight {
     /// `t` made available to `dev`: mapped in place when `dev` is a CPU-side device and the
     /// bytes are aligned, else copied to `dev`'s memory once.
     pub fn new(dev: &Device, t: &Tensor) -> Result<Self> {
         let cpu_side = matches!(dev.pool(), Pool::Cpu | Pool::Host);
         let aligned = match t.dtype {
-            DType::BF16 => cast::<bf16>(t).is_some(),
-            DType::F16 => cast::<f16>(t).is_some(),
-            DType::F32 => cast::<f32>(t).is_some(),
+            Storage::Float(DType::BF16) => cast::<bf16>(t).is_some(),
+            Storage::Float(DType::F16) => cast::<f16>(t).is_some(),
+            Storage::Float(DType::F32) => cast::<f32>(t).is_some(),
+            Storage::Quant(_) => cast::<u32>(t).is_some(),
         };
         let mem = match t.dtype {
             _ if cpu_side && aligned => Mem::Mapped(Box::new(t.clone())),
-            DType::BF16 => Mem::Bf16(upload(dev, t)?),
-            DType::F16 => Mem::F16(upload(dev, t)?),
-            DType::F32 => Mem::F32(upload(dev, t)?),
+            Storage::Float(DType::BF16) => Mem::Bf16(upload(dev, t)?),
+            Storage::Float(DType::F16) => Mem::F16(upload(dev, t)?),
+            Storage::Float(DType::F32) => Mem::F32(upload(dev, t)?),
+            Storage::Quant(q) => Mem::Words(q, upload_words(dev, t)?),
         };
         // Shapes are checked against config.json, whose sizes are at least 1.
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
@@ -77,19 +95,36 @@ impl DeviceWeight {
 
     /// The whole tensor as a launch reads it.
     pub fn view(&self) -> WeightView<'_> {
+        let len = self.rows * self.cols;
         match &self.mem {
             Mem::Mapped(t) => {
                 // `new` maps only tensors whose bytes are aligned for their dtype.
                 let unaligned = "a mapped weight is aligned";
                 match t.dtype {
-                    DType::BF16 => WeightView::Bf16(DevSlice::from(cast(t).expect(unaligned))),
-                    DType::F16 => WeightView::F16(DevSlice::from(cast(t).expect(unaligned))),
-                    DType::F32 => WeightView::F32(DevSlice::from(cast(t).expect(unaligned))),
+                    Storage::Float(DType::BF16) => {
+                        WeightView::Bf16(DevSlice::from(cast(t).expect(unaligned)))
+                    }
+                    Storage::Float(DType::F16) => {
+                        WeightView::F16(DevSlice::from(cast(t).expect(unaligned)))
+                    }
+                    Storage::Float(DType::F32) => {
+                        WeightView::F32(DevSlice::from(cast(t).expect(unaligned)))
+                    }
+                    Storage::Quant(format) => WeightView::Quant(QuantView {
+                        format,
+                        words: DevSlice::from(cast(t).expect(unaligned)),
+                        len,
+                    }),
                 }
             }
             Mem::Bf16(b) => WeightView::Bf16(b.view()),
             Mem::F16(b) => WeightView::F16(b.view()),
             Mem::F32(b) => WeightView::F32(b.view()),
+            Mem::Words(format, b) => WeightView::Quant(QuantView {
+                format: *format,
+                words: b.view(),
+                len,
+            }),
         }
     }
 }
@@ -139,7 +174,9 @@ mod tests {
                 dev.download(v, &mut out).unwrap();
                 out.iter().map(|x| x.to_f32()).collect()
             }
-            WeightView::F16(_) => unreachable!("no f16 tensor here"),
+            WeightView::F16(_) | WeightView::Quant(_) => {
+                unreachable!("no f16 or quantized tensor here")
+            }
         }
     }
 
@@ -164,6 +201,66 @@ mod tests {
             dev.download(rows, &mut out).unwrap();
             assert_eq!(out.map(|x| x.to_f32()), [22.5, 23.5]);
             assert!(b.view().sub(3..5).is_err());
+        }
+    }
+
+    /// A block-format tensor is read in place when its bytes start at a word and fill whole
+    /// words, and otherwise copied once into zero-padded words; both views read the same
+    /// bytes.
+    #[test]
+    fn quantized_weights_are_read_in_place_when_word_aligned_else_copied_into_words() {
+        use crate::model::weights::{Conventions, Entry, Storage, WeightStore};
+        use crate::ops::QuantFormat;
+        use std::sync::Arc;
+        // One Q8_0 row (34 bytes) at byte 4 (aligned, but 34 is not a whole number of words)
+        // and at byte 40 (aligned, the last 2 bytes of a padded 36), then at byte 2.
+        let block: Vec<u8> = (0..34u8).map(|i| i.wrapping_mul(37)).collect();
+        let mut bytes = vec![0u8; 80];
+        bytes[4..38].copy_from_slice(&block);
+        bytes[40..74].copy_from_slice(&block);
+        let mut ws = WeightStore::empty(std::path::Path::new("q.gguf"), Conventions::LlamaCpp);
+        let blob = ws.add_blob(std::path::Path::new("q.gguf"), Arc::new(bytes.clone()));
+        let mut entry = |name: &str, start: usize, end: usize| {
+            ws.insert(
+                name.into(),
+                Entry {
+                    blob,
+                    start,
+                    end,
+                    dtype: Ok(Storage::Quant(QuantFormat::Q8_0)),
+                    shape: vec![1, 32],
+                    act: Activations::Q8_0,
+                },
+            )
+        };
+        entry("padded", 40, 76);
+        entry("ragged", 4, 38);
+        entry("unaligned", 2, 36);
+        let want: Vec<u32> = block
+            .chunks(4)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect();
+        let dev = Device::open(Pool::Host).unwrap();
+        for (name, mapped) in [("padded", true), ("ragged", false), ("unaligned", false)] {
+            let w = DeviceWeight::new(&dev, &ws.tensor(name).unwrap()).unwrap();
+            assert_eq!(matches!(w.mem, Mem::Mapped(_)), mapped, "{name}");
+            let WeightView::Quant(q) = w.view() else {
+                panic!("{name}: a quantized view")
+            };
+            assert_eq!((q.format, q.len), (QuantFormat::Q8_0, 32), "{name}");
+            let mut got = vec![0u32; q.words.len()];
+            dev.download(q.words, &mut got).unwrap();
+            if name == "unaligned" {
+                // Bytes 2..36 of the blob: two zero bytes, then the block's first 32.
+                assert_eq!(got[0], u32::from_le_bytes([0, 0, block[0], block[1]]));
+            } else {
+                assert_eq!(got[..8], want[..8], "{name}");
+                assert_eq!(got[8] & 0xffff, want[8] & 0xffff, "{name}");
+            }
         }
     }
 }

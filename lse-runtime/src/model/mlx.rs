@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use super::weights::{Conventions, DType, Entry, WeightStore};
+use super::weights::{Conventions, DType, Entry, Storage, WeightStore};
 use crate::ops::Activations;
 
 /// The bit widths of mlx's affine quantization.
@@ -397,7 +397,13 @@ fn dequantize_module(
             ),
         });
     }
-    let sd = st.dtype;
+    let Storage::Float(sd) = st.dtype else {
+        return Err(ModelError::Quantized {
+            path: st.file,
+            tensor: sname,
+            message: format!("dtype {}, expected a float dtype", st.dtype.name()),
+        });
+    };
     let (scales, biases) = (st.to_f32_vec(), bt.to_f32_vec());
     let mut out = vec![0.0f32; rows * cols];
     if cols > 0 {

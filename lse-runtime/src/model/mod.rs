@@ -33,7 +33,7 @@ pub use config::{LayerKind, ModelConfig, MoeConfig};
 pub use error::{ModelError, Result};
 pub use kv_cache::{Session, DEFAULT_KV_DTYPE};
 pub use prefill::{PrefillAttention, SparseWhen};
-pub use weights::DType;
+pub use weights::{DType, Storage};
 
 use crate::device::{Device, DeviceBuf, Pool};
 use crate::ops::{RopeTable, WeightView};
@@ -61,13 +61,13 @@ struct Layer {
 /// Borrowed view of the LM-head weight: row-major [vocab, hidden] in `dtype`.
 #[derive(Clone, Copy)]
 pub struct LmHeadView<'a> {
-    /// Storage dtype.
-    pub dtype: DType,
+    /// How the bytes are stored.
+    pub dtype: Storage,
     /// Rows (V).
     pub vocab: usize,
     /// Columns (H).
     pub hidden: usize,
-    /// Raw little-endian bytes, `vocab * hidden * dtype.size()` long.
+    /// Raw little-endian bytes as stored.
     pub bytes: &'a [u8],
 }
 
@@ -136,7 +136,8 @@ impl HybridLM {
     /// once if not aligned for their dtype). `path` is a Hugging Face directory (config.json,
     /// the possibly sharded safetensors weights and, if present, tokenizer.json) or a GGUF
     /// file of llama.cpp's `qwen35`/`qwen35moe` architectures (or the first part of a split
-    /// set), whose quantized tensors are dequantized at load; its tokenizer is
+    /// set), whose Q8_0, Q4_K, Q5_K and Q6_K tensors stay in their block format (the kernels
+    /// read them as stored) and other quantized ones are dequantized at load; its tokenizer is
     /// `tokenizer.json` beside it if there is one, else its own. A directory whose config.json
     /// has mlx-lm's `quantization` is an MLX quantized checkpoint ([`mlx`]), its packed
     /// weights dequantized at load as `mx.dequantize` does. Sessions of the model keep
@@ -164,6 +165,19 @@ impl HybridLM {
             };
             (cfg, ws, TextTokenizer::load(dir)?, config_path)
         };
+        Self::from_store(path, cfg, ws, tokenizer, &config_path, dev)
+    }
+
+    /// The model of checkpoint `path` from its parsed config and weights (`config_path` names
+    /// the config in errors).
+    fn from_store(
+        path: &Path,
+        cfg: ModelConfig,
+        ws: WeightStore,
+        tokenizer: Option<TextTokenizer>,
+        config_path: &Path,
+        dev: &Device,
+    ) -> Result<Self> {
         if cfg.head_dim > crate::ops::MAX_HEAD_DIM {
             return Err(ModelError::InvalidArgument(format!(
                 "{}: head_dim {} is above {}, the largest the attention kernels take",
@@ -420,5 +434,69 @@ impl HybridLM {
                 });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lm_head_dev_act, WeightView};
+
+    /// A GGUF model whose Q8_0 weights the kernels read in place (the MoE model's stacked gate
+    /// and up experts, sliced one expert at a time, and its tied embedding and head) gives the
+    /// bits of the same model with those weights dequantized to f32 at load, hidden rows and
+    /// logits alike.
+    #[test]
+    fn quantized_weights_read_in_place_give_the_bits_of_dequantized_ones() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf/moe_fused-q8_0.gguf");
+        let dev = Device::open(Pool::Host).unwrap();
+        let load = |dequantize: bool| {
+            let ck = gguf::GgufCheckpoint::open(&path).unwrap();
+            let mut ws = ck.weights;
+            let quantized: Vec<String> = ws
+                .names()
+                .filter(|n| matches!(ws.tensor(n).map(|t| t.dtype), Ok(Storage::Quant(_))))
+                .map(str::to_string)
+                .collect();
+            assert!(
+                quantized.iter().any(|n| n.contains("experts")),
+                "quantized experts: {quantized:?}"
+            );
+            if dequantize {
+                for n in &quantized {
+                    let t = ws.tensor(n).unwrap();
+                    ws.insert_f32(n.clone(), &path, t.to_f32_vec(), t.shape.clone(), t.act);
+                }
+            }
+            HybridLM::from_store(&path, ck.config, ws, None, &path, &dev).unwrap()
+        };
+        let (in_place, dequantized) = (load(false), load(true));
+        assert!(matches!(in_place.head_view(), WeightView::Quant(_)));
+        assert!(matches!(dequantized.head_view(), WeightView::F32(_)));
+        let vocab = in_place.config().vocab_size;
+        let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % vocab) as u32).collect();
+        let attn = PrefillAttention::dense(&dev);
+        let run = |m: &HybridLM| {
+            let mut s = m.new_session(DType::F32, tokens.len()).unwrap();
+            let hidden = m.hidden(&mut s, &tokens, &attn).unwrap();
+            let mut logits = vec![0.0f32; tokens.len() * vocab];
+            let h = m.config().hidden_size;
+            lm_head_dev_act(
+                &dev,
+                (&hidden[..]).into(),
+                h,
+                m.head_view(),
+                vocab,
+                (&mut logits[..]).into(),
+                m.head_act(),
+            )
+            .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            (bits(&hidden), bits(&logits))
+        };
+        let (a, b) = (run(&in_place), run(&dequantized));
+        assert_eq!(a.0, b.0, "hidden rows");
+        assert_eq!(a.1, b.1, "logits");
     }
 }

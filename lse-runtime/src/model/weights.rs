@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::{ModelError, Result};
-use crate::ops::Activations;
+use crate::ops::{Activations, QuantFormat};
 
 /// Storage dtype of a weight tensor (or of the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,38 @@ impl DType {
             DType::F16 => "F16",
             DType::F32 => "F32",
         }
+    }
+}
+
+/// How a weight tensor's bytes are stored: elements of a float dtype, or blocks of a ggml
+/// format (a GGUF checkpoint's quantized weight, which the LOOM kernels read as stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    Float(DType),
+    Quant(QuantFormat),
+}
+
+impl Storage {
+    /// The dtype's or the format's name (`BF16`, `Q4_K`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::Float(d) => d.name(),
+            Storage::Quant(q) => q.name(),
+        }
+    }
+
+    /// Elements and bytes of the smallest unit stored: one element, or one block.
+    fn unit(self) -> (usize, usize) {
+        match self {
+            Storage::Float(d) => (1, d.size()),
+            Storage::Quant(q) => (q.block_elems(), q.block_bytes()),
+        }
+    }
+}
+
+impl From<DType> for Storage {
+    fn from(d: DType) -> Self {
+        Storage::Float(d)
     }
 }
 
@@ -82,8 +114,8 @@ pub struct Tensor {
     map: Blob,
     start: usize,
     end: usize,
-    /// Stored dtype.
-    pub dtype: DType,
+    /// How the bytes are stored.
+    pub dtype: Storage,
     /// Stored shape.
     pub shape: Vec<usize>,
     /// How activations meet the tensor in a product ([`Entry::act`]).
@@ -109,11 +141,16 @@ impl Tensor {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
-    /// Converts elements `[first, first + out.len())` (flat index) to f32.
+    /// Converts elements `[first, first + out.len())` (flat index) to f32; for a block
+    /// format both ends must fall on block boundaries, and blocks are dequantized as ggml's
+    /// reference code does.
     pub fn read_f32(&self, first: usize, out: &mut [f32]) {
-        let s = self.dtype.size();
-        let b = &self.bytes()[first * s..(first + out.len()) * s];
-        to_f32(self.dtype, b, out);
+        let (per, size) = self.dtype.unit();
+        let b = &self.bytes()[first / per * size..(first + out.len()) / per * size];
+        match self.dtype {
+            Storage::Float(d) => to_f32(d, b, out),
+            Storage::Quant(q) => super::gguf::dequantize_row(q.into(), b, out),
+        }
     }
     /// The whole tensor as f32 (use only for small vectors).
     pub fn to_f32_vec(&self) -> Vec<f32> {
@@ -131,8 +168,8 @@ pub struct Entry {
     pub start: usize,
     /// One past the last byte.
     pub end: usize,
-    /// Stored dtype, or the name of one LSE cannot read.
-    pub dtype: std::result::Result<DType, String>,
+    /// How the bytes are stored, or the name of a dtype LSE cannot read.
+    pub dtype: std::result::Result<Storage, String>,
     /// Shape, outermost dimension first.
     pub shape: Vec<usize>,
     /// How activations meet this weight in a product, as the checkpoint's reference computes
@@ -299,7 +336,7 @@ impl WeightStore {
                 blob,
                 start: 0,
                 end,
-                dtype: Ok(DType::F32),
+                dtype: Ok(DType::F32.into()),
                 shape,
                 act,
             },
@@ -328,7 +365,7 @@ impl WeightStore {
                     blob: fi,
                     start: t.start,
                     end: t.end,
-                    dtype: t.dtype,
+                    dtype: t.dtype.map(Storage::Float),
                     shape: t.shape,
                     act: Activations::F32,
                 },

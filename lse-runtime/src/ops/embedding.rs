@@ -1,8 +1,13 @@
-//! `embedding.gather_<ty>.v1`: the token embedding, read in the table's stored dtype.
+//! `embedding.gather_<ty>.v1`: the token embedding, read in the table's stored dtype (ty =
+//! bf16, f16, f32, or a ggml block format: q8_0, q4_k, q5_k, q6_k).
 
-use lse_kernels::embedding::{embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32};
+use lse_kernels::embedding::{
+    embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32, embed_tokens_q4_k, embed_tokens_q5_k,
+    embed_tokens_q6_k, embed_tokens_q8_0,
+};
 
 use super::lm_head::WeightView;
+use super::quant::QuantFormat;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSliceMut, Device};
 
@@ -22,6 +27,18 @@ pub fn embed_tokens<'a>(
             op: OP,
             message: "hidden is 0".into(),
         });
+    }
+    if let WeightView::Quant(q) = table {
+        if !hidden.is_multiple_of(q.format.block_elems()) {
+            return Err(OpError::Invalid {
+                op: OP,
+                message: format!(
+                    "a {} table needs rows of a multiple of {} values, hidden = {hidden}",
+                    q.format.name(),
+                    q.format.block_elems()
+                ),
+            });
+        }
     }
     let vocab = table.len() / hidden;
     check_len(OP, "table", table.len(), vocab * hidden)?;
@@ -56,6 +73,12 @@ pub fn embed_tokens<'a>(
         WeightView::Bf16(t) => launch!(embed_tokens_bf16, t),
         WeightView::F16(t) => launch!(embed_tokens_f16, t),
         WeightView::F32(t) => launch!(embed_tokens_f32, t),
+        WeightView::Quant(q) => match q.format {
+            QuantFormat::Q8_0 => launch!(embed_tokens_q8_0, q.words),
+            QuantFormat::Q4_K => launch!(embed_tokens_q4_k, q.words),
+            QuantFormat::Q5_K => launch!(embed_tokens_q5_k, q.words),
+            QuantFormat::Q6_K => launch!(embed_tokens_q6_k, q.words),
+        },
     }?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
-//! product into a buffer (`gemm.transpose_x_<ty>.v1`).
+//! product into a buffer (`gemm.transpose_x_<ty>.v1`). A weight kept in a ggml block format
+//! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q8_0, q4_k, q5_k, q6_k), which
+//! dequantizes each K step's block into shared memory and takes the same f32 products.
 
 use half::{bf16, f16};
 use lse_kernels::act_quant::{q8_0, q8_k};
@@ -10,13 +12,20 @@ use lse_kernels::gemm::{
     transpose_x_bf16, transpose_x_f16,
 };
 
+use lse_kernels::gemm_quant::{gemm_xwt_q4_k, gemm_xwt_q5_k, gemm_xwt_q6_k, gemm_xwt_q8_0};
+
 use super::lm_head::WeightView;
+use super::quant::QuantFormat;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
 const EXACT_COLS: u32 = 64;
+/// Rows and columns of `y` per workgroup of the quantized GEMMs (`gemm.xwt_q*`: `4 * BM`
+/// and `BN`).
+const QUANT_ROWS: u32 = 256;
+const QUANT_COLS: u32 = 32;
 /// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `2 * BN`).
 const XWT_ROWS: u32 = 64;
 const XWT_COLS: u32 = 128;
@@ -142,6 +151,21 @@ pub(super) fn launch(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
+    if let WeightView::Quant(q) = w {
+        if !(k as usize).is_multiple_of(q.format.block_elems()) {
+            return Err(OpError::Invalid {
+                op: "gemm",
+                message: format!(
+                    "a {} weight needs rows of a multiple of {} values, k = {k}",
+                    q.format.name(),
+                    q.format.block_elems()
+                ),
+            });
+        }
+        // The kernels index the weight's bytes in u32.
+        let bytes = q.format.bytes_of(n as usize * k as usize);
+        to_u32("gemm", "weight bytes", bytes.unwrap_or(usize::MAX))?;
+    }
     if matches!(act, Activations::Q8_0 | Activations::Q8K) {
         let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;
         quantize_activations(dev, x, k as usize, act, xq.view_mut())?;
@@ -150,8 +174,15 @@ pub(super) fn launch(
     let accumulate = u32::from(out == GemmOut::Accumulate);
     macro_rules! exact {
         ($kernel:ident, $w:expr) => {
+            exact!(
+                $kernel,
+                $w,
+                [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1]
+            )
+        };
+        ($kernel:ident, $w:expr, $grid:expr) => {
             dev.launch(
-                [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1],
+                $grid,
                 $kernel::Args {
                     x,
                     w: $w,
@@ -202,6 +233,15 @@ pub(super) fn launch(
         (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
         (WeightView::F16(w), _) => exact!(gemm_xwt_exact_f16, w),
         (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
+        (WeightView::Quant(q), _) => {
+            let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
+            match q.format {
+                QuantFormat::Q8_0 => exact!(gemm_xwt_q8_0, q.words, grid),
+                QuantFormat::Q4_K => exact!(gemm_xwt_q4_k, q.words, grid),
+                QuantFormat::Q5_K => exact!(gemm_xwt_q5_k, q.words, grid),
+                QuantFormat::Q6_K => exact!(gemm_xwt_q6_k, q.words, grid),
+            }
+        }
     }?;
     Ok(())
 }

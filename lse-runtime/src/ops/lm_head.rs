@@ -7,6 +7,7 @@ use half::{bf16, f16};
 use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
 use super::gemm::{self, Activations, GemmOut};
+use super::quant::QuantView;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
@@ -26,6 +27,8 @@ pub enum WeightView<'a> {
     Bf16(DevSlice<'a, bf16>),
     F16(DevSlice<'a, f16>),
     F32(DevSlice<'a, f32>),
+    /// In a ggml block format, read as stored (the quantized GEMM and embedding kernels).
+    Quant(QuantView<'a>),
 }
 
 impl<'a> WeightView<'a> {
@@ -35,6 +38,7 @@ impl<'a> WeightView<'a> {
             WeightView::Bf16(w) => w.len(),
             WeightView::F16(w) => w.len(),
             WeightView::F32(w) => w.len(),
+            WeightView::Quant(w) => w.len,
         }
     }
 
@@ -49,6 +53,7 @@ impl<'a> WeightView<'a> {
             WeightView::Bf16(w) => WeightView::Bf16(w.sub(range)?),
             WeightView::F16(w) => WeightView::F16(w.sub(range)?),
             WeightView::F32(w) => WeightView::F32(w.sub(range)?),
+            WeightView::Quant(w) => WeightView::Quant(w.sub(range)?),
         })
     }
 }
@@ -149,6 +154,7 @@ fn run(
         return Ok(());
     }
     let dim32 = to_u32(OP, "dim", dim)?;
+    // One row against a float weight: the matrix-vector kernel (a quantized one takes the GEMM).
     if rows == 1 && act == Activations::F32 {
         macro_rules! matvec {
             ($kernel:ident, $w:expr) => {{
@@ -160,15 +166,16 @@ fn run(
                     vocab: vocab32,
                     dim: dim32,
                 };
-                dev.launch(grid, args)
+                dev.launch(grid, args)?;
+                return Ok(());
             }};
         }
         match weight {
             WeightView::Bf16(w) => matvec!(lm_head_matvec_bf16, w),
             WeightView::F16(w) => matvec!(lm_head_matvec_f16, w),
             WeightView::F32(w) => matvec!(lm_head_matvec_f32, w),
-        }?;
-        return Ok(());
+            WeightView::Quant(_) => {}
+        }
     }
     // The GEMM `y = x · wᵀ` with x = hidden `[rows, dim]`, w `[vocab, dim]`, overwriting y.
     let rows32 = to_u32(OP, "rows", rows)?;

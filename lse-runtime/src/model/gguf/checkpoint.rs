@@ -6,9 +6,10 @@
 //! undoing them ([`Conventions::LlamaCpp`]): the norm weights with the 1 added, the decay rate
 //! `ssm_a = -exp(A_log)`, the value heads in tiled order ([`VHeadOrder::Tiled`]); the conv
 //! weight squeezed to `[conv_dim, kc]` is viewed as the checkpoint's `[conv_dim, 1, kc]`; the
-//! fused experts come split into stacked gate and up tensors. F32, F16 and BF16 tensors are
-//! read where they are mapped; quantized ones are dequantized to f32 at load, exactly as
-//! ggml's reference code does.
+//! fused experts come split into stacked gate and up tensors. F32, F16 and BF16 tensors, and
+//! the Q8_0, Q4_K, Q5_K and Q6_K ones that LOOM kernels read in their block format
+//! ([`crate::ops::QuantFormat`]), are read where they are mapped; the other quantized types are
+//! dequantized to f32 at load, exactly as ggml's reference code does.
 
 use std::path::{Path, PathBuf};
 
@@ -19,7 +20,7 @@ use super::file::{GgufFile, GgufTensorInfo, GgufValue};
 use super::quants::{dequantize_row, GgmlType};
 use crate::model::config::{ModelConfig, VHeadOrder};
 use crate::model::error::{ModelError, Result};
-use crate::model::weights::{Blob, Conventions, DType, Entry, WeightStore};
+use crate::model::weights::{Blob, Conventions, DType, Entry, Storage, WeightStore};
 use crate::ops::Activations;
 
 /// The architectures LSE reads (`general.architecture`).
@@ -396,13 +397,16 @@ fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<
         };
         let shape = hf_shape(&name, &t.ne);
         match &t.ty {
-            Ok(GgmlType::F32) => ws.insert(name, stored(mapped, t, DType::F32, shape)),
-            Ok(GgmlType::F16) => ws.insert(name, stored(mapped, t, DType::F16, shape)),
-            Ok(GgmlType::BF16) => ws.insert(name, stored(mapped, t, DType::BF16, shape)),
-            Ok(ty) => {
-                let values = dequantize(f, t, *ty)?;
-                ws.insert_f32(name, f.path(), values, shape, activations(*ty));
-            }
+            Ok(GgmlType::F32) => ws.insert(name, stored(mapped, t, DType::F32.into(), shape)),
+            Ok(GgmlType::F16) => ws.insert(name, stored(mapped, t, DType::F16.into(), shape)),
+            Ok(GgmlType::BF16) => ws.insert(name, stored(mapped, t, DType::BF16.into(), shape)),
+            Ok(ty) => match ty.quant_format() {
+                Some(q) => ws.insert(name, stored(mapped, t, Storage::Quant(q), shape)),
+                None => {
+                    let values = dequantize(f, t, *ty)?;
+                    ws.insert_f32(name, f.path(), values, shape, activations(*ty));
+                }
+            },
             Err(unsupported) => ws.insert(
                 name,
                 Entry {
@@ -419,9 +423,10 @@ fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<
     Ok(())
 }
 
-/// The entry of a float tensor read where it is mapped; llama.cpp rounds activations to a
-/// 16-bit weight's type before the product.
-fn stored(blob: usize, t: &GgufTensorInfo, dtype: DType, shape: Vec<usize>) -> Entry {
+/// The entry of a tensor read where it is mapped (a float one, or a quantized one the LOOM
+/// kernels read in place); llama.cpp rounds activations to a 16-bit weight's type before the
+/// product, and quantizes them against a quantized weight.
+fn stored(blob: usize, t: &GgufTensorInfo, dtype: Storage, shape: Vec<usize>) -> Entry {
     Entry {
         blob,
         start: t.start,
@@ -429,8 +434,9 @@ fn stored(blob: usize, t: &GgufTensorInfo, dtype: DType, shape: Vec<usize>) -> E
         dtype: Ok(dtype),
         shape,
         act: match dtype {
-            DType::F32 => Activations::F32,
-            DType::BF16 | DType::F16 => Activations::RoundedToWeight,
+            Storage::Float(DType::F32) => Activations::F32,
+            Storage::Float(DType::BF16 | DType::F16) => Activations::RoundedToWeight,
+            Storage::Quant(q) => activations(q.into()),
         },
     }
 }

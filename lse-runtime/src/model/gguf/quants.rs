@@ -5,6 +5,8 @@
 
 use half::f16;
 
+use crate::ops::QuantFormat;
+
 /// Elements in a K-quant super-block.
 const QK_K: usize = 256;
 
@@ -190,6 +192,30 @@ impl GgmlType {
             return None;
         }
         (ne0 / self.block_elems()).checked_mul(self.block_bytes())
+    }
+}
+
+impl From<QuantFormat> for GgmlType {
+    fn from(q: QuantFormat) -> Self {
+        match q {
+            QuantFormat::Q8_0 => GgmlType::Q8_0,
+            QuantFormat::Q4_K => GgmlType::Q4_K,
+            QuantFormat::Q5_K => GgmlType::Q5_K,
+            QuantFormat::Q6_K => GgmlType::Q6_K,
+        }
+    }
+}
+
+impl GgmlType {
+    /// The block format LOOM kernels read this type in, if they read it in place.
+    pub fn quant_format(self) -> Option<QuantFormat> {
+        Some(match self {
+            GgmlType::Q8_0 => QuantFormat::Q8_0,
+            GgmlType::Q4_K => QuantFormat::Q4_K,
+            GgmlType::Q5_K => QuantFormat::Q5_K,
+            GgmlType::Q6_K => QuantFormat::Q6_K,
+            _ => return None,
+        })
     }
 }
 

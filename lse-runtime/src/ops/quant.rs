@@ -1,0 +1,296 @@
+//! Weights that stay in a ggml block format in memory (a GGUF checkpoint's quantized tensors,
+//! read where the file is mapped): the formats the quantized kernels read
+//! (`kernels-src/src/gemm_quant.rs`, `embedding.gather_q*`), and a view of such a weight.
+
+use super::OpError;
+use crate::device::DevSlice;
+
+/// A ggml block format that LOOM kernels read in place.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantFormat {
+    /// 34-byte blocks of 32: f16 scale, 32 signed 8-bit quants.
+    Q8_0,
+    /// 144-byte blocks of 256: 4-bit quants, 6-bit scales and minimums.
+    Q4_K,
+    /// 176-byte blocks of 256: 5-bit quants, 6-bit scales and minimums.
+    Q5_K,
+    /// 210-byte blocks of 256: 6-bit quants, 8-bit scales.
+    Q6_K,
+}
+
+impl QuantFormat {
+    /// Elements per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            QuantFormat::Q8_0 => 32,
+            QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantFormat::Q8_0 => 34,
+            QuantFormat::Q4_K => 144,
+            QuantFormat::Q5_K => 176,
+            QuantFormat::Q6_K => 210,
+        }
+    }
+
+    /// ggml's name of the format.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantFormat::Q8_0 => "Q8_0",
+            QuantFormat::Q4_K => "Q4_K",
+            QuantFormat::Q5_K => "Q5_K",
+            QuantFormat::Q6_K => "Q6_K",
+        }
+    }
+
+    /// Bytes of `elems` values (a whole number of blocks), or `None` when `elems` is not one.
+    pub fn bytes_of(self, elems: usize) -> Option<usize> {
+        elems
+            .is_multiple_of(self.block_elems())
+            .then(|| elems / self.block_elems() * self.block_bytes())
+    }
+}
+
+/// A quantized weight as one launch reads it: its bytes as little-endian `u32` words (a
+/// trailing partial word zero-padded), holding `len` values.
+#[derive(Clone, Copy, Debug)]
+pub struct QuantView<'a> {
+    pub format: QuantFormat,
+    pub words: DevSlice<'a, u32>,
+    /// Values (elements) the bytes stand for.
+    pub len: usize,
+}
+
+impl<'a> QuantView<'a> {
+    /// Values `range` (flat index) of the weight: whole blocks starting at a word, as one
+    /// expert's rows of a stacked expert tensor are.
+    pub fn sub(&self, range: std::ops::Range<usize>) -> Result<QuantView<'a>, OpError> {
+        let f = self.format;
+        let bytes = |at: usize| f.bytes_of(at).filter(|b| b.is_multiple_of(4));
+        let (Some(start), Some(end)) = (bytes(range.start), f.bytes_of(range.end)) else {
+            return Err(OpError::Invalid {
+                op: "quantized weight",
+                message: format!(
+                    "values {range:?} of a {} weight do not start at a 4-byte boundary of whole blocks",
+                    f.name()
+                ),
+            });
+        };
+        if range.start > range.end || range.end > self.len {
+            return Err(OpError::Invalid {
+                op: "quantized weight",
+                message: format!("values {range:?} of a weight of {} values", self.len),
+            });
+        }
+        Ok(QuantView {
+            format: f,
+            words: self.words.sub(start / 4..end.div_ceil(4))?,
+            len: range.end - range.start,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{test_values as values, Device, Pool};
+    use crate::model::gguf::dequantize_row;
+    use crate::ops::{embed_tokens, gemm, Activations, GemmOut, HeadWeight, WeightView};
+
+    const FORMATS: [QuantFormat; 4] = [
+        QuantFormat::Q8_0,
+        QuantFormat::Q4_K,
+        QuantFormat::Q5_K,
+        QuantFormat::Q6_K,
+    ];
+
+    /// `rows` rows of `k` values in `format`: random bytes, with each block's f16 scales
+    /// (`d`, and `dmin` for Q4_K/Q5_K) set to finite values of either sign.
+    fn blocks(format: QuantFormat, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let bytes = format.bytes_of(rows * k).unwrap();
+        let mut b: Vec<u8> = (0..bytes).map(|_| next() as u8).collect();
+        let scale_at: &[usize] = match format {
+            QuantFormat::Q8_0 => &[0],
+            QuantFormat::Q4_K | QuantFormat::Q5_K => &[0, 2],
+            QuantFormat::Q6_K => &[208],
+        };
+        for block in b.chunks_exact_mut(format.block_bytes()) {
+            for &at in scale_at {
+                let x = (next() % 2000) as f32 / 1000.0 - 1.0;
+                block[at..at + 2].copy_from_slice(&half::f16::from_f32(x * 0.01).to_le_bytes());
+            }
+        }
+        b
+    }
+
+    /// The bytes as zero-padded little-endian words, as the kernels read them.
+    fn words(b: &[u8]) -> Vec<u32> {
+        b.chunks(4)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect()
+    }
+
+    fn dequantized(format: QuantFormat, b: &[u8], k: usize) -> Vec<f32> {
+        let row_bytes = format.bytes_of(k).unwrap();
+        let mut out = vec![0.0f32; b.len() / row_bytes * k];
+        for (row, bytes) in out.chunks_exact_mut(k).zip(b.chunks_exact(row_bytes)) {
+            dequantize_row(format.into(), bytes, row);
+        }
+        out
+    }
+
+    fn devices() -> Vec<Device> {
+        let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
+        devs.extend(
+            lse_dsl::rt::HOST_CPUS
+                .iter()
+                .filter_map(|c| Device::host_variant(c)),
+        );
+        devs
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The GEMM on a weight kept in its block format gives the bits of the f32 GEMM on the
+    /// weight dequantized as ggml does, on every device, for shapes the blocking does not
+    /// divide (one row; rows past one 128-row block; columns past 64; several blocks per
+    /// row, so Q8_0 and Q6_K blocks start at odd half-words), overwriting and accumulating.
+    #[test]
+    fn quantized_gemm_equals_the_gemm_on_the_dequantized_weight() {
+        for format in FORMATS {
+            let be = format.block_elems();
+            for (m, n, k) in [(1, 1, be), (3, 70, 3 * be), (2 * 128 + 5, 129, 2 * be)] {
+                let b = blocks(format, n, k, (m * n + k) as u64);
+                let w = words(&b);
+                let wf = dequantized(format, &b, k);
+                let x = values(m * k, 3, 1.0);
+                let init = values(m * n, 4, 1.0);
+                let view = || {
+                    WeightView::Quant(QuantView {
+                        format,
+                        words: DevSlice::from(&w[..]),
+                        len: n * k,
+                    })
+                };
+                for dev in devices() {
+                    for out in [GemmOut::Overwrite, GemmOut::Accumulate] {
+                        let at = format!("{} {m}x{n}x{k} {out:?} on {}", format.name(), dev.arch());
+                        let (mut want, mut got) = (init.clone(), init.clone());
+                        gemm(
+                            &dev,
+                            &x[..],
+                            k,
+                            HeadWeight::F32(&wf),
+                            n,
+                            &mut want[..],
+                            out,
+                            Activations::F32,
+                        )
+                        .unwrap();
+                        gemm(
+                            &dev,
+                            &x[..],
+                            k,
+                            view(),
+                            n,
+                            &mut got[..],
+                            out,
+                            Activations::F32,
+                        )
+                        .unwrap();
+                        assert_eq!(bits(&got), bits(&want), "{at}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The embedding of a table kept in its block format gives each token's row dequantized
+    /// as ggml does, on every device.
+    #[test]
+    fn quantized_embedding_rows_are_the_dequantized_rows() {
+        for format in FORMATS {
+            let (vocab, hidden) = (7, 3 * format.block_elems());
+            let b = blocks(format, vocab, hidden, 11);
+            let w = words(&b);
+            let table = dequantized(format, &b, hidden);
+            let ids = [6u32, 0, 3, 3];
+            let want: Vec<f32> = ids
+                .iter()
+                .flat_map(|&i| table[i as usize * hidden..(i as usize + 1) * hidden].to_vec())
+                .collect();
+            for dev in devices() {
+                let view = WeightView::Quant(QuantView {
+                    format,
+                    words: DevSlice::from(&w[..]),
+                    len: vocab * hidden,
+                });
+                let mut got = vec![0.0f32; ids.len() * hidden];
+                embed_tokens(&dev, view, hidden, &ids, &mut got[..]).unwrap();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{} on {}",
+                    format.name(),
+                    dev.arch()
+                );
+            }
+        }
+    }
+
+    /// Rows whose length is not a whole number of blocks, and slices that do not start at a
+    /// word of whole blocks, are refused with the format named.
+    #[test]
+    fn misfitting_shapes_and_slices_are_refused() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let b = blocks(QuantFormat::Q6_K, 3, 256, 1);
+        let w = words(&b);
+        let view = QuantView {
+            format: QuantFormat::Q6_K,
+            words: DevSlice::from(&w[..]),
+            len: 3 * 256,
+        };
+        let x = vec![0.0f32; 2 * 384];
+        let mut y = [0.0f32; 2 * 2];
+        let e = gemm(
+            &dev,
+            &x[..],
+            384,
+            WeightView::Quant(view),
+            2,
+            &mut y[..],
+            GemmOut::Overwrite,
+            Activations::F32,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("Q6_K"), "{e}");
+        // Row 1 of Q6_K rows of 256 starts at byte 210, inside a word.
+        let e = view.sub(256..512).unwrap_err();
+        assert!(e.to_string().contains("4-byte boundary"), "{e}");
+        assert!(view.sub(100..256).is_err(), "not a whole block");
+        assert!(view.sub(512..1024).is_err(), "past the end");
+        let two = view.sub(512..768).unwrap();
+        assert_eq!(two.len, 256);
+        let mut table = vec![0.0f32; 200];
+        let e = embed_tokens(&dev, WeightView::Quant(view), 200, &[0], &mut table[..]);
+        assert!(e.unwrap_err().to_string().contains("Q6_K"));
+    }
+}
