@@ -20,129 +20,75 @@ fn embed_tokens<E>(
     }
 }
 
-/// [`embed_tokens`] on a table that stays quantized: `table` holds the tensor's bytes as
-/// little-endian `u32` words (rows of `hidden / 32` Q8_0 blocks), each value dequantized as
-/// ggml's `dequantize_row_q8_0` does (`gemm_quant.rs` reads the same bytes the same way).
-#[kernel(name = "embedding.gather_q8_0", version = 1, workgroup = 256)]
-fn embed_tokens_q8_0(
+/// [`embed_tokens`] on a table that stays in a ggml block format: `table` holds the tensor's
+/// bytes as little-endian `u32` words (rows of `hidden / QK` blocks), each value dequantized
+/// as ggml's `dequantize_row_*` does; `format` (uniform) as in `gemm.xwt_q`: 0 = Q8_0,
+/// 1 = Q4_K, 2 = Q5_K, 3 = Q6_K (`gemm_quant.rs` reads the same bytes the same way).
+#[kernel(name = "embedding.gather_q", version = 1, workgroup = 256)]
+fn embed_tokens_q(
     ids: &[u32; num_groups()],
     table: &[u32],
     x: &mut [f32; num_groups() * hidden],
     hidden: u32,
+    format: u32,
 ) {
-    let row = ids[group_id()] * (hidden / 32 * 34);
+    let id = ids[group_id()];
     for c in 0..(hidden + group_size() - 1) / group_size() {
         let e = c * group_size() + local_id();
         if e < hidden {
-            let at = row + e / 32 * 34;
-            let d = f16_to_f32(f16_from_bits(table[at / 4] >> (at % 4 * 8)));
-            let o = at + 2 + e % 32;
-            let q = ((table[o / 4] << (24 - o % 4 * 8)) as i32) >> 24;
-            x[group_id() * hidden + e] = q as f32 * d;
-        }
-    }
-}
-
-/// [`embed_tokens_q8_0`] for a Q4_K table (rows of `hidden / 256` 144-byte blocks).
-#[kernel(name = "embedding.gather_q4_k", version = 1, workgroup = 256)]
-fn embed_tokens_q4_k(
-    ids: &[u32; num_groups()],
-    table: &[u32],
-    x: &mut [f32; num_groups() * hidden],
-    hidden: u32,
-) {
-    let row = ids[group_id()] * (hidden / 256 * 36);
-    for c in 0..(hidden + group_size() - 1) / group_size() {
-        let e = c * group_size() + local_id();
-        if e < hidden {
-            let at = row + e / 256 * 36;
-            let j = e % 256 / 32;
-            let dm = table[at];
-            let d = f16_to_f32(f16_from_bits(dm));
-            let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-            let s_j = (table[at + 1 + j / 4] >> (j % 4 * 8)) & 255;
-            let s_j4 = (table[at + 2 + j / 4] >> (j % 4 * 8)) & 255;
-            let sc = if j < 4 {
-                s_j & 63
+            if format == 0 {
+                let at = id * (hidden / 32 * 34) + e / 32 * 34;
+                let d = f16_to_f32(f16_from_bits(table[at / 4] >> (at % 4 * 8)));
+                let o = at + 2 + e % 32;
+                let q = ((table[o / 4] << (24 - o % 4 * 8)) as i32) >> 24;
+                x[group_id() * hidden + e] = q as f32 * d;
+            } else if format < 3 {
+                // Q4_K and Q5_K: one layout of scales; Q5_K's fifth bits lie in the 32
+                // bytes before its quants.
+                let words = if format == 1 { 36u32 } else { 44u32 };
+                let at = id * (hidden / 256 * words) + e / 256 * words;
+                let j = e % 256 / 32;
+                let dm = table[at];
+                let d = f16_to_f32(f16_from_bits(dm));
+                let dmin = f16_to_f32(f16_from_bits(dm >> 16));
+                let s_j = (table[at + 1 + j / 4] >> (j % 4 * 8)) & 255;
+                let s_j4 = (table[at + 2 + j / 4] >> (j % 4 * 8)) & 255;
+                let sc = if j < 4 {
+                    s_j & 63
+                } else {
+                    (s_j4 & 15) | ((((table[at + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
+                };
+                let mn = if j < 4 {
+                    s_j4 & 63
+                } else {
+                    (s_j4 >> 4) | ((s_j >> 6) << 4)
+                };
+                let l = e % 32;
+                let qs = at + words - 32 + j / 2 * 8 + l / 4;
+                let low = (table[qs] >> (l % 4 * 8 + j % 2 * 4)) & 15;
+                let high = if format == 2 {
+                    (table[at + 4 + l / 4] >> (l % 4 * 8 + j)) & 1
+                } else {
+                    0
+                };
+                let q = low + high * 16;
+                x[group_id() * hidden + e] = d * sc as f32 * q as f32 - dmin * mn as f32;
             } else {
-                (s_j4 & 15) | ((((table[at + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
-            };
-            let mn = if j < 4 {
-                s_j4 & 63
-            } else {
-                (s_j4 >> 4) | ((s_j >> 6) << 4)
-            };
-            let l = e % 32;
-            let q = (table[at + 4 + j / 2 * 8 + l / 4] >> (l % 4 * 8 + j % 2 * 4)) & 15;
-            x[group_id() * hidden + e] = d * sc as f32 * q as f32 - dmin * mn as f32;
-        }
-    }
-}
-
-/// [`embed_tokens_q8_0`] for a Q5_K table (rows of `hidden / 256` 176-byte blocks).
-#[kernel(name = "embedding.gather_q5_k", version = 1, workgroup = 256)]
-fn embed_tokens_q5_k(
-    ids: &[u32; num_groups()],
-    table: &[u32],
-    x: &mut [f32; num_groups() * hidden],
-    hidden: u32,
-) {
-    let row = ids[group_id()] * (hidden / 256 * 44);
-    for c in 0..(hidden + group_size() - 1) / group_size() {
-        let e = c * group_size() + local_id();
-        if e < hidden {
-            let at = row + e / 256 * 44;
-            let j = e % 256 / 32;
-            let dm = table[at];
-            let d = f16_to_f32(f16_from_bits(dm));
-            let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-            let s_j = (table[at + 1 + j / 4] >> (j % 4 * 8)) & 255;
-            let s_j4 = (table[at + 2 + j / 4] >> (j % 4 * 8)) & 255;
-            let sc = if j < 4 {
-                s_j & 63
-            } else {
-                (s_j4 & 15) | ((((table[at + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
-            };
-            let mn = if j < 4 {
-                s_j4 & 63
-            } else {
-                (s_j4 >> 4) | ((s_j >> 6) << 4)
-            };
-            let l = e % 32;
-            let low = (table[at + 12 + j / 2 * 8 + l / 4] >> (l % 4 * 8 + j % 2 * 4)) & 15;
-            let high = (table[at + 4 + l / 4] >> (l % 4 * 8 + j)) & 1;
-            let q = low + high * 16;
-            x[group_id() * hidden + e] = d * sc as f32 * q as f32 - dmin * mn as f32;
-        }
-    }
-}
-
-/// [`embed_tokens_q8_0`] for a Q6_K table (rows of `hidden / 256` 210-byte blocks).
-#[kernel(name = "embedding.gather_q6_k", version = 1, workgroup = 256)]
-fn embed_tokens_q6_k(
-    ids: &[u32; num_groups()],
-    table: &[u32],
-    x: &mut [f32; num_groups() * hidden],
-    hidden: u32,
-) {
-    let row = ids[group_id()] * (hidden / 256 * 210);
-    for c in 0..(hidden + group_size() - 1) / group_size() {
-        let e = c * group_size() + local_id();
-        if e < hidden {
-            let at = row + e / 256 * 210;
-            let half = e % 256 / 128;
-            let kq = e % 128 / 32;
-            let l = e % 32;
-            let od = at + 208;
-            let d = f16_to_f32(f16_from_bits(table[od / 4] >> (od % 4 * 8)));
-            let os = at + 192 + 8 * half + 2 * kq + l / 16;
-            let s = (((table[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
-            let ol = at + 64 * half + 32 * (kq % 2) + l;
-            let oh = at + 128 + 32 * half + l;
-            let lo = (table[ol / 4] >> (ol % 4 * 8 + kq / 2 * 4)) & 15;
-            let hi = (table[oh / 4] >> (oh % 4 * 8 + 2 * kq)) & 3;
-            let q = (lo | (hi << 4)) as i32 - 32;
-            x[group_id() * hidden + e] = d * s as f32 * q as f32;
+                let at = id * (hidden / 256 * 210) + e / 256 * 210;
+                let half = e % 256 / 128;
+                let kq = e % 128 / 32;
+                let l = e % 32;
+                let od = at + 208;
+                let d = f16_to_f32(f16_from_bits(table[od / 4] >> (od % 4 * 8)));
+                let os = at + 192 + 8 * half + 2 * kq + l / 16;
+                let s = (((table[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
+                let ol = at + 64 * half + 32 * (kq % 2) + l;
+                let oh = at + 128 + 32 * half + l;
+                let lo = (table[ol / 4] >> (ol % 4 * 8 + kq / 2 * 4)) & 15;
+                let hi = (table[oh / 4] >> (oh % 4 * 8 + 2 * kq)) & 3;
+                let q = (lo | (hi << 4)) as i32 - 32;
+                x[group_id() * hidden + e] = d * s as f32 * q as f32;
+            }
         }
     }
 }

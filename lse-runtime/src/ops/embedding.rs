@@ -1,13 +1,11 @@
 //! `embedding.gather_<ty>.v1`: the token embedding, read in the table's stored dtype (ty =
-//! bf16, f16, f32, or a ggml block format: q8_0, q4_k, q5_k, q6_k).
+//! bf16, f16, f32), and `embedding.gather_q.v1` on a table in a ggml block format.
 
 use lse_kernels::embedding::{
-    embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32, embed_tokens_q4_k, embed_tokens_q5_k,
-    embed_tokens_q6_k, embed_tokens_q8_0,
+    embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32, embed_tokens_q,
 };
 
 use super::lm_head::WeightView;
-use super::quant::QuantFormat;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSliceMut, Device};
 
@@ -39,6 +37,7 @@ pub fn embed_tokens<'a>(
                 ),
             });
         }
+        q.format.check_words(OP, "table", q.len, q.words.len())?;
     }
     let vocab = table.len() / hidden;
     check_len(OP, "table", table.len(), vocab * hidden)?;
@@ -73,12 +72,16 @@ pub fn embed_tokens<'a>(
         WeightView::Bf16(t) => launch!(embed_tokens_bf16, t),
         WeightView::F16(t) => launch!(embed_tokens_f16, t),
         WeightView::F32(t) => launch!(embed_tokens_f32, t),
-        WeightView::Quant(q) => match q.format {
-            QuantFormat::Q8_0 => launch!(embed_tokens_q8_0, q.words),
-            QuantFormat::Q4_K => launch!(embed_tokens_q4_k, q.words),
-            QuantFormat::Q5_K => launch!(embed_tokens_q5_k, q.words),
-            QuantFormat::Q6_K => launch!(embed_tokens_q6_k, q.words),
-        },
+        WeightView::Quant(q) => dev.launch(
+            grid,
+            embed_tokens_q::Args {
+                ids,
+                table: q.words,
+                x,
+                hidden,
+                format: q.format.code(),
+            },
+        ),
     }?;
     Ok(())
 }

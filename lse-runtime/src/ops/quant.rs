@@ -48,6 +48,51 @@ impl QuantFormat {
         }
     }
 
+    /// The kernels' `format` argument (`gemm.xwt_q`, `embedding.gather_q`).
+    pub(super) fn code(self) -> u32 {
+        match self {
+            QuantFormat::Q8_0 => 0,
+            QuantFormat::Q4_K => 1,
+            QuantFormat::Q5_K => 2,
+            QuantFormat::Q6_K => 3,
+        }
+    }
+
+    /// The words holding `elems` values, which must be a whole number of blocks, as the
+    /// kernels read them; an error naming `op` and `what` otherwise, or when a byte offset
+    /// would not fit the kernels' 32-bit indices.
+    pub(super) fn check_words(
+        self,
+        op: &'static str,
+        what: &str,
+        elems: usize,
+        words: usize,
+    ) -> Result<(), OpError> {
+        let Some(bytes) = self.bytes_of(elems) else {
+            return Err(OpError::Invalid {
+                op,
+                message: format!(
+                    "{what}: a {} weight needs rows of a multiple of {} values",
+                    self.name(),
+                    self.block_elems()
+                ),
+            });
+        };
+        super::to_u32(op, &format!("{what} bytes"), bytes)?;
+        if words < bytes.div_ceil(4) {
+            return Err(OpError::Invalid {
+                op,
+                message: format!(
+                    "{what}: {} values of {} need {} words, got {words}",
+                    elems,
+                    self.name(),
+                    bytes.div_ceil(4)
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Bytes of `elems` values (a whole number of blocks), or `None` when `elems` is not one.
     pub fn bytes_of(self, elems: usize) -> Option<usize> {
         elems
@@ -289,6 +334,33 @@ mod tests {
         assert!(view.sub(512..1024).is_err(), "past the end");
         let two = view.sub(512..768).unwrap();
         assert_eq!(two.len, 256);
+        // Fewer words than the values need.
+        let short = QuantView {
+            words: DevSlice::from(&w[..w.len() - 1]),
+            ..view
+        };
+        let mut y2 = [0.0f32; 3];
+        let x2 = vec![0.0f32; 256];
+        let e = gemm(
+            &dev,
+            &x2[..],
+            256,
+            WeightView::Quant(short),
+            3,
+            &mut y2[..],
+            GemmOut::Overwrite,
+            Activations::F32,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("words"), "{e}");
+        let e = embed_tokens(
+            &dev,
+            WeightView::Quant(short),
+            256,
+            &[0],
+            &mut x2.clone()[..],
+        );
+        assert!(e.unwrap_err().to_string().contains("words"));
         let mut table = vec![0.0f32; 200];
         let e = embed_tokens(&dev, WeightView::Quant(view), 200, &[0], &mut table[..]);
         assert!(e.unwrap_err().to_string().contains("Q6_K"));
