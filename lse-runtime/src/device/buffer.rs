@@ -558,18 +558,7 @@ mod tests {
     use lse_kernels::lse_pick::lse_pick;
 
     use super::*;
-    use crate::device::test_values as values;
-
-    /// The CPU-side devices: generated Rust and every host code variant this CPU runs.
-    fn cpu_side_devices() -> Vec<Device> {
-        let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
-        devs.extend(
-            lse_dsl::rt::HOST_CPUS
-                .iter()
-                .filter_map(|c| Device::host_variant(c)),
-        );
-        devs
-    }
+    use crate::device::{cpu_side_devices, test_values as values};
 
     #[test]
     fn uploads_and_downloads_round_trip_on_cpu_side_devices() {

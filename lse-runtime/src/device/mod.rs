@@ -36,6 +36,19 @@ pub fn host_cpu() -> &'static str {
     select::best_host_cpu()
 }
 
+/// The CPU-side devices: generated Rust and every host code variant this CPU runs (the unit
+/// tests' devices).
+#[cfg(test)]
+pub(crate) fn cpu_side_devices() -> Vec<Device> {
+    let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
+    devs.extend(
+        lse_dsl::rt::HOST_CPUS
+            .iter()
+            .filter_map(|c| Device::host_variant(c)),
+    );
+    devs
+}
+
 /// Deterministic values in [-scale, scale) from a 64-bit linear congruential generator: the
 /// unit tests' inputs, the same on every run.
 #[cfg(test)]

@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use super::error::Result;
 use super::weights::{DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
-use crate::ops::{Activations, OpError, QuantFormat, QuantView, WeightView};
+use crate::ops::{words_of, Activations, OpError, QuantFormat, QuantView, WeightView};
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
 /// matrix of its last dimension's columns.
@@ -53,16 +53,9 @@ fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf
 
 /// A copy of `t`'s bytes as little-endian words in `dev`'s memory, the last word zero-padded.
 fn upload_words(dev: &Device, t: &Tensor) -> Result<DeviceBuf<u32>> {
-    let words: Vec<u32> = t
-        .bytes()
-        .chunks(4)
-        .map(|c| {
-            let mut w = [0u8; 4];
-            w[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(w)
-        })
-        .collect();
-    Ok(dev.buffer_from(&words).map_err(OpError::from)?)
+    Ok(dev
+        .buffer_from(&words_of(t.bytes()))
+        .map_err(OpError::from)?)
 }
 
 impl DeviceWeight {
@@ -236,14 +229,7 @@ mod tests {
         entry("padded", 40, 76);
         entry("ragged", 4, 38);
         entry("unaligned", 2, 36);
-        let want: Vec<u32> = block
-            .chunks(4)
-            .map(|c| {
-                let mut w = [0u8; 4];
-                w[..c.len()].copy_from_slice(c);
-                u32::from_le_bytes(w)
-            })
-            .collect();
+        let want = crate::ops::words_of(&block);
         let dev = Device::open(Pool::Host).unwrap();
         for (name, mapped) in [("padded", true), ("ragged", false), ("unaligned", false)] {
             let w = DeviceWeight::new(&dev, &ws.tensor(name).unwrap()).unwrap();

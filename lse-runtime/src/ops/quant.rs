@@ -111,6 +111,19 @@ pub struct QuantView<'a> {
     pub len: usize,
 }
 
+/// `bytes` as little-endian `u32` words, the last one zero-padded: a block-format tensor as
+/// the kernels read it.
+pub fn words_of(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect()
+}
+
 impl<'a> QuantView<'a> {
     /// Values `range` (flat index) of the weight: whole blocks starting at a word, as one
     /// expert's rows of a stacked expert tensor are.
@@ -143,7 +156,7 @@ impl<'a> QuantView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{test_values as values, Device, Pool};
+    use crate::device::{cpu_side_devices, test_values as values, Device, Pool};
     use crate::model::gguf::dequantize_row;
     use crate::ops::{embed_tokens, gemm, Activations, GemmOut, HeadWeight, WeightView};
 
@@ -180,17 +193,6 @@ mod tests {
         b
     }
 
-    /// The bytes as zero-padded little-endian words, as the kernels read them.
-    fn words(b: &[u8]) -> Vec<u32> {
-        b.chunks(4)
-            .map(|c| {
-                let mut w = [0u8; 4];
-                w[..c.len()].copy_from_slice(c);
-                u32::from_le_bytes(w)
-            })
-            .collect()
-    }
-
     fn dequantized(format: QuantFormat, b: &[u8], k: usize) -> Vec<f32> {
         let row_bytes = format.bytes_of(k).unwrap();
         let mut out = vec![0.0f32; b.len() / row_bytes * k];
@@ -198,16 +200,6 @@ mod tests {
             dequantize_row(format.into(), bytes, row);
         }
         out
-    }
-
-    fn devices() -> Vec<Device> {
-        let mut devs = vec![Device::open(Pool::Cpu).unwrap()];
-        devs.extend(
-            lse_dsl::rt::HOST_CPUS
-                .iter()
-                .filter_map(|c| Device::host_variant(c)),
-        );
-        devs
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -224,7 +216,7 @@ mod tests {
             let be = format.block_elems();
             for (m, n, k) in [(1, 1, be), (3, 70, 3 * be), (2 * 128 + 5, 129, 2 * be)] {
                 let b = blocks(format, n, k, (m * n + k) as u64);
-                let w = words(&b);
+                let w = words_of(&b);
                 let wf = dequantized(format, &b, k);
                 let x = values(m * k, 3, 1.0);
                 let init = values(m * n, 4, 1.0);
@@ -235,7 +227,7 @@ mod tests {
                         len: n * k,
                     })
                 };
-                for dev in devices() {
+                for dev in cpu_side_devices() {
                     for out in [GemmOut::Overwrite, GemmOut::Accumulate] {
                         let at = format!("{} {m}x{n}x{k} {out:?} on {}", format.name(), dev.arch());
                         let (mut want, mut got) = (init.clone(), init.clone());
@@ -275,14 +267,14 @@ mod tests {
         for format in FORMATS {
             let (vocab, hidden) = (7, 3 * format.block_elems());
             let b = blocks(format, vocab, hidden, 11);
-            let w = words(&b);
+            let w = words_of(&b);
             let table = dequantized(format, &b, hidden);
             let ids = [6u32, 0, 3, 3];
             let want: Vec<f32> = ids
                 .iter()
                 .flat_map(|&i| table[i as usize * hidden..(i as usize + 1) * hidden].to_vec())
                 .collect();
-            for dev in devices() {
+            for dev in cpu_side_devices() {
                 let view = WeightView::Quant(QuantView {
                     format,
                     words: DevSlice::from(&w[..]),
@@ -307,7 +299,7 @@ mod tests {
     fn misfitting_shapes_and_slices_are_refused() {
         let dev = Device::open(Pool::Host).unwrap();
         let b = blocks(QuantFormat::Q6_K, 3, 256, 1);
-        let w = words(&b);
+        let w = words_of(&b);
         let view = QuantView {
             format: QuantFormat::Q6_K,
             words: DevSlice::from(&w[..]),
