@@ -22,7 +22,7 @@ fn embed_tokens<E>(
 
 /// [`embed_tokens`] on a table that stays in a ggml block format: `table` holds the tensor's
 /// bytes as little-endian `u32` words (rows of `hidden / QK` blocks), each value dequantized
-/// as ggml's `dequantize_row_*` does; `format` (uniform) as in `gemm.xwt_q`: 0 = Q8_0,
+/// as ggml's `dequantize_row_*` does; `format` (uniform): 0 = Q8_0,
 /// 1 = Q4_K, 2 = Q5_K, 3 = Q6_K (`gemm_quant.rs` reads the same bytes the same way).
 #[kernel(name = "embedding.gather_q", version = 1, workgroup = 256)]
 fn embed_tokens_q(

@@ -2,7 +2,7 @@
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
 //! product into a buffer (`gemm.transpose_x_<ty>.v1`). A weight kept in a ggml block format
-//! ([`super::QuantView`]) goes through `gemm.xwt_q.v1` (Q8_0, Q4_K, Q5_K, Q6_K), which
+//! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q8_0, q4_k, q5_k, q6_k), which
 //! dequantizes each K step's block into shared memory and takes the same f32 products.
 
 use half::{bf16, f16};
@@ -12,17 +12,18 @@ use lse_kernels::gemm::{
     transpose_x_bf16, transpose_x_f16,
 };
 
-use lse_kernels::gemm_quant::gemm_xwt_q;
+use lse_kernels::gemm_quant::{gemm_xwt_q4_k, gemm_xwt_q5_k, gemm_xwt_q6_k, gemm_xwt_q8_0};
 
 use super::lm_head::WeightView;
+use super::quant::QuantFormat;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
 const EXACT_COLS: u32 = 64;
-/// Rows and columns of `y` per workgroup of the quantized GEMM (`gemm.xwt_q`: `4 * BM` and
-/// `BN`).
+/// Rows and columns of `y` per workgroup of the quantized GEMMs (`gemm.xwt_q*`: `4 * BM`
+/// and `BN`).
 const QUANT_ROWS: u32 = 256;
 const QUANT_COLS: u32 = 32;
 /// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `2 * BN`).
@@ -231,19 +232,15 @@ pub(super) fn launch(
         (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
         (WeightView::F16(w), _) => exact!(gemm_xwt_exact_f16, w),
         (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
-        (WeightView::Quant(q), _) => dev.launch(
-            [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1],
-            gemm_xwt_q::Args {
-                x,
-                w: q.words,
-                y,
-                m,
-                n,
-                k,
-                accumulate,
-                format: q.format.code(),
-            },
-        ),
+        (WeightView::Quant(q), _) => {
+            let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
+            match q.format {
+                QuantFormat::Q8_0 => exact!(gemm_xwt_q8_0, q.words, grid),
+                QuantFormat::Q4_K => exact!(gemm_xwt_q4_k, q.words, grid),
+                QuantFormat::Q5_K => exact!(gemm_xwt_q5_k, q.words, grid),
+                QuantFormat::Q6_K => exact!(gemm_xwt_q6_k, q.words, grid),
+            }
+        }
     }?;
     Ok(())
 }

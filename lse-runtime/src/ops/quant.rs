@@ -1,6 +1,6 @@
 //! Weights that stay in a ggml block format in memory (a GGUF checkpoint's quantized tensors,
 //! read where the file is mapped): the formats the quantized kernels read
-//! (`kernels-src/src/gemm_quant.rs`, `embedding.gather_q*`), and a view of such a weight.
+//! (`kernels-src/src/gemm_quant.rs`, `embedding.gather_q`), and a view of such a weight.
 
 use super::OpError;
 use crate::device::DevSlice;
@@ -48,7 +48,7 @@ impl QuantFormat {
         }
     }
 
-    /// The kernels' `format` argument (`gemm.xwt_q`, `embedding.gather_q`).
+    /// The `format` argument of `embedding.gather_q`.
     pub(super) fn code(self) -> u32 {
         match self {
             QuantFormat::Q8_0 => 0,
