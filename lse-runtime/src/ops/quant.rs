@@ -58,9 +58,8 @@ impl QuantFormat {
         }
     }
 
-    /// The words holding `elems` values, which must be a whole number of blocks, as the
-    /// kernels read them; an error naming `op` and `what` otherwise, or when a byte offset
-    /// would not fit the kernels' 32-bit indices.
+    /// Checks that `words` words can hold `elems` values in this format (a whole number of
+    /// blocks whose bytes the kernels can index in 32 bits); the error names `op` and `what`.
     pub(super) fn check_words(
         self,
         op: &'static str,
