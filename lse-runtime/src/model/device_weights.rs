@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use super::error::Result;
 use super::weights::{DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
-use crate::ops::{words_of, Activations, OpError, QuantFormat, QuantView, WeightView};
+use crate::ops::{Activations, OpError, QuantFormat, QuantView, WeightView};
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
 /// matrix of its last dimension's columns.
@@ -38,7 +38,8 @@ fn cast<T: bytemuck::Pod>(t: &Tensor) -> Option<&[T]> {
     bytemuck::try_cast_slice(t.bytes()).ok()
 }
 
-/// A copy of `t`'s elements as `T` in `dev`'s memory.
+/// A copy of `t`'s elements as `T` in `dev`'s memory (bytes that do not fill the last `T`
+/// zero-padded: a block-format tensor's trailing half word).
 fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf<T>> {
     let owned;
     let data: &[T] = match cast(t) {
@@ -49,13 +50,6 @@ fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf
         }
     };
     Ok(dev.buffer_from(data).map_err(OpError::from)?)
-}
-
-/// A copy of `t`'s bytes as little-endian words in `dev`'s memory, the last word zero-padded.
-fn upload_words(dev: &Device, t: &Tensor) -> Result<DeviceBuf<u32>> {
-    Ok(dev
-        .buffer_from(&words_of(t.bytes()))
-        .map_err(OpError::from)?)
 }
 
 impl DeviceWeight {
@@ -74,7 +68,7 @@ impl DeviceWeight {
             Storage::Float(DType::BF16) => Mem::Bf16(upload(dev, t)?),
             Storage::Float(DType::F16) => Mem::F16(upload(dev, t)?),
             Storage::Float(DType::F32) => Mem::F32(upload(dev, t)?),
-            Storage::Quant(q) => Mem::Words(q, upload_words(dev, t)?),
+            Storage::Quant(q) => Mem::Words(q, upload(dev, t)?),
         };
         // Shapes are checked against config.json, whose sizes are at least 1.
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
@@ -229,7 +223,7 @@ mod tests {
         entry("padded", 40, 76);
         entry("ragged", 4, 38);
         entry("unaligned", 2, 36);
-        let want = crate::ops::words_of(&block);
+        let want: Vec<u32> = bytemuck::pod_collect_to_vec(&block);
         let dev = Device::open(Pool::Host).unwrap();
         for (name, mapped) in [("padded", true), ("ragged", false), ("unaligned", false)] {
             let w = DeviceWeight::new(&dev, &ws.tensor(name).unwrap()).unwrap();

@@ -27,17 +27,7 @@ pub fn embed_tokens<'a>(
         });
     }
     if let WeightView::Quant(q) = table {
-        if !hidden.is_multiple_of(q.format.block_elems()) {
-            return Err(OpError::Invalid {
-                op: OP,
-                message: format!(
-                    "a {} table needs rows of a multiple of {} values, hidden = {hidden}",
-                    q.format.name(),
-                    q.format.block_elems()
-                ),
-            });
-        }
-        q.format.check_words(OP, "table", q.len, q.words.len())?;
+        q.check_rows(OP, "table", hidden)?;
     }
     let vocab = table.len() / hidden;
     check_len(OP, "table", table.len(), vocab * hidden)?;

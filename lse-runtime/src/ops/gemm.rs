@@ -11,7 +11,6 @@ use lse_kernels::gemm::{
     gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
     transpose_x_bf16, transpose_x_f16,
 };
-
 use lse_kernels::gemm_quant::{gemm_xwt_q4_k, gemm_xwt_q5_k, gemm_xwt_q6_k, gemm_xwt_q8_0};
 
 use super::lm_head::WeightView;
@@ -152,18 +151,7 @@ pub(super) fn launch(
     act: Activations,
 ) -> Result<(), OpError> {
     if let WeightView::Quant(q) = w {
-        if !(k as usize).is_multiple_of(q.format.block_elems()) {
-            return Err(OpError::Invalid {
-                op: "gemm",
-                message: format!(
-                    "a {} weight needs rows of a multiple of {} values, k = {k}",
-                    q.format.name(),
-                    q.format.block_elems()
-                ),
-            });
-        }
-        q.format
-            .check_words("gemm", "w", n as usize * k as usize, q.words.len())?;
+        q.check_rows("gemm", "w", k as usize)?;
     }
     if matches!(act, Activations::Q8_0 | Activations::Q8K) {
         let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;

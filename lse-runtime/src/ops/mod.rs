@@ -46,7 +46,7 @@ pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm, rmsnorm};
 pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
-pub use quant::{words_of, QuantFormat, QuantView};
+pub use quant::{QuantFormat, QuantView};
 pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};
 pub use swiglu::swiglu;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};

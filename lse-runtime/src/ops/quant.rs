@@ -58,40 +58,6 @@ impl QuantFormat {
         }
     }
 
-    /// Checks that `words` words can hold `elems` values in this format (a whole number of
-    /// blocks whose bytes the kernels can index in 32 bits); the error names `op` and `what`.
-    pub(super) fn check_words(
-        self,
-        op: &'static str,
-        what: &str,
-        elems: usize,
-        words: usize,
-    ) -> Result<(), OpError> {
-        let Some(bytes) = self.bytes_of(elems) else {
-            return Err(OpError::Invalid {
-                op,
-                message: format!(
-                    "{what}: a {} weight needs rows of a multiple of {} values",
-                    self.name(),
-                    self.block_elems()
-                ),
-            });
-        };
-        super::to_u32(op, &format!("{what} bytes"), bytes)?;
-        if words < bytes.div_ceil(4) {
-            return Err(OpError::Invalid {
-                op,
-                message: format!(
-                    "{what}: {} values of {} need {} words, got {words}",
-                    elems,
-                    self.name(),
-                    bytes.div_ceil(4)
-                ),
-            });
-        }
-        Ok(())
-    }
-
     /// Bytes of `elems` values (a whole number of blocks), or `None` when `elems` is not one.
     pub fn bytes_of(self, elems: usize) -> Option<usize> {
         elems
@@ -110,20 +76,46 @@ pub struct QuantView<'a> {
     pub len: usize,
 }
 
-/// `bytes` as little-endian `u32` words, the last one zero-padded: a block-format tensor as
-/// the kernels read it.
-pub fn words_of(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks(4)
-        .map(|c| {
-            let mut w = [0u8; 4];
-            w[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(w)
-        })
-        .collect()
-}
-
 impl<'a> QuantView<'a> {
+    /// Checks the view as a matrix of rows of `cols` values for the kernels: `cols` a whole
+    /// number of blocks, the bytes indexable in 32 bits, and enough words for all the values;
+    /// the error names `op`, `what` and the format.
+    pub(super) fn check_rows(
+        &self,
+        op: &'static str,
+        what: &str,
+        cols: usize,
+    ) -> Result<(), OpError> {
+        let f = self.format;
+        let bytes = f
+            .bytes_of(self.len)
+            .filter(|_| cols.is_multiple_of(f.block_elems()));
+        let Some(bytes) = bytes else {
+            return Err(OpError::Invalid {
+                op,
+                message: format!(
+                    "{what}: a {} weight needs rows of a multiple of {} values, got {cols}",
+                    f.name(),
+                    f.block_elems()
+                ),
+            });
+        };
+        super::to_u32(op, &format!("{what} bytes"), bytes)?;
+        let need = bytes.div_ceil(4);
+        if self.words.len() < need {
+            return Err(OpError::Invalid {
+                op,
+                message: format!(
+                    "{what}: {} values of {} need {need} words, got {}",
+                    self.len,
+                    f.name(),
+                    self.words.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Values `range` (flat index) of the weight: whole blocks starting at a word, as one
     /// expert's rows of a stacked expert tensor are.
     pub fn sub(&self, range: std::ops::Range<usize>) -> Result<QuantView<'a>, OpError> {
@@ -215,7 +207,7 @@ mod tests {
             let be = format.block_elems();
             for (m, n, k) in [(1, 1, be), (3, 70, 3 * be), (2 * 128 + 5, 129, 2 * be)] {
                 let b = blocks(format, n, k, (m * n + k) as u64);
-                let w = words_of(&b);
+                let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
                 let wf = dequantized(format, &b, k);
                 let x = values(m * k, 3, 1.0);
                 let init = values(m * n, 4, 1.0);
@@ -266,7 +258,7 @@ mod tests {
         for format in FORMATS {
             let (vocab, hidden) = (7, 3 * format.block_elems());
             let b = blocks(format, vocab, hidden, 11);
-            let w = words_of(&b);
+            let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
             let table = dequantized(format, &b, hidden);
             let ids = [6u32, 0, 3, 3];
             let want: Vec<f32> = ids
@@ -298,7 +290,7 @@ mod tests {
     fn misfitting_shapes_and_slices_are_refused() {
         let dev = Device::open(Pool::Host).unwrap();
         let b = blocks(QuantFormat::Q6_K, 3, 256, 1);
-        let w = words_of(&b);
+        let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
         let view = QuantView {
             format: QuantFormat::Q6_K,
             words: DevSlice::from(&w[..]),
