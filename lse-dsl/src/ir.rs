@@ -38,6 +38,9 @@ pub enum Ty {
     Bool,
     Bf16,
     F16,
+    /// Only as the element of an integer tile's operands (`tile::<i16, R, C>()`): no value,
+    /// variable, parameter or shared array has this type.
+    I16,
 }
 
 impl Ty {
@@ -50,6 +53,7 @@ impl Ty {
             Ty::Bool => "bool",
             Ty::Bf16 => "bf16",
             Ty::F16 => "f16",
+            Ty::I16 => "i16",
         }
     }
 
@@ -57,7 +61,7 @@ impl Ty {
     pub fn size_bytes(self) -> u32 {
         match self {
             Ty::F32 | Ty::I32 | Ty::U32 => 4,
-            Ty::Bf16 | Ty::F16 => 2,
+            Ty::Bf16 | Ty::F16 | Ty::I16 => 2,
             Ty::Bool => 1,
         }
     }

@@ -216,8 +216,9 @@ pub const PTX_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
 /// The host levels every kernel is compiled for, best last. The runtime picks the last one
 /// the running CPU supports ([`cpu_supports`]). `x86-64-v4-bf16` adds AVX512-BF16
-/// (`vdpbf16ps`) and `x86-64-v4-amx` also AMX-BF16, which the tile lowering uses for
-/// `tile_dot`; [`host_level_target`] gives each level's LLVM cpu and features.
+/// (`vdpbf16ps`) and AVX512-VNNI (`vpdpwssd`; every CPU with the first has the second), and
+/// `x86-64-v4-amx` also AMX-BF16, which the tile lowering uses for `tile_dot`;
+/// [`host_level_target`] gives each level's LLVM cpu and features.
 pub const HOST_CPUS: [&str; 5] = [
     "x86-64",
     "x86-64-v3",
@@ -232,8 +233,8 @@ pub fn host_level_target(level: &str) -> Option<(&'static str, &'static str)> {
         "x86-64" => Some(("x86-64", "")),
         "x86-64-v3" => Some(("x86-64-v3", "")),
         "x86-64-v4" => Some(("x86-64-v4", "")),
-        "x86-64-v4-bf16" => Some(("x86-64-v4", "+avx512bf16")),
-        "x86-64-v4-amx" => Some(("x86-64-v4", "+avx512bf16,+amx-tile,+amx-bf16")),
+        "x86-64-v4-bf16" => Some(("x86-64-v4", "+avx512bf16,+avx512vnni")),
+        "x86-64-v4-amx" => Some(("x86-64-v4", "+avx512bf16,+avx512vnni,+amx-tile,+amx-bf16")),
         _ => None,
     }
 }
@@ -263,8 +264,8 @@ pub fn cpu_supports(cpu: &str) -> bool {
             "x86-64" => true,
             "x86-64-v3" => v3,
             "x86-64-v4" => v4,
-            "x86-64-v4-bf16" => v4 && amx::avx512_bf16(),
-            "x86-64-v4-amx" => v4 && amx::avx512_bf16() && amx::usable(),
+            "x86-64-v4-bf16" => v4 && has!("avx512vnni") && amx::avx512_bf16(),
+            "x86-64-v4-amx" => v4 && has!("avx512vnni") && amx::avx512_bf16() && amx::usable(),
             _ => false,
         }
     }
@@ -355,8 +356,9 @@ pub mod access {
 }
 
 /// The tile statements' reference semantics, called by the generated Rust. A tile is a
-/// row-major `Vec<f32>` of `rows * cols` values; a bf16 or f16 tile holds values already
-/// rounded to its type (exact in f32).
+/// row-major `Vec<f32>` of `rows * cols` values (a bf16 or f16 tile holds values already
+/// rounded to its type, exact in f32), or a `Vec<i32>` for an integer tile (an i16 tile
+/// holds values already wrapped to i16).
 pub mod tile {
     /// Where a load or store goes: element `(r, c)` is buffer element
     /// `offset + r * stride + c` (`offset + c * stride + r` when `transposed`), for `r < rows`,
@@ -383,21 +385,21 @@ pub mod tile {
     }
 
     /// `tile_load`: element `(r, c)` becomes `round(read(index))` inside the window, 0 outside.
-    pub fn load(
-        t: &mut [f32],
+    pub fn load<T: Copy + Default>(
+        t: &mut [T],
         cols: u32,
         w: Window,
-        read: impl Fn(u32) -> f32,
-        round: impl Fn(f32) -> f32,
+        read: impl Fn(u32) -> T,
+        round: impl Fn(T) -> T,
     ) {
         for (i, v) in t.iter_mut().enumerate() {
             let (r, c) = (i as u32 / cols, i as u32 % cols);
-            *v = w.index(r, c).map_or(0.0, |ix| round(read(ix)));
+            *v = w.index(r, c).map_or(T::default(), |ix| round(read(ix)));
         }
     }
 
     /// `tile_store`: writes element `(r, c)` inside the window.
-    pub fn store(t: &[f32], cols: u32, w: Window, mut write: impl FnMut(u32, f32)) {
+    pub fn store<T: Copy>(t: &[T], cols: u32, w: Window, mut write: impl FnMut(u32, T)) {
         for (i, v) in t.iter().enumerate() {
             if let Some(ix) = w.index(i as u32 / cols, i as u32 % cols) {
                 write(ix, *v);
@@ -416,6 +418,19 @@ pub mod tile {
                     s = a[m * k + kk].mul_add(b[kk * n + j], s);
                 }
                 *out = s;
+            }
+        }
+    }
+
+    /// `tile_dot` of i16 tiles: `acc[m][n] += sum over k of a[m][k] * b[k][n]`, the products
+    /// exact and the sums wrapping in i32 (any order gives these values).
+    pub fn dot_i16(acc: &mut [i32], a: &[i32], b: &[i32], n: u32, k: u32) {
+        let (n, k) = (n as usize, k as usize);
+        for (m, row) in acc.chunks_mut(n).enumerate() {
+            for (j, out) in row.iter_mut().enumerate() {
+                for kk in 0..k {
+                    *out = out.wrapping_add(a[m * k + kk] * b[kk * n + j]);
+                }
             }
         }
     }
@@ -453,10 +468,10 @@ pub mod tile {
         }
     }
 
-    /// `tile_copy`: `dst = round(src)` elementwise (`round` to the destination's type).
-    pub fn copy(dst: &mut [f32], src: &[f32], round: impl Fn(f32) -> f32) {
+    /// `tile_copy`: `dst = convert(src)` elementwise (`convert` to the destination's type).
+    pub fn copy<S: Copy, D>(dst: &mut [D], src: &[S], convert: impl Fn(S) -> D) {
         for (d, s) in dst.iter_mut().zip(src) {
-            *d = round(*s);
+            *d = convert(*s);
         }
     }
 }

@@ -95,6 +95,7 @@ fn ty_tokens(ty: Ty) -> TokenStream {
         Ty::Bool => quote!(bool),
         Ty::Bf16 => quote!(bf16),
         Ty::F16 => quote!(f16),
+        Ty::I16 => quote!(i16),
     }
 }
 
@@ -106,6 +107,7 @@ fn zero(ty: Ty) -> TokenStream {
         Ty::Bool => quote!(false),
         Ty::Bf16 => quote!(bf16::ZERO),
         Ty::F16 => quote!(f16::ZERO),
+        Ty::I16 => quote!(0i16),
     }
 }
 
@@ -160,6 +162,19 @@ fn const_tokens(bits: u32, ty: Ty) -> TokenStream {
             let lit = Literal::u16_suffixed(bits as u16);
             quote!(f16::from_bits(#lit))
         }
+        Ty::I16 => {
+            let lit = Literal::i16_unsuffixed(bits as i16);
+            quote!((#lit as i16))
+        }
+    }
+}
+
+/// The element type and zero of a tile's `Vec` in the generated Rust: `i32` for integer
+/// tiles, `f32` for float tiles.
+fn tile_storage(elem: Ty) -> (TokenStream, TokenStream) {
+    match elem {
+        Ty::I16 | Ty::I32 => (quote!(i32), quote!(0i32)),
+        _ => (quote!(f32), quote!(0.0f32)),
     }
 }
 
@@ -286,6 +301,7 @@ impl Gen<'_> {
                         Ty::I32 => quote!(scalars[#si] as u32 as i32),
                         Ty::Bf16 => quote!(bf16::from_bits(scalars[#si] as u16)),
                         Ty::F16 => quote!(f16::from_bits(scalars[#si] as u16)),
+                        Ty::I16 => quote!(scalars[#si] as u16 as i16),
                         Ty::Bool => quote!(scalars[#si] != 0),
                         Ty::U32 => quote!(scalars[#si] as u32),
                     };
@@ -308,9 +324,10 @@ impl Gen<'_> {
         for (tid, t) in k.tiles.iter().enumerate() {
             let ident = self.tile_ident(tid as TileId);
             let len = Literal::usize_unsuffixed(t.len() as usize);
+            let (ty, z) = tile_storage(t.elem);
             shared_alloc
-                .push(quote!(let mut #ident: ::std::vec::Vec<f32> = ::std::vec![0.0f32; #len];));
-            shared_zero.push(quote!(#ident.fill(0.0f32);));
+                .push(quote!(let mut #ident: ::std::vec::Vec<#ty> = ::std::vec![#z; #len];));
+            shared_zero.push(quote!(#ident.fill(#z);));
         }
 
         let mut per_item = Vec::new();
@@ -476,7 +493,8 @@ impl Gen<'_> {
         match op {
             TileOp::Zero { dst } => {
                 let t = self.tile_ident(*dst);
-                quote!(#t.fill(0.0f32);)
+                let (_, z) = tile_storage(decl(*dst).elem);
+                quote!(#t.fill(#z);)
             }
             TileOp::Load { dst, from } => {
                 let t = self.tile_ident(*dst);
@@ -487,13 +505,13 @@ impl Gen<'_> {
                         let p = self.param_ident(buf);
                         let elem = self.buffer_elem(buf, Ty::F32);
                         let f = load_fn(elem);
-                        if elem == Ty::F32 {
+                        if matches!(elem, Ty::F32 | Ty::I32) {
                             quote!(|i| #f(#p, i))
                         } else {
                             quote!(|i| #f(#p, i).to_f32())
                         }
                     }
-                    // An f32 shared array (the front end refuses others).
+                    // An f32 or i32 shared array (the front end refuses others).
                     TileMem::Shared(array) => {
                         let a = self.shared_ident(array);
                         quote!(|i| #a[i as usize])
@@ -502,6 +520,7 @@ impl Gen<'_> {
                 let round = match decl(*dst).elem {
                     Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
                     Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
+                    Ty::I16 => quote!(|x: i32| x as i16 as i32),
                     _ => quote!(|x| x),
                 };
                 quote!(::lse_dsl::rt::tile::load(&mut #t, #cols, #w, #read, #round);)
@@ -516,12 +535,16 @@ impl Gen<'_> {
                         match self.buffer_elem(buf, Ty::F32) {
                             Ty::Bf16 => quote!(|i, x| store(#p, i, bf16::from_f32(x))),
                             Ty::F16 => quote!(|i, x| store(#p, i, f16::from_f32(x))),
-                            _ => quote!(|i, x: f32| store(#p, i, x)),
+                            elem => {
+                                let t = ty_tokens(elem);
+                                quote!(|i, x: #t| store(#p, i, x))
+                            }
                         }
                     }
                     TileMem::Shared(array) => {
                         let a = self.shared_ident(array);
-                        quote!(|i, x: f32| #a[i as usize] = x)
+                        let t = ty_tokens(self.k.shared[array as usize].elem);
+                        quote!(|i, x: #t| #a[i as usize] = x)
                     }
                 };
                 quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
@@ -533,7 +556,11 @@ impl Gen<'_> {
                     self.tile_ident(*b),
                 );
                 let (n, k) = (decl(*acc).cols, decl(*a).cols);
-                quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
+                if decl(*a).elem == Ty::I16 {
+                    quote!(::lse_dsl::rt::tile::dot_i16(&mut #c, &#x, &#y, #n, #k);)
+                } else {
+                    quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
+                }
             }
             TileOp::Binary { op, dst, src } => {
                 let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
@@ -562,10 +589,11 @@ impl Gen<'_> {
             }
             TileOp::Copy { dst, src } => {
                 let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
-                let round = match decl(*dst).elem {
-                    Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
-                    Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
-                    _ => quote!(|x| x),
+                let round = match (decl(*dst).elem, decl(*src).elem) {
+                    (_, Ty::I32) => quote!(|x: i32| x as f32),
+                    (Ty::Bf16, _) => quote!(|x: f32| bf16::from_f32(x).to_f32()),
+                    (Ty::F16, _) => quote!(|x: f32| f16::from_f32(x).to_f32()),
+                    _ => quote!(|x: f32| x),
                 };
                 quote!(::lse_dsl::rt::tile::copy(&mut #d, &#s, #round);)
             }

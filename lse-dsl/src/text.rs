@@ -340,6 +340,7 @@ fn constant(bits: u32, ty: Ty) -> String {
         Ty::U32 => format!("{bits}u32"),
         Ty::Bool => (bits != 0).to_string(),
         Ty::Bf16 | Ty::F16 => format!("{}::from_bits(0x{bits:04x})", ty.rust_name()),
+        Ty::I16 => format!("{}i16", bits as i16),
     }
 }
 

@@ -60,9 +60,9 @@ impl Emitter<'_> {
                 else {
                     return Err(format!("tile window on shared array {a}, not declared"));
                 };
-                if decl.elem != Ty::F32 {
+                if !matches!(decl.elem, Ty::F32 | Ty::I32) {
                     return Err(format!(
-                        "tile window on shared array {a} of {}, not f32",
+                        "tile window on shared array {a} of {}, not f32 or i32",
                         decl.elem.rust_name()
                     ));
                 }

@@ -149,30 +149,46 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 }
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
-/// their K products in increasing k with `fma`.
+/// their K products in increasing k with `fma` (i16 operands: exact products added in
+/// wrapping i32).
 fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles) {
-    let (m_n, n, k) = {
+    let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
-        (c.len(), c.cols, x.cols)
+        (c.len(), c.cols, x.cols, x.elem == Ty::I16)
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
+    // An operand element as the accumulator's type.
+    let operand = |e: &mut Emitter, t: u32, i: &str| {
+        if int {
+            let v = read_raw(e, t, i);
+            convert(&mut e.b, &v, Ty::I16, Ty::I32)
+        } else {
+            read(e, t, i)
+        }
+    };
     lane_loop(e, wg, m_n, &mut |e, i| {
         let m = e.b.op(format!("udiv i32 {i}, {n}"));
         let j = e.b.op(format!("urem i32 {i}, {n}"));
-        let init = read(e, acc, i);
-        let s = e.carried_loop(k, "float", &[init], |e, kk, s| {
+        let init = read_raw(e, acc, i);
+        let acc_ty = lty(e.k.tiles[acc as usize].elem);
+        let s = e.carried_loop(k, acc_ty, &[init], |e, kk, s| {
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
             let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
             let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
             let ib = e.b.op(format!("add nuw i32 {rb}, {j}"));
-            let x = read(e, a, &ia);
-            let y = read(e, b, &ib);
-            vec![e.b.call(
-                "float",
-                "llvm.fma.f32",
-                &[("float", &x), ("float", &y), ("float", s)],
-            )]
+            let x = operand(e, a, &ia);
+            let y = operand(e, b, &ib);
+            if int {
+                let p = e.b.op(format!("mul i32 {x}, {y}"));
+                vec![e.b.op(format!("add i32 {s}, {p}"))]
+            } else {
+                vec![e.b.call(
+                    "float",
+                    "llvm.fma.f32",
+                    &[("float", &x), ("float", &y), ("float", s)],
+                )]
+            }
         });
         write(e, acc, i, &s[0]);
     });

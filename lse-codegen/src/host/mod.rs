@@ -129,11 +129,12 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         tiles: Vec::new(),
         amx: features.contains("+amx-bf16"),
         dpbf16: features.contains("+avx512bf16"),
+        vnni: features.contains("+avx512vnni"),
         fma: llvm_cpu != "x86-64",
         zmm: llvm_cpu == "x86-64-v4",
         loops: Vec::new(),
     };
-    host.tiles = tiles::allocate(&mut e, k, host.dpbf16);
+    host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem));
     tiles::zero_all(&mut e, &host.tiles);
     host.phases(&mut e, &w.phases)?;
     e.b.br(&glatch);
@@ -190,6 +191,8 @@ struct HostPhases {
     amx: bool,
     /// Whether `tile_dot` may use `vdpbf16ps` (AVX512-BF16).
     dpbf16: bool,
+    /// Whether `tile_dot` of i16 tiles may use `vpdpwssd` (AVX512-VNNI).
+    vnni: bool,
     /// Whether the CPU has FMA (every level but baseline `x86-64`): f32 `tile_dot` runs in
     /// register blocks.
     fma: bool,

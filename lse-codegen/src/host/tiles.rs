@@ -90,31 +90,39 @@ impl HostTile {
     }
 }
 
-/// Whether `vdpbf16ps` applies to `acc += a b` (bf16, N a multiple of 16, K even).
+/// Whether the shapes of `acc += a b` suit a pair instruction (`vdpbf16ps`, `vpdpwssd`):
+/// N a multiple of 16, K even.
 fn pairs_shape(acc: &TileDecl, a: &TileDecl) -> bool {
-    a.elem == Ty::Bf16 && acc.cols.is_multiple_of(16) && a.cols.is_multiple_of(2)
+    acc.cols.is_multiple_of(16) && a.cols.is_multiple_of(2)
 }
 
 /// Whether AMX applies to `acc += a b` (bf16, shapes multiples of 16 x 16 x 32).
 fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
-    pairs_shape(acc, a) && acc.rows.is_multiple_of(16) && a.cols.is_multiple_of(32)
+    a.elem == Ty::Bf16
+        && pairs_shape(acc, a)
+        && acc.rows.is_multiple_of(16)
+        && a.cols.is_multiple_of(32)
 }
 
-/// The stack arrays of `k`'s tiles. With `dpbf16` (AVX512-BF16 levels), the `b` operands of
-/// dots that [`pairs_shape`] accepts get [`Layout::Pairs`]; tiles that [`viewable`] accepts
-/// get a [`View`].
-pub(super) fn allocate(e: &mut Emitter, k: &Kernel, dpbf16: bool) -> Vec<HostTile> {
+/// The stack arrays of `k`'s tiles. The `b` operands of dots whose operand type has a pair
+/// instruction on the level (`pair_dot`) and whose shapes [`pairs_shape`] accepts get
+/// [`Layout::Pairs`]; tiles that [`viewable`] accepts get a [`View`].
+pub(super) fn allocate(
+    e: &mut Emitter,
+    k: &Kernel,
+    pair_dot: impl Fn(Ty) -> Option<Micro>,
+) -> Vec<HostTile> {
     let mut pairs = vec![false; k.tiles.len()];
-    if dpbf16 {
-        each_tile_op(&k.body, &mut |op| match op {
-            TileOp::Dot { acc, a, b }
-                if a != b && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
-            {
-                pairs[*b as usize] = true;
-            }
-            _ => {}
-        });
-    }
+    each_tile_op(&k.body, &mut |op| match op {
+        TileOp::Dot { acc, a, b }
+            if a != b
+                && pair_dot(k.tiles[*a as usize].elem).is_some()
+                && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
+        {
+            pairs[*b as usize] = true;
+        }
+        _ => {}
+    });
     let views = viewable(k);
     k.tiles
         .iter()
@@ -220,9 +228,12 @@ fn memset0(e: &mut Emitter, t: &HostTile) {
 
 /// The register-blocked inner product of [`HostPhases::blocked_dot`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Micro {
+pub(super) enum Micro {
     /// `vdpbf16ps` on bf16 pairs (AVX512-BF16), `b` in [`Layout::Pairs`].
     Dpbf16,
+    /// `vpdpwssd` on i16 pairs into i32 (AVX512-VNNI), `b` in [`Layout::Pairs`]: exact
+    /// products, wrapping sums, so equal to the reference in any order.
+    Dpwssd,
     /// `fma` on f32 vectors (16-bit operands widened exactly): per element the reference's
     /// order, so bit-identical to it.
     Fma,
@@ -323,6 +334,15 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
 }
 
 impl HostPhases {
+    /// The pair instruction `tile_dot` of `elem` operands may use on this level, if any.
+    pub(super) fn pair_dot(&self, elem: Ty) -> Option<Micro> {
+        match elem {
+            Ty::Bf16 if self.dpbf16 => Some(Micro::Dpbf16),
+            Ty::I16 if self.vnni => Some(Micro::Dpwssd),
+            _ => None,
+        }
+    }
+
     /// Lowers one tile statement (once per workgroup).
     pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) -> Lowered<()> {
         match op {
@@ -347,11 +367,13 @@ impl HostPhases {
                 // The register-blocked paths read `a` row-major and `b` in pairs.
                 let pairs = self.tiles[b].layout == Layout::Pairs
                     && self.tiles[a].layout == Layout::RowMajor;
+                let pair_dot = self.pair_dot(da.elem).filter(|_| pairs_shape(dc, da));
                 if pairs && self.amx && amx_shape(dc, da) {
                     self.amx_dot(e, acc, a, b)
-                } else if pairs && self.dpbf16 && pairs_shape(dc, da) {
-                    self.blocked_dot(e, acc, a, b, Micro::Dpbf16)
+                } else if let (true, Some(micro)) = (pairs, pair_dot) {
+                    self.blocked_dot(e, acc, a, b, micro)
                 } else if self.fma
+                    && dc.elem == Ty::F32
                     && self.tiles[b].layout == Layout::RowMajor
                     && self.tiles[a].layout == Layout::RowMajor
                     && dc.cols.is_multiple_of(16)
@@ -610,15 +632,17 @@ impl HostPhases {
         true
     }
 
-    /// A whole untransposed window of a bf16 buffer loaded into the [`Layout::Pairs`] tile
-    /// `t`: each pair of buffer rows is read 16 columns at a time and interleaved into one
-    /// tile row of pairs (two vector loads, one shuffle, one store per 32 elements). Returns
-    /// false, emitting nothing, for other tiles and shapes.
+    /// A whole untransposed window of a bf16 buffer (into a bf16 tile) or of i32 memory (into
+    /// an i16 tile, each value wrapped) loaded into the [`Layout::Pairs`] tile `t`: each pair
+    /// of rows is read 16 columns at a time and interleaved into one tile row of pairs (two
+    /// vector loads, one shuffle, one store per 32 elements). Returns false, emitting
+    /// nothing, for other tiles and shapes.
     fn paired_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
         let tile = &self.tiles[t];
         let (rows, cols) = (tile.decl.rows, tile.decl.cols);
+        let source = (tile.decl.elem, w.elem);
         if tile.layout != Layout::Pairs
-            || w.elem != Ty::Bf16
+            || !matches!(source, (Ty::Bf16, Ty::Bf16) | (Ty::I16, Ty::I32))
             || !rows.is_multiple_of(2)
             || !cols.is_multiple_of(16)
         {
@@ -638,7 +662,12 @@ impl HostPhases {
                 let c = c0.to_string();
                 let halves = [&r0, &r1].map(|r| {
                     let q = e.window_elem_ptr(w, r, &c);
-                    e.b.op(format!("load <16 x i16>, ptr {q}, align 2"))
+                    if source.1 == Ty::I32 {
+                        let v = e.b.op(format!("load <16 x i32>, ptr {q}, align 4"));
+                        e.b.op(format!("trunc <16 x i32> {v} to <16 x i16>"))
+                    } else {
+                        e.b.op(format!("load <16 x i16>, ptr {q}, align 2"))
+                    }
                 });
                 let pairs = e.b.op(format!(
                     "shufflevector <16 x i16> {}, <16 x i16> {}, <32 x i32> <{interleave}>",
@@ -764,33 +793,50 @@ impl HostPhases {
         ));
     }
 
-    /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])`, m, then k ascending, then n (vectorised).
+    /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` (i16 tiles: `acc + a b` in wrapping
+    /// i32), m, then k ascending, then n (vectorised).
     fn loop_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
         let (m, n, k) = (
             self.tiles[acc].decl.rows,
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
+        let int = self.tiles[a].decl.elem == Ty::I16;
+        // An operand as the accumulator's type: i16 sign-extended, floats as f32.
+        let operand = |h: &Self, e: &mut Emitter, t: usize, r: &str, c: &str| {
+            if int {
+                let v = h.read_raw(e, t, r, c);
+                convert(&mut e.b, &v, Ty::I16, Ty::I32)
+            } else {
+                h.read(e, t, r, c)
+            }
+        };
         self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
             h.sequential_loop(e, k, |h, e, kk| {
-                let x = h.read(e, a, i, kk);
+                let x = operand(h, e, a, i, kk);
                 h.parallel_loop(e, n, LoopHint::Vectorize, |h, e, j| {
-                    let y = h.read(e, b, kk, j);
-                    let s = h.read(e, acc, i, j);
-                    let r = e.b.call(
-                        "float",
-                        "llvm.fma.f32",
-                        &[("float", &x), ("float", &y), ("float", &s)],
-                    );
+                    let y = operand(h, e, b, kk, j);
+                    let r = if int {
+                        let s = h.read_raw(e, acc, i, j);
+                        let p = e.b.op(format!("mul i32 {x}, {y}"));
+                        e.b.op(format!("add i32 {s}, {p}"))
+                    } else {
+                        let s = h.read(e, acc, i, j);
+                        e.b.call(
+                            "float",
+                            "llvm.fma.f32",
+                            &[("float", &x), ("float", &y), ("float", &s)],
+                        )
+                    };
                     h.write_raw(e, acc, i, j, &r);
                 })
             })
         });
     }
 
-    /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs
-    /// (shapes checked by [`pairs_shape`]) or `fma` on f32 vectors, 16-bit operands widened
-    /// (N a multiple of 16).
+    /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs or
+    /// `vpdpwssd` on i16 pairs (shapes checked by [`pairs_shape`]), or `fma` on f32 vectors,
+    /// 16-bit operands widened (N a multiple of 16).
     fn blocked_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize, micro: Micro) {
         // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
         // vector each, 6 where 16 registers hold half of one.
@@ -803,6 +849,7 @@ impl HostPhases {
             .collect();
         e.b.declare(match micro {
             Micro::Dpbf16 => "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
+            Micro::Dpwssd => "declare <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
             Micro::Fma => "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
         });
         let mr = mr_max.min(m);
@@ -823,7 +870,8 @@ impl HostPhases {
     }
 
     /// Rows `m0..m0 + mr` x column vectors `v0..v0 + nr` (16 columns each) of `acc += a b`:
-    /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps`).
+    /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps` and
+    /// `vpdpwssd`).
     fn reg_block(
         &mut self,
         e: &mut Emitter,
@@ -834,6 +882,8 @@ impl HostPhases {
     ) {
         let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
         let b_elem = self.tiles[b].decl.elem;
+        let acc_elem = lty(self.tiles[acc].decl.elem);
+        let vt = format!("<16 x {acc_elem}>");
         let (pc, pb) = (self.tiles[acc].ptr.clone(), self.tiles[b].ptr.clone());
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
@@ -844,20 +894,20 @@ impl HostPhases {
             let base = e.b.op(format!("mul nuw i32 {row}, {n}"));
             for j in 0..nr {
                 let ix = e.b.op(format!("add nuw i32 {base}, {}", (v0 + j) * 16));
-                let p = at(e, "float", &pc, &ix);
-                init.push(e.b.op(format!("load <16 x float>, ptr {p}, align 64")));
+                let p = at(e, acc_elem, &pc, &ix);
+                init.push(e.b.op(format!("load {vt}, ptr {p}, align 64")));
                 acc_ptrs.push(p);
             }
         }
         let steps = match micro {
-            Micro::Dpbf16 => k / 2,
+            Micro::Dpbf16 | Micro::Dpwssd => k / 2,
             Micro::Fma => k,
         };
-        let out = e.carried_loop(steps, "<16 x float>", &init, |e, kk, cur| {
+        let out = e.carried_loop(steps, &vt, &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
                     let (row, col) = match micro {
-                        Micro::Dpbf16 => (2 * n, (v0 + j) * 32),
+                        Micro::Dpbf16 | Micro::Dpwssd => (2 * n, (v0 + j) * 32),
                         Micro::Fma => (n, (v0 + j) * 16),
                     };
                     let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
@@ -866,6 +916,9 @@ impl HostPhases {
                     match (micro, b_elem) {
                         (Micro::Dpbf16, _) => {
                             e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
+                        }
+                        (Micro::Dpwssd, _) => {
+                            e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
                         }
                         (Micro::Fma, Ty::F32) => {
                             e.b.op(format!("load <16 x float>, ptr {p}, align 64"))
@@ -880,13 +933,17 @@ impl HostPhases {
             let mut next = Vec::new();
             for (r, row) in rows.iter().enumerate() {
                 let av = match micro {
-                    Micro::Dpbf16 => {
+                    Micro::Dpbf16 | Micro::Dpwssd => {
                         let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
                         let p = self.elem_ptr(e, a, row, &k2);
                         // A view's rows may start at any element.
                         let pair = e.b.op(format!("load i32, ptr {p}, align 2"));
                         let splat = splat(e, "i32", &pair);
-                        e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
+                        if micro == Micro::Dpwssd {
+                            splat
+                        } else {
+                            e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
+                        }
                     }
                     Micro::Fma => {
                         let x = self.read(e, a, row, kk);
@@ -899,6 +956,9 @@ impl HostPhases {
                         Micro::Dpbf16 => format!(
                             "call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> {c}, <32 x bfloat> {av}, <32 x bfloat> {y})"
                         ),
+                        Micro::Dpwssd => format!(
+                            "call <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32> {c}, <16 x i32> {av}, <16 x i32> {y})"
+                        ),
                         Micro::Fma => format!(
                             "call <16 x float> @llvm.fma.v16f32(<16 x float> {av}, <16 x float> {y}, <16 x float> {c})"
                         ),
@@ -908,7 +968,7 @@ impl HostPhases {
             next
         });
         for (p, v) in acc_ptrs.iter().zip(out) {
-            e.b.ins(format!("store <16 x float> {v}, ptr {p}, align 64"));
+            e.b.ins(format!("store {vt} {v}, ptr {p}, align 64"));
         }
     }
 

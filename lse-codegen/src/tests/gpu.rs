@@ -234,3 +234,27 @@ fn shared_array_window_code_objects() {
         assert!(c.asm.contains(unit), "{arch}: no {unit}");
     }
 }
+
+/// Integer tiles lower for every AMDGPU arch: i16 operands and i32 accumulators in LDS, the
+/// dot on the portable path (no matrix instruction takes i16).
+#[test]
+fn integer_tile_code_objects() {
+    let k = kernels::from_source(kernels::TILE_INT_DOT_SRC);
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(
+            c.asm.contains("ds_read_i16")
+                || c.asm.contains("ds_read_u16")
+                || c.asm.contains("ds_load_i16")
+                || c.asm.contains("ds_load_u16"),
+            "{arch}: no 16-bit LDS read"
+        );
+        assert!(
+            c.asm.contains("v_mad_i32_i24")
+                || c.asm.contains("v_mul_lo")
+                || c.asm.contains("v_mad_u32_u24")
+                || c.asm.contains("v_mul_i32"),
+            "{arch}: no integer multiply"
+        );
+    }
+}

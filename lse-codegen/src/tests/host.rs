@@ -1028,3 +1028,57 @@ fn shared_array_windows_are_not_prefetched() {
         assert_eq!(y, x, "{cpu}");
     }
 }
+
+/// Integer tiles on every host level: i32 values wrap to i16 as they load, products are
+/// exact and sums wrap in i32 (the values make them overflow), so every level, the
+/// `vpdpwssd` path included, equals the definition bit for bit; whole and partial windows.
+#[test]
+fn integer_tile_dots_match_the_definition_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_INT_DOT_SRC);
+    let mut state = 0x9e37_79b9u32;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % 80_001) as i32 - 40_000
+    };
+    let w: Vec<i32> = (0..32 * 128).map(|_| next()).collect();
+    let x: Vec<i32> = (0..48 * 128).map(|_| next()).collect();
+    for (m, n) in [(48u32, 32u32), (37, 19)] {
+        let mut want = vec![0i32; 48 * 32];
+        for r in 0..m as usize {
+            for c in 0..n as usize {
+                let dot = (0..128).fold(0i32, |s, kk| {
+                    let p = i32::from(x[r * 128 + kk] as i16) * i32::from(w[c * 128 + kk] as i16);
+                    s.wrapping_add(p)
+                });
+                want[r * 32 + c] = dot.wrapping_mul(2);
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (lib, _) = load(&k, cpu);
+            if !lse_dsl::rt::cpu_supports(cpu) {
+                continue;
+            }
+            let (mut ws, mut xs) = (w.clone(), x.clone());
+            let (mut y, mut s) = (vec![0f32; 48 * 32], vec![0i32; 48 * 32]);
+            let bufs = [raw(&mut ws), raw(&mut xs), raw(&mut y), raw(&mut s)];
+            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
+            assert_eq!(s, want, "{cpu} m={m} n={n}");
+            let as_f32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+            assert_eq!(y, as_f32, "{cpu} m={m} n={n}");
+        }
+    }
+}
+
+/// On the levels with AVX512-VNNI an i16 dot whose shapes suit it runs on `vpdpwssd`.
+#[test]
+fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
+    let k = kernels::from_source(kernels::TILE_INT_DOT_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    for cpu in HOST_CPUS {
+        let text = host_llvm_text(&w, cpu);
+        let vnni = lse_dsl::rt::host_level_target(cpu).is_some_and(|(_, f)| f.contains("vnni"));
+        assert_eq!(text.contains("vpdpwssd"), vnni, "{cpu}");
+    }
+}

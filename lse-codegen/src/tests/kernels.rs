@@ -655,3 +655,32 @@ fn tile_shared_loop(x: &[f32], y: &mut [f32], n: u32) {
     }
 }
 "#;
+
+/// An i16 dot into i32 over two K steps of 64: `a` from an i32 buffer, `b` from an i32
+/// shared array the work-items fill (row `k`, column `c`) and `bt` the same values read
+/// transposed from the buffer; then the i32 sums as f32 and as they are.
+pub const TILE_INT_DOT_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_int_dot", version = 1, workgroup = 32)]
+fn tile_int_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u32) {
+    let wq = shared::<i32>(2048);
+    let a = tile::<i16, 48, 64>();
+    let b = tile::<i16, 64, 32>();
+    let bt = tile::<i16, 64, 32>();
+    let acc = tile::<i32, 48, 32>();
+    let f = tile::<f32, 48, 32>();
+    let c = local_id();
+    for k0 in (0u32..128u32).step_by(64) {
+        for kk in 0u32..64u32 {
+            wq[kk * 32 + c] = w[c * 128 + k0 + kk];
+        }
+        tile_load(a, x, k0, 128, m, 64);
+        tile_load(b, wq, 0, 32, 64, n);
+        tile_dot(acc, a, b);
+        tile_load_t(bt, w, k0, 128, 64, n);
+        tile_dot(acc, a, bt);
+    }
+    tile_copy(f, acc);
+    tile_store(f, y, 0, 32, m, n);
+    tile_store(acc, s, 0, 32, m, n);
+}
+"#;

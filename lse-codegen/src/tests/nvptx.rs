@@ -193,3 +193,22 @@ fn shared_array_windows_ptx() {
         );
     }
 }
+
+/// Integer tiles lower to PTX: 16-bit shared-memory operands, 32-bit integer products.
+#[test]
+fn integer_tiles_ptx() {
+    let k = super::kernels::from_source(super::kernels::TILE_INT_DOT_SRC);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&k, sm);
+        assert!(
+            ptx.contains("ld.shared.u16")
+                || ptx.contains("ld.shared.s16")
+                || ptx.contains("ld.shared.b16"),
+            "{sm}: {ptx}"
+        );
+        assert!(
+            ptx.contains("mad.lo.s32") || ptx.contains("mul.lo.s32"),
+            "{sm}: no integer product"
+        );
+    }
+}

@@ -172,5 +172,6 @@ fn ty_tokens(ty: Ty) -> TokenStream2 {
         Ty::Bool => quote!(bool),
         Ty::Bf16 => quote!(::lse_dsl::__private::half::bf16),
         Ty::F16 => quote!(::lse_dsl::__private::half::f16),
+        Ty::I16 => quote!(i16),
     }
 }

@@ -598,3 +598,45 @@ fn tile_windows_on_shared_arrays_follow_their_reference_semantics() {
         assert_eq!(got.to_bits(), want.to_bits(), "back[{i}]: {got} vs {want}");
     }
 }
+
+#[loom::kernel(name = "test.tiles_int", version = 1, workgroup = 8)]
+fn tiles_int(x: &[i32], w: &[i32], y: &mut [f32], s: &mut [i32]) {
+    let ws = shared::<i32>(8);
+    let a = tile::<i16, 3, 4>();
+    let b = tile::<i16, 4, 2>();
+    let acc = tile::<i32, 3, 2>();
+    let f = tile::<f32, 3, 2>();
+    ws[local_id()] = w[local_id()];
+    tile_load(a, x, 1, 5, 3, 3);
+    tile_load_t(b, ws, 0, 4, 4, 2);
+    tile_dot(acc, a, b);
+    tile_dot(acc, a, b);
+    tile_copy(f, acc);
+    tile_store(f, y, 0, 2, 3, 2);
+    tile_store_t(acc, s, 0, 3, 3, 2);
+}
+
+/// Integer tiles' reference semantics: i32 values wrapped to i16 as they load (from a buffer
+/// and from a shared array), zero outside the window, exact products summed in wrapping i32,
+/// the sums converted to f32 and stored as they are.
+#[test]
+fn integer_tile_statements_follow_their_reference_semantics() {
+    let mut x: Vec<i32> = (0..16).map(|i| (i - 5) * 9_000 + i * i).collect();
+    let mut w: Vec<i32> = (0..8).map(|i| 70_000 - i * 23_456).collect();
+    let (mut y, mut s) = (vec![0f32; 6], vec![7i32; 6]);
+    let (x0, w0) = (x.clone(), w.clone());
+    let bufs = [raw(&mut x), raw(&mut w), raw(&mut y), raw(&mut s)];
+    (tiles_int::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        for c in 0..2 {
+            // a[r][j] = x[1 + 5r + j] for j < 3, 0 for j = 3; b[j][c] = w[4c + j].
+            let dot = (0..3).fold(0i32, |acc, j| {
+                let p = i32::from(x0[1 + 5 * r + j] as i16) * i32::from(w0[4 * c + j] as i16);
+                acc.wrapping_add(p)
+            });
+            let want = dot.wrapping_mul(2);
+            assert_eq!(y[2 * r + c], want as f32, "y[{r}][{c}]");
+            assert_eq!(s[c * 3 + r], want, "s[{c}][{r}]");
+        }
+    }
+}

@@ -45,6 +45,19 @@ fn binary_op(name: &str) -> Option<TileBinary> {
     })
 }
 
+/// Whether tiles of `elem` are integer tiles (i16 operands, i32 accumulators).
+fn is_int_tile(elem: Ty) -> bool {
+    matches!(elem, Ty::I16 | Ty::I32)
+}
+
+/// The error for a tile store to the read-only buffer `e`.
+fn read_only(e: &syn::Expr) -> String {
+    format!(
+        "`{}` is read-only (`&[T]`); a tile store needs `&mut [T]`",
+        text(e)
+    )
+}
+
 /// Most rows or columns a tile may have.
 const MAX_TILE_DIM: u32 = 256;
 
@@ -58,7 +71,7 @@ impl Cx {
         call: &syn::ExprCall,
     ) -> syn::Result<()> {
         let span = call.span();
-        let usage = "write `let t = tile::<T, ROWS, COLS>();` with T one of bf16, f16 or f32 and constant ROWS, COLS";
+        let usage = "write `let t = tile::<T, ROWS, COLS>();` with T one of bf16, f16, f32 (float tiles), i16 or i32 (integer tiles) and constant ROWS, COLS";
         if !self.top_level {
             return err(
                 span,
@@ -78,8 +91,9 @@ impl Cx {
             return err(args.span(), usage);
         }
         let elem = match &args.args[0] {
+            syn::GenericArgument::Type(t) if text(t) == "i16" => Some(Ty::I16),
             syn::GenericArgument::Type(t) => {
-                named_ty(t).filter(|t| matches!(t, Ty::Bf16 | Ty::F16 | Ty::F32))
+                named_ty(t).filter(|t| matches!(t, Ty::Bf16 | Ty::F16 | Ty::F32 | Ty::I32))
             }
             _ => None,
         };
@@ -155,12 +169,12 @@ impl Cx {
             },
             "tile_load" | "tile_load_t" => {
                 let dst = self.tile_arg(args[0])?;
-                let from = self.window(&args[1..], name == "tile_load_t", false)?;
+                let from = self.window(&args[1..], name == "tile_load_t", false, dst)?;
                 TileOp::Load { dst, from }
             }
             "tile_store" | "tile_store_t" => {
                 let src = self.tile_arg(args[0])?;
-                let to = self.window(&args[1..], name == "tile_store_t", true)?;
+                let to = self.window(&args[1..], name == "tile_store_t", true, src)?;
                 TileOp::Store { src, to }
             }
             "tile_dot" => self.dot(&args)?,
@@ -183,6 +197,18 @@ impl Cx {
                         format!(
                             "shape mismatch: `tile_copy` of a {}x{} tile into a {}x{} tile",
                             s.rows, s.cols, d.rows, d.cols
+                        ),
+                    );
+                }
+                let converts = (is_int_tile(d.elem), is_int_tile(s.elem)) == (false, false)
+                    || (d.elem, s.elem) == (Ty::F32, Ty::I32);
+                if !converts {
+                    return err(
+                        args[1].span(),
+                        format!(
+                            "dtype mismatch: `tile_copy` converts between float tiles or from an i32 tile to an f32 tile, not from {} to {}",
+                            s.elem.rust_name(),
+                            d.elem.rust_name()
                         ),
                     );
                 }
@@ -255,11 +281,24 @@ impl Cx {
             &self.tiles[a as usize],
             &self.tiles[b as usize],
         );
-        if tc.elem != Ty::F32 {
+        // Float operands accumulate in f32, i16 operands in i32.
+        let want_acc = if ta.elem == Ty::I16 { Ty::I32 } else { Ty::F32 };
+        if ta.elem == Ty::I32 {
+            return err(
+                args[1].span(),
+                format!(
+                    "dtype mismatch: `tile_dot` operands are bf16, f16, f32 or i16 tiles, `{}` is i32",
+                    ta.name
+                ),
+            );
+        }
+        if tc.elem != want_acc {
             return err(
                 args[0].span(),
                 format!(
-                    "dtype mismatch: the accumulator of `tile_dot` is an f32 tile, `{}` is {}",
+                    "dtype mismatch: the accumulator of a `tile_dot` of {} tiles is an {} tile, `{}` is {}",
+                    ta.elem.rust_name(),
+                    want_acc.rust_name(),
                     tc.name,
                     tc.elem.rust_name()
                 ),
@@ -338,14 +377,19 @@ impl Cx {
         )
     }
 
-    /// `mem, offset, stride, rows, cols` of a load (`write = false`) or store.
+    /// `mem, offset, stride, rows, cols` of a load (`write = false`) or store of `tile`.
     fn window(
         &mut self,
         args: &[&syn::Expr],
         transposed: bool,
         write: bool,
+        tile: TileId,
     ) -> syn::Result<TileWindow> {
-        let mem = self.memory_arg(args[0], write)?;
+        let mem = if is_int_tile(self.tiles[tile as usize].elem) {
+            self.int_memory_arg(args[0], write)?
+        } else {
+            self.memory_arg(args[0], write)?
+        };
         let mut exprs = Vec::with_capacity(4);
         for (e, what) in args[1..].iter().zip(["offset", "stride", "rows", "cols"]) {
             let x = self.expr_of(e, Ty::U32, &format!("the tile window's {what}"))?;
@@ -363,17 +407,55 @@ impl Cx {
         })
     }
 
-    /// The buffer parameter (f32, bf16 or f16; `&mut` for a store) or f32 shared array a
-    /// window reads or writes.
-    fn memory_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<TileMem> {
-        let found = match strip(e) {
+    /// The i32 buffer parameter (`&mut` for a store) or i32 shared array the window of an
+    /// integer tile reads or writes.
+    fn int_memory_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<TileMem> {
+        let mem = match self.window_memory(e) {
+            Some(Binding::Shared(id)) if self.shared[id as usize].elem == Ty::I32 => {
+                return Ok(TileMem::Shared(id))
+            }
+            Some(Binding::Param(id)) => match &self.params[id as usize] {
+                Param::Buffer {
+                    elem: Ty::I32,
+                    access,
+                    ..
+                } => {
+                    if write && *access == Access::Read {
+                        return err(e.span(), read_only(e));
+                    }
+                    return Ok(TileMem::Buffer(id));
+                }
+                Param::Buffer { elem, .. } => format!("`{}` holds {}", text(e), elem.rust_name()),
+                Param::Scalar { .. } => format!("`{}` is a scalar", text(e)),
+            },
+            Some(Binding::Shared(id)) => format!(
+                "`{}` holds {}",
+                text(e),
+                self.shared[id as usize].elem.rust_name()
+            ),
+            _ => format!("found `{}`", text(e)),
+        };
+        err(
+            e.span(),
+            format!("integer tiles load and store i32 buffers or i32 shared arrays; {mem}"),
+        )
+    }
+
+    /// What a window's memory argument names, when it is a plain name in scope.
+    fn window_memory(&self, e: &syn::Expr) -> Option<Binding> {
+        match strip(e) {
             syn::Expr::Path(p) => p
                 .path
                 .get_ident()
                 .and_then(|id| self.lookup(&id.to_string()).cloned()),
             _ => None,
-        };
-        let id = match found {
+        }
+    }
+
+    /// The buffer parameter (f32, bf16 or f16; `&mut` for a store) or f32 shared array a
+    /// window of a float tile reads or writes.
+    fn memory_arg(&self, e: &syn::Expr, write: bool) -> syn::Result<TileMem> {
+        let id = match self.window_memory(e) {
             Some(Binding::Param(id)) => id,
             Some(Binding::Shared(id)) => {
                 let elem = self.shared[id as usize].elem;
@@ -412,13 +494,7 @@ impl Cx {
                     );
                 }
                 if write && *access == Access::Read {
-                    return err(
-                        e.span(),
-                        format!(
-                            "`{}` is read-only (`&[T]`); a tile store needs `&mut [T]`",
-                            text(e)
-                        ),
-                    );
+                    return err(e.span(), read_only(e));
                 }
                 Ok(TileMem::Buffer(id))
             }
@@ -511,5 +587,51 @@ mod tests {
             msg.contains("expected a buffer parameter or an f32 shared array, found `z`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn integer_tiles_take_i32_memory_i16_operands_and_i32_accumulators() {
+        let k = k("let q = shared::<i32>(256);
+            let a = tile::<i16, 16, 16>();
+            let b = tile::<i16, 16, 16>();
+            let acc = tile::<i32, 16, 16>();
+            let f = tile::<f32, 16, 16>();
+            tile_load(b, q, 0, 16, 16, 16);
+            tile_dot(acc, a, b);
+            tile_store(acc, q, 0, 16, 16, 16);
+            tile_copy(f, acc);");
+        assert_eq!(k.tiles[0].elem, Ty::I16);
+        assert_eq!(k.tiles[2].elem, Ty::I32);
+        let text = ir_text(&k);
+        assert!(text.contains("tile_dot(acc#t2, a#t0, b#t1);"), "{text}");
+    }
+
+    #[test]
+    fn integer_tiles_refuse_float_memory_and_mixed_statements() {
+        let decls = "let q = shared::<i32>(256);
+            let g = shared::<f32>(256);
+            let a = tile::<i16, 16, 16>();
+            let b = tile::<i16, 16, 16>();
+            let acc = tile::<i32, 16, 16>();
+            let f = tile::<f32, 16, 16>();
+            let hb = tile::<bf16, 16, 16>();";
+        for (stmt, want) in [
+            ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
+            ("tile_load(a, g, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `g` holds f32"),
+            ("tile_load(a, ids, 0, 16, 16, 16);", "`ids` holds u32"),
+            ("tile_load(a, n, 0, 16, 16, 16);", "`n` is a scalar"),
+            ("tile_load(f, q, 0, 16, 16, 16);", "tiles load and store f32 shared arrays; `q` holds i32"),
+            ("tile_dot(f, a, b);", "the accumulator of a `tile_dot` of i16 tiles is an i32 tile, `f` is f32"),
+            ("tile_dot(acc, hb, hb);", "the accumulator of a `tile_dot` of bf16 tiles is an f32 tile, `acc` is i32"),
+            ("tile_dot(f, acc, acc);", "`tile_dot` operands are bf16, f16, f32 or i16 tiles, `acc` is i32"),
+            ("tile_dot(acc, a, hb);", "operands must have one element type, found i16 and bf16"),
+            ("tile_copy(f, a);", "`tile_copy` converts between float tiles or from an i32 tile to an f32 tile, not from i16 to f32"),
+            ("tile_copy(acc, f);", "not from f32 to i32"),
+            ("tile_add(acc, acc);", "`tile_add` works on f32 tiles, `acc` is i32"),
+            ("let v: i16 = 0;", "i16"),
+        ] {
+            let msg = e(&format!("{decls}\n{stmt}"));
+            assert!(msg.contains(want), "{stmt}: {msg}");
+        }
     }
 }
