@@ -13,15 +13,15 @@
 //!
 //! Bytes are read from the words: byte `o` is `(w[o / 4] >> (o % 4 · 8)) & 255`; 32 bits at an
 //! even offset `o` are `w[o / 4]`, or the two halves of `w[o / 4]` and `w[o / 4 + 1]` when
-//! `o % 4 == 2` (Q8_0 and Q6_K blocks need not start at a word).
+//! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word).
 //!
 //! One kernel per format: a shared kernel with a uniform `format` argument, measured, ran
 //! the 0.8B-shaped Q8_0 and Q4_K_M files at 0.8 of these (its per-work-item code lost the
 //! straight lanes of a kernel that has one format); LOOM has no way to share the blocking
-//! between kernels (no functions; generics over float element types only), so the four
+//! between kernels (no functions; generics over float element types only), so the eight
 //! repeat it.
 //!
-//! Grid (all four): x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32) column blocks; a
+//! Grid (all eight): x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32) column blocks; a
 //! workgroup owns 256 x 32 of `y` (four 64 x 32 accumulators sharing each dequantized block,
 //! so a prefill of 512 rows dequantizes each weight value twice) and work-item `c`
 //! dequantizes weight row `col0 + c` into
@@ -85,6 +85,363 @@ fn gemm_xwt_q8_0(
             for i in 0..4u32 {
                 let q = ((word << (24 - 8 * i)) as i32) >> 24;
                 wq[(4 * j + i) * BN + local_id()] = q as f32 * d;
+            }
+        }
+        tile_load(b, wq, 0, BN, BK, BN);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
+
+/// Q4_0 (18-byte blocks of 32: f16 `d`, 16 bytes `qs`; element `l < 16` is the low nibble of
+/// `qs[l]`, element `l + 16` its high one; `x = (q - 8) · d`). Blocks start at a word or a
+/// half-word.
+#[kernel(name = "gemm.xwt_q4_0", version = 1, workgroup = 32)]
+fn gemm_xwt_q4_0(
+    x: &[f32; m * k],
+    w: &[u32; (n * (k / 32) * 18 + 3) / 4],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_bytes = k / 32 * 18;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_bytes + k0 / 32 * 18;
+        let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+        for t in 0..4u32 {
+            let o = at + 2 + 4 * t;
+            let word = if o % 4 == 0 {
+                w[o / 4]
+            } else {
+                (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+            };
+            for i in 0..4u32 {
+                let lo = ((word >> (8 * i)) & 15) as i32 - 8;
+                let hi = ((word >> (8 * i + 4)) & 15) as i32 - 8;
+                wq[(4 * t + i) * BN + local_id()] = lo as f32 * d;
+                wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d;
+            }
+        }
+        tile_load(b, wq, 0, BN, BK, BN);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
+
+/// Q4_1 (20-byte blocks of 32: f16 `d` and `m`, 16 bytes `qs` as Q4_0's; `x = q · d + m`).
+/// Blocks start at a word.
+#[kernel(name = "gemm.xwt_q4_1", version = 1, workgroup = 32)]
+fn gemm_xwt_q4_1(
+    x: &[f32; m * k],
+    w: &[u32; n * (k / 32) * 5],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_words = k / 32 * 5;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_words + k0 / 32 * 5;
+        let dm = w[at];
+        let d = f16_to_f32(f16_from_bits(dm));
+        let mn = f16_to_f32(f16_from_bits(dm >> 16));
+        for t in 0..4u32 {
+            let word = w[at + 1 + t];
+            for i in 0..4u32 {
+                let lo = (word >> (8 * i)) & 15;
+                let hi = (word >> (8 * i + 4)) & 15;
+                wq[(4 * t + i) * BN + local_id()] = lo as f32 * d + mn;
+                wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d + mn;
+            }
+        }
+        tile_load(b, wq, 0, BN, BK, BN);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
+
+/// Q5_0 (22-byte blocks of 32: f16 `d`, 32 bits `qh` whose bit `l` is the fifth bit of
+/// element `l`, 16 bytes `qs` as Q4_0's; `x = (q - 16) · d`). Blocks start at a word or a
+/// half-word.
+#[kernel(name = "gemm.xwt_q5_0", version = 1, workgroup = 32)]
+fn gemm_xwt_q5_0(
+    x: &[f32; m * k],
+    w: &[u32; (n * (k / 32) * 22 + 3) / 4],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_bytes = k / 32 * 22;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_bytes + k0 / 32 * 22;
+        let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+        let oh = at + 2;
+        let qh = if oh % 4 == 0 {
+            w[oh / 4]
+        } else {
+            (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
+        };
+        for t in 0..4u32 {
+            let o = at + 6 + 4 * t;
+            let word = if o % 4 == 0 {
+                w[o / 4]
+            } else {
+                (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+            };
+            for i in 0..4u32 {
+                let l = 4 * t + i;
+                let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
+                let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
+                wq[l * BN + local_id()] = (lo as i32 - 16) as f32 * d;
+                wq[(l + 16) * BN + local_id()] = (hi as i32 - 16) as f32 * d;
+            }
+        }
+        tile_load(b, wq, 0, BN, BK, BN);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
+
+/// Q5_1 (24-byte blocks of 32: f16 `d` and `m`, 32 bits `qh` and 16 bytes `qs` as Q5_0's;
+/// `x = q · d + m`). Blocks start at a word.
+#[kernel(name = "gemm.xwt_q5_1", version = 1, workgroup = 32)]
+fn gemm_xwt_q5_1(
+    x: &[f32; m * k],
+    w: &[u32; n * (k / 32) * 6],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_words = k / 32 * 6;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_words + k0 / 32 * 6;
+        let dm = w[at];
+        let d = f16_to_f32(f16_from_bits(dm));
+        let mn = f16_to_f32(f16_from_bits(dm >> 16));
+        let qh = w[at + 1];
+        for t in 0..4u32 {
+            let word = w[at + 2 + t];
+            for i in 0..4u32 {
+                let l = 4 * t + i;
+                let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
+                let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
+                wq[l * BN + local_id()] = lo as f32 * d + mn;
+                wq[(l + 16) * BN + local_id()] = hi as f32 * d + mn;
             }
         }
         tile_load(b, wq, 0, BN, BK, BN);

@@ -12,6 +12,7 @@ pub mod deltanet;
 pub mod embedding;
 pub mod ffn;
 pub mod gemm;
+pub mod gemm_mlx;
 pub mod gemm_quant;
 pub mod lm_head;
 pub mod lse_pick;
@@ -54,13 +55,26 @@ kernels!(
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
     gemm_quant::gemm_xwt_q8_0,
+    gemm_quant::gemm_xwt_q4_0,
+    gemm_quant::gemm_xwt_q4_1,
+    gemm_quant::gemm_xwt_q5_0,
+    gemm_quant::gemm_xwt_q5_1,
     gemm_quant::gemm_xwt_q4_k,
     gemm_quant::gemm_xwt_q5_k,
     gemm_quant::gemm_xwt_q6_k,
+    gemm_mlx::gemm_xwt_mlx4_bf16,
+    gemm_mlx::gemm_xwt_mlx4_f16,
+    gemm_mlx::gemm_xwt_mlx4_f32,
+    gemm_mlx::gemm_xwt_mlx8_bf16,
+    gemm_mlx::gemm_xwt_mlx8_f16,
+    gemm_mlx::gemm_xwt_mlx8_f32,
     embedding::embed_tokens_bf16,
     embedding::embed_tokens_f16,
     embedding::embed_tokens_f32,
     embedding::embed_tokens_q,
+    embedding::embed_tokens_mlx_bf16,
+    embedding::embed_tokens_mlx_f16,
+    embedding::embed_tokens_mlx_f32,
     norm::rmsnorm,
     norm::add_rmsnorm,
     attention::qk_norm_rope::qk_norm_rope,

@@ -10,9 +10,10 @@ Writes under tests/data/gguf/:
   goldens are the transformers log-probabilities already in tests/data/models/<name>/golden.json:
   the GGUF must score the same, through llama.cpp's conventions (norms with the 1 added,
   ssm_a = -exp(A_log), tiled value heads, split experts).
-* `moe_fused-q8_0.gguf`: `llama-quantize moe_fused-f32.gguf ... Q8_0`, whose stacked gate and
-  up experts are Q8_0 (the down experts, rows of 16 values, stay F16): the MoE model with
-  quantized experts that the kernels read in place, one expert's rows at a time.
+* `moe_fused-q8_0.gguf`, `moe_fused-q4_0.gguf`, `moe_fused-q5_1.gguf`: `llama-quantize
+  moe_fused-f32.gguf ... Q8_0|Q4_0|Q5_1`, whose stacked gate and up experts and embedding are
+  in that type, the head in Q8_0 (the down experts, rows of 16 values, stay F16): the MoE model
+  with quantized experts that the kernels read in place, one expert's rows at a time.
 * `wide-q8_0.gguf`, `wide-q4_k_m.gguf`, `wide-q5_k_m.gguf`: a 2-layer Qwen3.5 model (one Gated
   DeltaNet layer, one attention layer) 256 wide, so that every matrix has rows of a multiple of
   256 values and llama-quantize uses its K-quants, with a 512-token byte-level BPE tokenizer
@@ -56,6 +57,7 @@ WORK = Path(os.environ.get("GGUF_WORK", "/tmp/lse-gguf-goldens"))
 PPL_CTX = 128
 PPL_CHUNKS = 8
 WIDE_QUANTS = ["Q8_0", "Q4_K_M", "Q5_K_M"]
+MOE_QUANTS = ["Q8_0", "Q4_0", "Q5_1"]
 
 
 def run(cmd: list[str], **kw) -> str:
@@ -161,8 +163,9 @@ def main() -> None:
     for name in ["dense_tied_f32", "dense_untied_bf16", "moe_fused"]:
         convert(MODELS / name, OUT / f"{name}-f32.gguf", "f32", None)
     convert(MODELS / "dense_untied_bf16", OUT / "dense_untied_bf16-bf16.gguf", "bf16", None)
-    run([str(BIN / "llama-quantize"), str(OUT / "moe_fused-f32.gguf"),
-         str(OUT / "moe_fused-q8_0.gguf"), "Q8_0", "2"])
+    for q in MOE_QUANTS:
+        run([str(BIN / "llama-quantize"), str(OUT / "moe_fused-f32.gguf"),
+             str(OUT / f"moe_fused-{q.lower()}.gguf"), q, "2"])
 
     wide = WORK / "wide"
     make_wide(wide)

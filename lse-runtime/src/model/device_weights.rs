@@ -1,19 +1,25 @@
 //! The model's weights on the engine's device, made available once at load: on a GPU each
 //! tensor is uploaded once and stays in device memory for every pass; on the CPU-side devices
 //! a tensor is read where it is mapped, or copied once when its bytes are not aligned for its
-//! dtype (safetensors does not promise alignment).
+//! dtype (safetensors does not promise alignment). A weight in mlx's affine quantization brings
+//! its scales and biases along, each made available the same way.
 
 use half::{bf16, f16};
 
 use super::error::Result;
-use super::weights::{DType, Storage, Tensor};
+use super::weights::{AffineParts, DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
-use crate::ops::{Activations, OpError, QuantFormat, QuantView, WeightView};
+use crate::ops::{
+    Activations, AffineFormat, AffineParams, AffineView, OpError, QuantFormat, QuantView,
+    WeightView,
+};
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
 /// matrix of its last dimension's columns.
 pub struct DeviceWeight {
     mem: Mem,
+    /// The scales and biases of a weight in mlx's affine quantization.
+    affine: Option<Box<AffineParts<DeviceWeight>>>,
     /// Rows: the product of every dimension but the last.
     pub rows: usize,
     /// Columns: the last dimension.
@@ -31,6 +37,8 @@ enum Mem {
     F32(DeviceBuf<f32>),
     /// A block-format tensor's bytes as little-endian words, the last one zero-padded.
     Words(QuantFormat, DeviceBuf<u32>),
+    /// An affine-quantized tensor's words.
+    AffineWords(AffineFormat, DeviceBuf<u32>),
 }
 
 /// The tensor's bytes viewed as `T`, if aligned (and, for words, a whole number of them).
@@ -61,7 +69,7 @@ impl DeviceWeight {
             Storage::Float(DType::BF16) => cast::<bf16>(t).is_some(),
             Storage::Float(DType::F16) => cast::<f16>(t).is_some(),
             Storage::Float(DType::F32) => cast::<f32>(t).is_some(),
-            Storage::Quant(_) => cast::<u32>(t).is_some(),
+            Storage::Quant(_) | Storage::Affine(..) => cast::<u32>(t).is_some(),
         };
         let mem = match t.dtype {
             _ if cpu_side && aligned => Mem::Mapped(Box::new(t.clone())),
@@ -69,11 +77,20 @@ impl DeviceWeight {
             Storage::Float(DType::F16) => Mem::F16(upload(dev, t)?),
             Storage::Float(DType::F32) => Mem::F32(upload(dev, t)?),
             Storage::Quant(q) => Mem::Words(q, upload(dev, t)?),
+            Storage::Affine(f, _) => Mem::AffineWords(f, upload(dev, t)?),
+        };
+        let affine = match t.affine() {
+            Some(p) => Some(Box::new(AffineParts {
+                scales: DeviceWeight::new(dev, &p.scales)?,
+                biases: DeviceWeight::new(dev, &p.biases)?,
+            })),
+            None => None,
         };
         // Shapes are checked against config.json, whose sizes are at least 1.
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
         Ok(DeviceWeight {
             mem,
+            affine,
             rows: t.numel() / cols,
             cols,
             act: t.act,
@@ -102,6 +119,9 @@ impl DeviceWeight {
                         words: DevSlice::from(cast(t).expect(unaligned)),
                         len,
                     }),
+                    Storage::Affine(format, _) => {
+                        self.affine_view(format, DevSlice::from(cast(t).expect(unaligned)))
+                    }
                 }
             }
             Mem::Bf16(b) => WeightView::Bf16(b.view()),
@@ -112,7 +132,26 @@ impl DeviceWeight {
                 words: b.view(),
                 len,
             }),
+            Mem::AffineWords(format, b) => self.affine_view(*format, b.view()),
         }
+    }
+
+    /// The whole affine-quantized tensor of `words`, with its scales and biases.
+    fn affine_view<'a>(&'a self, format: AffineFormat, words: DevSlice<'a, u32>) -> WeightView<'a> {
+        // `new` gives an affine tensor its scales and biases, which the loader checked are
+        // of one float dtype.
+        let parts = self
+            .affine
+            .as_deref()
+            .expect("an affine weight has scales and biases");
+        let params = AffineParams::of(parts.scales.view(), parts.biases.view())
+            .expect("scales and biases of one float dtype");
+        WeightView::Affine(AffineView {
+            format,
+            words,
+            params,
+            len: self.rows * self.cols,
+        })
     }
 }
 
@@ -161,7 +200,7 @@ mod tests {
                 dev.download(v, &mut out).unwrap();
                 out.iter().map(|x| x.to_f32()).collect()
             }
-            WeightView::F16(_) | WeightView::Quant(_) => {
+            WeightView::F16(_) | WeightView::Quant(_) | WeightView::Affine(_) => {
                 unreachable!("no f16 or quantized tensor here")
             }
         }
@@ -217,6 +256,7 @@ mod tests {
                     dtype: Ok(Storage::Quant(QuantFormat::Q8_0)),
                     shape: vec![1, 32],
                     act: Activations::Q8_0,
+                    affine: None,
                 },
             )
         };
@@ -242,5 +282,88 @@ mod tests {
                 assert_eq!(got[8] & 0xffff, want[8] & 0xffff, "{name}");
             }
         }
+    }
+
+    /// A weight in mlx's affine quantization comes with its scales and biases: its words read
+    /// in place when they start at a word, else copied once; its bf16 scales and biases each
+    /// mapped or copied as a bf16 tensor is.
+    #[test]
+    fn affine_weights_bring_their_scales_and_biases() {
+        use crate::model::weights::{AffineParts, Conventions, Entry, Storage, WeightStore};
+        use crate::ops::{AffineFormat, AffineParams};
+        use std::sync::Arc;
+        // One row of 32 4-bit values (4 words) at byte 4 and at byte 22; its scale at byte 20
+        // (aligned for bf16), its bias at byte 39 (not aligned).
+        let words: Vec<u8> = (0..16u8).map(|i| i.wrapping_mul(37)).collect();
+        let mut bytes = vec![0u8; 44];
+        bytes[4..20].copy_from_slice(&words);
+        bytes[22..38].copy_from_slice(&words);
+        bytes[20..22].copy_from_slice(&bf16::from_f32(0.5).to_le_bytes());
+        bytes[39..41].copy_from_slice(&bf16::from_f32(-1.0).to_le_bytes());
+        let mut ws = WeightStore::empty(std::path::Path::new("m"), Conventions::Mlx);
+        let blob = ws.add_blob(std::path::Path::new("m"), Arc::new(bytes));
+        let entry = |start: usize, end: usize, dtype: Storage, shape: Vec<usize>| Entry {
+            blob,
+            start,
+            end,
+            dtype: Ok(dtype),
+            shape,
+            act: Activations::F32,
+            affine: None,
+        };
+        let format = AffineFormat::new(4, 32).unwrap();
+        for (name, start) in [("aligned.weight", 4), ("unaligned.weight", 22)] {
+            let mut e = entry(
+                start,
+                start + 16,
+                Storage::Affine(format, DType::BF16),
+                vec![1, 32],
+            );
+            e.affine = Some(Box::new(AffineParts {
+                scales: entry(20, 22, DType::BF16.into(), vec![1, 1]),
+                biases: entry(39, 41, DType::BF16.into(), vec![1, 1]),
+            }));
+            ws.insert(name.into(), e);
+        }
+        let dev = Device::open(Pool::Host).unwrap();
+        for (name, mapped) in [("aligned.weight", true), ("unaligned.weight", false)] {
+            let t = ws.tensor(name).unwrap();
+            assert_eq!(
+                t.affine().unwrap().biases.name,
+                name.replace("weight", "biases")
+            );
+            let w = DeviceWeight::new(&dev, &t).unwrap();
+            assert_eq!(matches!(w.mem, Mem::Mapped(_)), mapped, "{name}");
+            let parts = w.affine.as_deref().unwrap();
+            assert!(matches!(parts.scales.mem, Mem::Mapped(_)), "aligned scale");
+            assert!(matches!(parts.biases.mem, Mem::Bf16(_)), "unaligned bias");
+            let WeightView::Affine(q) = w.view() else {
+                panic!("{name}: an affine view")
+            };
+            assert_eq!((q.format, q.len), (format, 32), "{name}");
+            let mut got = vec![0u32; q.words.len()];
+            dev.download(q.words, &mut got).unwrap();
+            assert_eq!(
+                got,
+                bytemuck::pod_collect_to_vec::<u8, u32>(&words),
+                "{name}"
+            );
+            let AffineParams::Bf16 { scales, biases } = q.params else {
+                panic!("{name}: bf16 scales and biases")
+            };
+            let mut sb = [bf16::ZERO; 2];
+            dev.download(scales, &mut sb[..1]).unwrap();
+            dev.download(biases, &mut sb[1..]).unwrap();
+            assert_eq!(sb.map(|x| x.to_f32()), [0.5, -1.0], "{name}");
+        }
+        // Scales and biases belong to affine-quantized values only.
+        let mut plain = entry(4, 20, DType::BF16.into(), vec![1, 8]);
+        plain.affine = ws.remove("aligned.weight").unwrap().affine;
+        ws.insert("plain.weight".into(), plain);
+        let e = ws.tensor("plain.weight").unwrap_err().to_string();
+        assert!(
+            e.contains("plain.weight") && e.contains("scales and biases"),
+            "{e}"
+        );
     }
 }

@@ -6,11 +6,15 @@
 //! Each quantized Linear or Embedding `X` is stored as `X.weight` (U32 `[rows, cols * bits /
 //! 32]`: the row's values as one little-endian bit stream, value `j` in bits `j * bits ..`),
 //! `X.scales` and `X.biases` (`[rows, cols / group_size]`, the checkpoint's float dtype); a value
-//! is `scales[g] * q + biases[g]`. The store replaces `X.weight` by its f32 dequantization with
-//! the Hugging Face shape `[rows, cols]`, computed as `mx.dequantize` computes it: in the dtype
-//! of the scales, so for bf16 scales `bf16(bf16(s * q) + b)` (measured with mlx 0.32.4: bit for
-//! bit equal to `mx.dequantize(...)`, also when asked for an f32 result). The rest of the
-//! tensors are read where they are mapped.
+//! is `scales[g] * q + biases[g]`, computed as `mx.dequantize` computes it: in the dtype of the
+//! scales, so for bf16 scales `bf16(bf16(s * q) + b)` (measured with mlx 0.32.4: bit for bit
+//! equal to `mx.dequantize(...)`, also when asked for an f32 result). A 4- or 8-bit module
+//! stays packed: `X.weight` becomes a [`Storage::Affine`] tensor of the Hugging Face shape
+//! `[rows, cols]`, read where it is mapped, that carries `X.scales` and `X.biases` along
+//! ([`AffineParts`]), and LOOM kernels dequantize its values as they read them
+//! (`kernels-src/src/gemm_mlx.rs`, `embedding.gather_mlx`). Other widths (2, 3, 5, 6 bits) are
+//! replaced by their f32 dequantization ([`dequantize_row`]) at load. The rest of the tensors
+//! are read where they are mapped.
 //!
 //! mlx-lm's own conventions ([`Conventions::Mlx`]): the zero-centred norm weights saved with
 //! the 1 added, `A_log` raw, the conv weight as `[conv_dim, kc, 1]` (the bytes of Hugging
@@ -25,8 +29,8 @@ use serde_json::Value;
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use super::weights::{Conventions, DType, Entry, Storage, WeightStore};
-use crate::ops::Activations;
+use super::weights::{AffineParts, Conventions, DType, Entry, Storage, WeightStore};
+use crate::ops::{Activations, AffineFormat};
 
 /// The bit widths of mlx's affine quantization.
 pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
@@ -223,7 +227,8 @@ pub fn read_config(root: &Value, path: &Path) -> Result<ModelConfig> {
 }
 
 /// Opens the MLX quantized checkpoint in `dir` (config.json `root` read from `config_path`):
-/// its tensors mapped, each quantized module's weight dequantized to f32.
+/// its tensors mapped, each quantized module's weight kept packed (4 and 8 bits) or
+/// dequantized to f32 (other widths).
 pub fn open(dir: &Path, root: &Value, config_path: &Path) -> Result<WeightStore> {
     let q = Quantization::of(root, config_path)?.ok_or_else(|| ModelError::ConfigField {
         path: config_path.to_path_buf(),
@@ -233,7 +238,7 @@ pub fn open(dir: &Path, root: &Value, config_path: &Path) -> Result<WeightStore>
     })?;
     let mut ws = WeightStore::open(dir)?;
     ws.set_conventions(Conventions::Mlx);
-    dequantize_store(&mut ws, &q, config_path)?;
+    read_quantized(&mut ws, &q, config_path)?;
     Ok(ws)
 }
 
@@ -265,16 +270,18 @@ pub fn check_unquantized(ws: &WeightStore, config_path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Replaces every quantized module's packed weight in `ws` by its f32 dequantization, drops
-/// the scales and biases, and views the conv weights as Hugging Face's `[conv_dim, 1, kc]`.
-pub fn dequantize_store(ws: &mut WeightStore, q: &Quantization, config_path: &Path) -> Result<()> {
+/// Replaces every quantized module's packed weight in `ws` by an affine-quantized tensor that
+/// carries its scales and biases (4 and 8 bits) or by its f32 dequantization (other widths),
+/// taking the scales and biases out of the store, and views the conv weights as Hugging
+/// Face's `[conv_dim, 1, kc]`.
+pub fn read_quantized(ws: &mut WeightStore, q: &Quantization, config_path: &Path) -> Result<()> {
     let dir = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let mut names: Vec<String> = ws.names().map(str::to_string).collect();
     names.sort_unstable();
     for name in &names {
         if let Some(module) = name.strip_suffix(".scales") {
             if ws.contains(&format!("{module}.weight")) {
-                dequantize_module(ws, q, module, config_path)?;
+                read_module(ws, q, module, config_path)?;
             }
         }
     }
@@ -299,8 +306,10 @@ pub fn dequantize_store(ws: &mut WeightStore, q: &Quantization, config_path: &Pa
     Ok(())
 }
 
-/// Dequantizes the module `module` (`{module}.weight`, `.scales`, `.biases`) in place.
-fn dequantize_module(
+/// Reads the module `module` (`{module}.weight`, `.scales`, `.biases`) after checking them
+/// against its settings: its weight stays packed, carrying the scales and biases, when the
+/// kernels read its width, else it is dequantized in place.
+fn read_module(
     ws: &mut WeightStore,
     q: &Quantization,
     module: &str,
@@ -404,6 +413,18 @@ fn dequantize_module(
             message: format!("dtype {}, expected a float dtype", st.dtype.name()),
         });
     };
+    if let Some(format) = AffineFormat::new(bits, group) {
+        let (scales, biases) = (ws.remove(&sname), ws.remove(&bname));
+        let mut e = ws.remove(&wname).expect("present");
+        e.dtype = Ok(Storage::Affine(format, sd));
+        e.shape = vec![rows, cols];
+        e.affine = Some(Box::new(AffineParts {
+            scales: scales.expect("present"),
+            biases: biases.expect("present"),
+        }));
+        ws.insert(wname, e);
+        return Ok(());
+    }
     let (scales, biases) = (st.to_f32_vec(), bt.to_f32_vec());
     let mut out = vec![0.0f32; rows * cols];
     if cols > 0 {

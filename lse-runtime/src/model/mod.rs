@@ -136,11 +136,11 @@ impl HybridLM {
     /// once if not aligned for their dtype). `path` is a Hugging Face directory (config.json,
     /// the possibly sharded safetensors weights and, if present, tokenizer.json) or a GGUF
     /// file of llama.cpp's `qwen35`/`qwen35moe` architectures (or the first part of a split
-    /// set), whose Q8_0, Q4_K, Q5_K and Q6_K tensors stay in their block format (the kernels
-    /// read them as stored) and other quantized ones are dequantized at load; its tokenizer is
-    /// `tokenizer.json` beside it if there is one, else its own. A directory whose config.json
-    /// has mlx-lm's `quantization` is an MLX quantized checkpoint ([`mlx`]), its packed
-    /// weights dequantized at load as `mx.dequantize` does. Sessions of the model keep
+    /// set), whose quantized tensors stay in their block format (the kernels read them as
+    /// stored); its tokenizer is `tokenizer.json` beside it if there is one, else its own. A
+    /// directory whose config.json has mlx-lm's `quantization` is an MLX quantized checkpoint
+    /// ([`mlx`]): its 4- and 8-bit weights stay packed (the kernels dequantize them as
+    /// `mx.dequantize` does), other widths are dequantized at load. Sessions of the model keep
     /// their state in `dev`'s memory.
     pub fn load_on(path: &Path, dev: &Device) -> Result<Self> {
         let (cfg, ws, tokenizer, config_path) = if gguf::is_gguf(path) && path.is_file() {
@@ -440,16 +440,28 @@ impl HybridLM {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lm_head_dev_act, WeightView};
+    use crate::ops::{lm_head_dev_act, QuantFormat, WeightView};
 
-    /// A GGUF model whose Q8_0 weights the kernels read in place (the MoE model's stacked gate
-    /// and up experts, sliced one expert at a time, and its tied embedding and head) gives the
-    /// bits of the same model with those weights dequantized to f32 at load, hidden rows and
-    /// logits alike.
+    /// A GGUF model whose quantized weights the kernels read in place (the MoE model's
+    /// stacked gate and up experts, sliced one expert at a time, and its embedding in Q8_0,
+    /// Q4_0 or Q5_1, its head in Q8_0) gives the bits of the same model with those weights
+    /// dequantized to f32 at load, hidden rows and logits alike.
     #[test]
     fn quantized_weights_read_in_place_give_the_bits_of_dequantized_ones() {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf/moe_fused-q8_0.gguf");
+        for (file, format) in [
+            ("moe_fused-q8_0.gguf", QuantFormat::Q8_0),
+            ("moe_fused-q4_0.gguf", QuantFormat::Q4_0),
+            ("moe_fused-q5_1.gguf", QuantFormat::Q5_1),
+        ] {
+            quantized_model_equals_dequantized(file, format);
+        }
+    }
+
+    /// The test above on one file, whose experts are in `format`.
+    fn quantized_model_equals_dequantized(file: &str, format: QuantFormat) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/gguf")
+            .join(file);
         let dev = Device::open(Pool::Host).unwrap();
         let load = |dequantize: bool| {
             let ck = gguf::GgufCheckpoint::open(&path).unwrap();
@@ -460,8 +472,9 @@ mod tests {
                 .map(str::to_string)
                 .collect();
             assert!(
-                quantized.iter().any(|n| n.contains("experts")),
-                "quantized experts: {quantized:?}"
+                quantized.iter().any(|n| n.contains("experts")
+                    && ws.tensor(n).unwrap().dtype == Storage::Quant(format)),
+                "{file}: {format:?} experts among {quantized:?}"
             );
             if dequantize {
                 for n in &quantized {
@@ -477,26 +490,88 @@ mod tests {
         let vocab = in_place.config().vocab_size;
         let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % vocab) as u32).collect();
         let attn = PrefillAttention::dense(&dev);
-        let run = |m: &HybridLM| {
-            let mut s = m.new_session(DType::F32, tokens.len()).unwrap();
-            let hidden = m.hidden(&mut s, &tokens, &attn).unwrap();
-            let mut logits = vec![0.0f32; tokens.len() * vocab];
-            let h = m.config().hidden_size;
-            lm_head_dev_act(
-                &dev,
-                (&hidden[..]).into(),
-                h,
-                m.head_view(),
-                vocab,
-                (&mut logits[..]).into(),
-                m.head_act(),
-            )
-            .unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            (bits(&hidden), bits(&logits))
-        };
-        let (a, b) = (run(&in_place), run(&dequantized));
-        assert_eq!(a.0, b.0, "hidden rows");
-        assert_eq!(a.1, b.1, "logits");
+        let (a, b) = (
+            hidden_and_logits(&dev, &in_place, &tokens, &attn),
+            hidden_and_logits(&dev, &dequantized, &tokens, &attn),
+        );
+        assert_eq!(a.0, b.0, "{file}: hidden rows");
+        assert_eq!(a.1, b.1, "{file}: logits");
+    }
+
+    /// The bits of `m`'s hidden rows and logits for `tokens`, in a fresh session.
+    fn hidden_and_logits(
+        dev: &Device,
+        m: &HybridLM,
+        tokens: &[u32],
+        attn: &PrefillAttention,
+    ) -> (Vec<u32>, Vec<u32>) {
+        let mut s = m.new_session(DType::F32, tokens.len()).unwrap();
+        let hidden = m.hidden(&mut s, tokens, attn).unwrap();
+        let (h, vocab) = (m.config().hidden_size, m.config().vocab_size);
+        let mut logits = vec![0.0f32; tokens.len() * vocab];
+        lm_head_dev_act(
+            dev,
+            (&hidden[..]).into(),
+            h,
+            m.head_view(),
+            vocab,
+            (&mut logits[..]).into(),
+            m.head_act(),
+        )
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        (bits(&hidden), bits(&logits))
+    }
+
+    /// MLX checkpoints whose 4- and 8-bit modules the kernels read packed (4 bits in groups
+    /// of 64 and 8 bits in groups of 32, the embedding and the untied head among them; and a
+    /// mix where 2-, 3-, 5- and 6-bit modules, the embedding and the head among them, are
+    /// dequantized at load beside packed 4- and 8-bit ones) give the bits of the same models
+    /// with every module dequantized to f32 at load.
+    #[test]
+    fn mlx_weights_read_packed_give_the_bits_of_dequantized_ones() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mlx");
+        let dev = Device::open(Pool::Host).unwrap();
+        for (name, ends_packed) in [("wide-q4", true), ("wide-q8", true), ("wide-mixed", false)] {
+            let dir = root.join(name);
+            let load = |dequantize: bool| {
+                let (_, cfg, json) = checkpoint_dir(&dir).unwrap();
+                let config_path = dir.join("config.json");
+                let mut ws = mlx::open(&dir, &json.unwrap(), &config_path).unwrap();
+                let packed: Vec<String> = ws
+                    .names()
+                    .filter(|n| matches!(ws.tensor(n).map(|t| t.dtype), Ok(Storage::Affine(..))))
+                    .map(str::to_string)
+                    .collect();
+                let embedding = packed.iter().any(|n| n.ends_with("embed_tokens.weight"));
+                assert!(
+                    !packed.is_empty() && embedding == ends_packed,
+                    "{name}: packed {packed:?}"
+                );
+                if dequantize {
+                    for n in &packed {
+                        let t = ws.tensor(n).unwrap();
+                        ws.insert_f32(n.clone(), &dir, t.to_f32_vec(), t.shape.clone(), t.act);
+                    }
+                }
+                HybridLM::from_store(&dir, cfg, ws, None, &config_path, &dev).unwrap()
+            };
+            let (packed, dequantized) = (load(false), load(true));
+            let head_packed = matches!(packed.head_view(), WeightView::Affine(_));
+            assert_eq!(head_packed, ends_packed, "{name}");
+            assert!(
+                matches!(dequantized.head_view(), WeightView::F32(_)),
+                "{name}"
+            );
+            let vocab = packed.config().vocab_size;
+            let tokens: Vec<u32> = (0..40).map(|i| (i * 37 % vocab) as u32).collect();
+            let attn = PrefillAttention::dense(&dev);
+            let (a, b) = (
+                hidden_and_logits(&dev, &packed, &tokens, &attn),
+                hidden_and_logits(&dev, &dequantized, &tokens, &attn),
+            );
+            assert_eq!(a.0, b.0, "{name}: hidden rows");
+            assert_eq!(a.1, b.1, "{name}: logits");
+        }
     }
 }

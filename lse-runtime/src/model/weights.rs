@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::{ModelError, Result};
-use crate::ops::{Activations, QuantFormat};
+use crate::ops::{Activations, AffineFormat, QuantFormat};
 
 /// Storage dtype of a weight tensor (or of the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,12 +43,15 @@ impl DType {
     }
 }
 
-/// How a weight tensor's bytes are stored: elements of a float dtype, or blocks of a ggml
-/// format (a GGUF checkpoint's quantized weight, which the LOOM kernels read as stored).
+/// How a weight tensor's bytes are stored: elements of a float dtype, blocks of a ggml format
+/// (a GGUF checkpoint's quantized weight), or values in mlx's affine quantization (an MLX
+/// checkpoint's 4- or 8-bit module; the dtype is that of its scales and biases, which travel
+/// with it, [`AffineParts`]). The LOOM kernels read the quantized ones as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Storage {
     Float(DType),
     Quant(QuantFormat),
+    Affine(AffineFormat, DType),
 }
 
 impl Storage {
@@ -57,16 +60,26 @@ impl Storage {
         match self {
             Storage::Float(d) => d.name(),
             Storage::Quant(q) => q.name(),
+            Storage::Affine(f, _) => f.name(),
         }
     }
 
-    /// Elements and bytes of the smallest unit stored: one element, or one block.
+    /// Elements and bytes of the smallest unit stored: one element, one block, or one word.
     fn unit(self) -> (usize, usize) {
         match self {
             Storage::Float(d) => (1, d.size()),
             Storage::Quant(q) => (q.block_elems(), q.block_bytes()),
+            Storage::Affine(f, _) => (f.per_word(), 4),
         }
     }
+}
+
+/// The scales and biases of a weight in mlx's affine quantization ([`Storage::Affine`]),
+/// `[rows, cols / group]` each, in the float dtype the storage names.
+#[derive(Clone, Debug)]
+pub struct AffineParts<T> {
+    pub scales: T,
+    pub biases: T,
 }
 
 impl From<DType> for Storage {
@@ -99,7 +112,7 @@ pub fn to_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
 /// Bytes that tensors point into: a file mapping, or memory a loader filled.
 pub type Blob = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// f32 values a loader computed (a dequantized GGUF tensor), as a [`Blob`] aligned for f32.
+/// f32 values a loader computed (a dequantized MLX tensor), as a [`Blob`] aligned for f32.
 pub struct F32Blob(pub Vec<f32>);
 
 impl AsRef<[u8]> for F32Blob {
@@ -124,6 +137,8 @@ pub struct Tensor {
     pub name: String,
     /// File the tensor lives in.
     pub file: PathBuf,
+    /// The scales and biases of an affine-quantized tensor (present exactly then).
+    affine: Option<Box<AffineParts<Tensor>>>,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -141,15 +156,32 @@ impl Tensor {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+    /// The scales and biases of an affine-quantized tensor ([`Storage::Affine`]).
+    pub fn affine(&self) -> Option<&AffineParts<Tensor>> {
+        self.affine.as_deref()
+    }
+
     /// Converts elements `[first, first + out.len())` (flat index) to f32; for a block
     /// format both ends must fall on block boundaries, and blocks are dequantized as ggml's
-    /// reference code does.
+    /// reference code does; for an affine-quantized tensor `first` must start a group, and
+    /// the values are dequantized as `mx.dequantize` computes them.
     pub fn read_f32(&self, first: usize, out: &mut [f32]) {
         let (per, size) = self.dtype.unit();
         let b = &self.bytes()[first / per * size..(first + out.len()) / per * size];
         match self.dtype {
             Storage::Float(d) => to_f32(d, b, out),
             Storage::Quant(q) => super::gguf::dequantize_row(q.into(), b, out),
+            Storage::Affine(f, dtype) => {
+                let parts = self
+                    .affine()
+                    .expect("WeightStore::get gives an affine tensor its scales and biases");
+                let groups = first / f.group()..(first + out.len()).div_ceil(f.group());
+                let (mut scales, mut biases) = (vec![0.0; groups.len()], vec![0.0; groups.len()]);
+                parts.scales.read_f32(groups.start, &mut scales);
+                parts.biases.read_f32(groups.start, &mut biases);
+                let (bits, group) = (f.bits(), f.group());
+                super::mlx::dequantize_row(b, &scales, &biases, bits, group, dtype, out);
+            }
         }
     }
     /// The whole tensor as f32 (use only for small vectors).
@@ -175,6 +207,9 @@ pub struct Entry {
     /// How activations meet this weight in a product, as the checkpoint's reference computes
     /// it (f32 for Hugging Face checkpoints; llama.cpp's rules for a GGUF's).
     pub act: Activations,
+    /// The scales and biases of an affine-quantized tensor ([`Storage::Affine`]): entries of
+    /// their own, named `<module>.scales` and `<module>.biases` in errors.
+    pub affine: Option<Box<AffineParts<Entry>>>,
 }
 
 /// Whose conventions a checkpoint's values follow where Hugging Face and llama.cpp differ.
@@ -339,6 +374,7 @@ impl WeightStore {
                 dtype: Ok(DType::F32.into()),
                 shape,
                 act,
+                affine: None,
             },
         );
     }
@@ -368,6 +404,7 @@ impl WeightStore {
                     dtype: t.dtype.map(Storage::Float),
                     shape: t.shape,
                     act: Activations::F32,
+                    affine: None,
                 },
             );
         }
@@ -405,20 +442,46 @@ impl WeightStore {
                 path: self.dir.clone(),
                 tensor: name.to_string(),
             })?;
+        if e.shape != shape {
+            return Err(ModelError::TensorShape {
+                path: self.maps[e.blob].0.clone(),
+                tensor: name.to_string(),
+                expected: shape.to_vec(),
+                found: e.shape.clone(),
+            });
+        }
+        self.tensor_of(name, e)
+    }
+
+    /// The tensor of entry `e` named `name` (an affine-quantized one with its scales and
+    /// biases); errors name the file and the tensor.
+    fn tensor_of(&self, name: &str, e: &Entry) -> Result<Tensor> {
         let (file, map) = &self.maps[e.blob];
         let dtype = e.dtype.clone().map_err(|d| ModelError::TensorDtype {
             path: file.clone(),
             tensor: name.to_string(),
             dtype: d,
         })?;
-        if e.shape != shape {
-            return Err(ModelError::TensorShape {
-                path: file.clone(),
-                tensor: name.to_string(),
-                expected: shape.to_vec(),
-                found: e.shape.clone(),
-            });
-        }
+        let module = name.strip_suffix(".weight").unwrap_or(name);
+        let affine = match (&e.affine, dtype) {
+            (Some(p), Storage::Affine(..)) => Some(Box::new(AffineParts {
+                scales: self.tensor_of(&format!("{module}.scales"), &p.scales)?,
+                biases: self.tensor_of(&format!("{module}.biases"), &p.biases)?,
+            })),
+            (None, Storage::Float(_) | Storage::Quant(_)) => None,
+            (p, _) => {
+                return Err(ModelError::Quantized {
+                    path: file.clone(),
+                    tensor: name.to_string(),
+                    message: format!(
+                        "stored as {} {} scales and biases (affine-quantized values have them, \
+                         other tensors not)",
+                        dtype.name(),
+                        if p.is_some() { "with" } else { "without" }
+                    ),
+                })
+            }
+        };
         Ok(Tensor {
             map: map.clone(),
             start: e.start,
@@ -428,6 +491,7 @@ impl WeightStore {
             act: e.act,
             name: name.to_string(),
             file: file.clone(),
+            affine,
         })
     }
 }

@@ -1,10 +1,13 @@
 //! `embedding.gather_<ty>.v1`: the token embedding, read in the table's stored dtype (ty =
-//! bf16, f16, f32), and `embedding.gather_q.v1` on a table in a ggml block format.
+//! bf16, f16, f32), `embedding.gather_q.v1` on a table in a ggml block format and
+//! `embedding.gather_mlx_<ty>.v1` on one in mlx's affine quantization (ty = the scales' dtype).
 
 use lse_kernels::embedding::{
-    embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32, embed_tokens_q,
+    embed_tokens_bf16, embed_tokens_f16, embed_tokens_f32, embed_tokens_mlx_bf16,
+    embed_tokens_mlx_f16, embed_tokens_mlx_f32, embed_tokens_q,
 };
 
+use super::affine::AffineParams;
 use super::lm_head::WeightView;
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSliceMut, Device};
@@ -27,6 +30,9 @@ pub fn embed_tokens<'a>(
         });
     }
     if let WeightView::Quant(q) = table {
+        q.check_rows(OP, "table", hidden)?;
+    }
+    if let WeightView::Affine(q) = table {
         q.check_rows(OP, "table", hidden)?;
     }
     let vocab = table.len() / hidden;
@@ -72,6 +78,37 @@ pub fn embed_tokens<'a>(
                 format: q.format.code(),
             },
         ),
+        WeightView::Affine(q) => {
+            let (table, bits, group) = (q.words, q.format.bits(), q.format.group() as u32);
+            macro_rules! affine {
+                ($kernel:ident, $scales:expr, $biases:expr) => {
+                    dev.launch(
+                        grid,
+                        $kernel::Args {
+                            ids,
+                            table,
+                            scales: $scales,
+                            biases: $biases,
+                            x,
+                            hidden,
+                            bits,
+                            group,
+                        },
+                    )
+                };
+            }
+            match q.params {
+                AffineParams::Bf16 { scales, biases } => {
+                    affine!(embed_tokens_mlx_bf16, scales, biases)
+                }
+                AffineParams::F16 { scales, biases } => {
+                    affine!(embed_tokens_mlx_f16, scales, biases)
+                }
+                AffineParams::F32 { scales, biases } => {
+                    affine!(embed_tokens_mlx_f32, scales, biases)
+                }
+            }
+        }
     }?;
     Ok(())
 }

@@ -2,8 +2,10 @@
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
 //! product into a buffer (`gemm.transpose_x_<ty>.v1`). A weight kept in a ggml block format
-//! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q8_0, q4_k, q5_k, q6_k), which
-//! dequantizes each K step's block into shared memory and takes the same f32 products.
+//! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
+//! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
+//! same f32 products; one in mlx's affine quantization ([`super::AffineView`]) goes through
+//! `gemm.xwt_mlx<b>_<ty>.v1` (b = 4, 8; ty = the scales' dtype) the same way.
 
 use half::{bf16, f16};
 use lse_kernels::act_quant::{q8_0, q8_k};
@@ -11,8 +13,16 @@ use lse_kernels::gemm::{
     gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
     transpose_x_bf16, transpose_x_f16,
 };
-use lse_kernels::gemm_quant::{gemm_xwt_q4_k, gemm_xwt_q5_k, gemm_xwt_q6_k, gemm_xwt_q8_0};
+use lse_kernels::gemm_mlx::{
+    gemm_xwt_mlx4_bf16, gemm_xwt_mlx4_f16, gemm_xwt_mlx4_f32, gemm_xwt_mlx8_bf16,
+    gemm_xwt_mlx8_f16, gemm_xwt_mlx8_f32,
+};
+use lse_kernels::gemm_quant::{
+    gemm_xwt_q4_0, gemm_xwt_q4_1, gemm_xwt_q4_k, gemm_xwt_q5_0, gemm_xwt_q5_1, gemm_xwt_q5_k,
+    gemm_xwt_q6_k, gemm_xwt_q8_0,
+};
 
+use super::affine::AffineParams;
 use super::lm_head::WeightView;
 use super::quant::QuantFormat;
 use super::{check_len, to_u32, OpError};
@@ -21,8 +31,8 @@ use crate::device::{DevSlice, DevSliceMut, Device};
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
 const EXACT_COLS: u32 = 64;
-/// Rows and columns of `y` per workgroup of the quantized GEMMs (`gemm.xwt_q*`: `4 * BM`
-/// and `BN`).
+/// Rows and columns of `y` per workgroup of the quantized GEMMs (`gemm.xwt_q*`,
+/// `gemm.xwt_mlx*`: `4 * BM` and `BN`).
 const QUANT_ROWS: u32 = 256;
 const QUANT_COLS: u32 = 32;
 /// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `2 * BN`).
@@ -153,6 +163,9 @@ pub(super) fn launch(
     if let WeightView::Quant(q) = w {
         q.check_rows("gemm", "w", k as usize)?;
     }
+    if let WeightView::Affine(q) = w {
+        q.check_rows("gemm", "w", k as usize)?;
+    }
     if matches!(act, Activations::Q8_0 | Activations::Q8K) {
         let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;
         quantize_activations(dev, x, k as usize, act, xq.view_mut())?;
@@ -223,10 +236,58 @@ pub(super) fn launch(
         (WeightView::Quant(q), _) => {
             let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
             match q.format {
+                QuantFormat::Q4_0 => exact!(gemm_xwt_q4_0, q.words, grid),
+                QuantFormat::Q4_1 => exact!(gemm_xwt_q4_1, q.words, grid),
+                QuantFormat::Q5_0 => exact!(gemm_xwt_q5_0, q.words, grid),
+                QuantFormat::Q5_1 => exact!(gemm_xwt_q5_1, q.words, grid),
                 QuantFormat::Q8_0 => exact!(gemm_xwt_q8_0, q.words, grid),
                 QuantFormat::Q4_K => exact!(gemm_xwt_q4_k, q.words, grid),
                 QuantFormat::Q5_K => exact!(gemm_xwt_q5_k, q.words, grid),
                 QuantFormat::Q6_K => exact!(gemm_xwt_q6_k, q.words, grid),
+            }
+        }
+        (WeightView::Affine(q), _) => {
+            let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
+            let (w, group) = (q.words, q.format.group() as u32);
+            macro_rules! affine {
+                ($kernel:ident, $scales:expr, $biases:expr) => {
+                    dev.launch(
+                        grid,
+                        $kernel::Args {
+                            x,
+                            w,
+                            scales: $scales,
+                            biases: $biases,
+                            y,
+                            m,
+                            n,
+                            k,
+                            group,
+                            accumulate,
+                        },
+                    )
+                };
+            }
+            match (q.format.bits(), q.params) {
+                (4, AffineParams::Bf16 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx4_bf16, scales, biases)
+                }
+                (4, AffineParams::F16 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx4_f16, scales, biases)
+                }
+                (4, AffineParams::F32 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx4_f32, scales, biases)
+                }
+                // 8 bits, the other width `AffineFormat` admits.
+                (_, AffineParams::Bf16 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx8_bf16, scales, biases)
+                }
+                (_, AffineParams::F16 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx8_f16, scales, biases)
+                }
+                (_, AffineParams::F32 { scales, biases }) => {
+                    affine!(gemm_xwt_mlx8_f32, scales, biases)
+                }
             }
         }
     }?;

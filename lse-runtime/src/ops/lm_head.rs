@@ -6,6 +6,7 @@
 use half::{bf16, f16};
 use lse_kernels::lm_head::{lm_head_matvec_bf16, lm_head_matvec_f16, lm_head_matvec_f32};
 
+use super::affine::AffineView;
 use super::gemm::{self, Activations, GemmOut};
 use super::quant::QuantView;
 use super::{check_len, to_u32, OpError};
@@ -29,6 +30,8 @@ pub enum WeightView<'a> {
     F32(DevSlice<'a, f32>),
     /// In a ggml block format, read as stored (the quantized GEMM and embedding kernels).
     Quant(QuantView<'a>),
+    /// In mlx's affine quantization, read as stored (the MLX GEMM and embedding kernels).
+    Affine(AffineView<'a>),
 }
 
 impl<'a> WeightView<'a> {
@@ -39,6 +42,7 @@ impl<'a> WeightView<'a> {
             WeightView::F16(w) => w.len(),
             WeightView::F32(w) => w.len(),
             WeightView::Quant(w) => w.len,
+            WeightView::Affine(w) => w.len,
         }
     }
 
@@ -54,6 +58,7 @@ impl<'a> WeightView<'a> {
             WeightView::F16(w) => WeightView::F16(w.sub(range)?),
             WeightView::F32(w) => WeightView::F32(w.sub(range)?),
             WeightView::Quant(w) => WeightView::Quant(w.sub(range)?),
+            WeightView::Affine(w) => WeightView::Affine(w.sub(range)?),
         })
     }
 }
@@ -174,7 +179,7 @@ fn run(
             WeightView::Bf16(w) => matvec!(lm_head_matvec_bf16, w),
             WeightView::F16(w) => matvec!(lm_head_matvec_f16, w),
             WeightView::F32(w) => matvec!(lm_head_matvec_f32, w),
-            WeightView::Quant(_) => {}
+            WeightView::Quant(_) | WeightView::Affine(_) => {}
         }
     }
     // The GEMM `y = x · wᵀ` with x = hidden `[rows, dim]`, w `[vocab, dim]`, overwriting y.

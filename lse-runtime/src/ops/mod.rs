@@ -9,6 +9,7 @@
 //! The head's `_dev` variants take views only. The kernels trust their inputs (a GPU has no
 //! bounds checks), so every check a kernel's contract needs happens here.
 
+mod affine;
 mod attention_shape;
 mod deltanet;
 mod embedding;
@@ -26,6 +27,7 @@ mod rope;
 mod swiglu;
 mod topk_pairs;
 
+pub use affine::{AffineFormat, AffineParams, AffineView};
 pub use attention_shape::{
     AttnShape, BlockLists, FlashPrefillParams, KvSlice, KvView, MAX_HEAD_DIM,
 };

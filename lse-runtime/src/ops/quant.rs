@@ -9,6 +9,14 @@ use crate::device::DevSlice;
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
+    /// 18-byte blocks of 32: f16 scale, 4-bit quants offset by 8.
+    Q4_0,
+    /// 20-byte blocks of 32: f16 scale and minimum, 4-bit quants.
+    Q4_1,
+    /// 22-byte blocks of 32: f16 scale, 32 fifth bits, 4-bit quants; offset by 16.
+    Q5_0,
+    /// 24-byte blocks of 32: f16 scale and minimum, 32 fifth bits, 4-bit quants.
+    Q5_1,
     /// 34-byte blocks of 32: f16 scale, 32 signed 8-bit quants.
     Q8_0,
     /// 144-byte blocks of 256: 4-bit quants, 6-bit scales and minimums.
@@ -23,7 +31,11 @@ impl QuantFormat {
     /// Elements per block.
     pub fn block_elems(self) -> usize {
         match self {
-            QuantFormat::Q8_0 => 32,
+            QuantFormat::Q4_0
+            | QuantFormat::Q4_1
+            | QuantFormat::Q5_0
+            | QuantFormat::Q5_1
+            | QuantFormat::Q8_0 => 32,
             QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K => 256,
         }
     }
@@ -31,6 +43,10 @@ impl QuantFormat {
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
         match self {
+            QuantFormat::Q4_0 => 18,
+            QuantFormat::Q4_1 => 20,
+            QuantFormat::Q5_0 => 22,
+            QuantFormat::Q5_1 => 24,
             QuantFormat::Q8_0 => 34,
             QuantFormat::Q4_K => 144,
             QuantFormat::Q5_K => 176,
@@ -41,6 +57,10 @@ impl QuantFormat {
     /// ggml's name of the format.
     pub fn name(self) -> &'static str {
         match self {
+            QuantFormat::Q4_0 => "Q4_0",
+            QuantFormat::Q4_1 => "Q4_1",
+            QuantFormat::Q5_0 => "Q5_0",
+            QuantFormat::Q5_1 => "Q5_1",
             QuantFormat::Q8_0 => "Q8_0",
             QuantFormat::Q4_K => "Q4_K",
             QuantFormat::Q5_K => "Q5_K",
@@ -55,6 +75,10 @@ impl QuantFormat {
             QuantFormat::Q4_K => 1,
             QuantFormat::Q5_K => 2,
             QuantFormat::Q6_K => 3,
+            QuantFormat::Q4_0 => 4,
+            QuantFormat::Q4_1 => 5,
+            QuantFormat::Q5_0 => 6,
+            QuantFormat::Q5_1 => 7,
         }
     }
 
@@ -145,13 +169,17 @@ impl<'a> QuantView<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::device::{cpu_side_devices, test_values as values, Device, Pool};
     use crate::model::gguf::dequantize_row;
     use crate::ops::{embed_tokens, gemm, Activations, GemmOut, HeadWeight, WeightView};
 
-    const FORMATS: [QuantFormat; 4] = [
+    const FORMATS: [QuantFormat; 8] = [
+        QuantFormat::Q4_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q5_0,
+        QuantFormat::Q5_1,
         QuantFormat::Q8_0,
         QuantFormat::Q4_K,
         QuantFormat::Q5_K,
@@ -159,8 +187,8 @@ mod tests {
     ];
 
     /// `rows` rows of `k` values in `format`: random bytes, with each block's f16 scales
-    /// (`d`, and `dmin` for Q4_K/Q5_K) set to finite values of either sign.
-    fn blocks(format: QuantFormat, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    /// (`d`, and `m` or `dmin` for Q4_1/Q5_1/Q4_K/Q5_K) set to finite values of either sign.
+    pub(in crate::ops) fn blocks(format: QuantFormat, rows: usize, k: usize, seed: u64) -> Vec<u8> {
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {
             state ^= state << 13;
@@ -171,8 +199,10 @@ mod tests {
         let bytes = format.bytes_of(rows * k).unwrap();
         let mut b: Vec<u8> = (0..bytes).map(|_| next() as u8).collect();
         let scale_at: &[usize] = match format {
-            QuantFormat::Q8_0 => &[0],
-            QuantFormat::Q4_K | QuantFormat::Q5_K => &[0, 2],
+            QuantFormat::Q4_0 | QuantFormat::Q5_0 | QuantFormat::Q8_0 => &[0],
+            QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4_K | QuantFormat::Q5_K => {
+                &[0, 2]
+            }
             QuantFormat::Q6_K => &[208],
         };
         for block in b.chunks_exact_mut(format.block_bytes()) {
@@ -184,7 +214,7 @@ mod tests {
         b
     }
 
-    fn dequantized(format: QuantFormat, b: &[u8], k: usize) -> Vec<f32> {
+    pub(in crate::ops) fn dequantized(format: QuantFormat, b: &[u8], k: usize) -> Vec<f32> {
         let row_bytes = format.bytes_of(k).unwrap();
         let mut out = vec![0.0f32; b.len() / row_bytes * k];
         for (row, bytes) in out.chunks_exact_mut(k).zip(b.chunks_exact(row_bytes)) {
@@ -193,14 +223,15 @@ mod tests {
         out
     }
 
-    fn bits(v: &[f32]) -> Vec<u32> {
+    pub(in crate::ops) fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// The GEMM on a weight kept in its block format gives the bits of the f32 GEMM on the
     /// weight dequantized as ggml does, on every device, for shapes the blocking does not
     /// divide (one row; rows past one 128-row block; columns past 64; several blocks per
-    /// row, so Q8_0 and Q6_K blocks start at odd half-words), overwriting and accumulating.
+    /// row, so Q4_0, Q5_0, Q8_0 and Q6_K blocks start at odd half-words, and rows of such
+    /// blocks at half-words), overwriting and accumulating.
     #[test]
     fn quantized_gemm_equals_the_gemm_on_the_dequantized_weight() {
         for format in FORMATS {
@@ -252,7 +283,8 @@ mod tests {
     }
 
     /// The embedding of a table kept in its block format gives each token's row dequantized
-    /// as ggml does, on every device.
+    /// as ggml does, on every device (rows of three blocks, so the odd rows of Q4_0, Q5_0,
+    /// Q8_0 and Q6_K start at half-words).
     #[test]
     fn quantized_embedding_rows_are_the_dequantized_rows() {
         for format in FORMATS {
@@ -317,6 +349,15 @@ mod tests {
         assert!(view.sub(512..1024).is_err(), "past the end");
         let two = view.sub(512..768).unwrap();
         assert_eq!(two.len, 256);
+        // Q4_0's second block of 32 starts at byte 18, a half-word.
+        let q4_0 = QuantView {
+            format: QuantFormat::Q4_0,
+            len: 64,
+            ..view
+        };
+        let e = q4_0.sub(32..64).unwrap_err();
+        assert!(e.to_string().contains("Q4_0"), "{e}");
+        assert_eq!(q4_0.sub(0..32).unwrap().words.len(), 5);
         // Fewer words than the values need.
         let short = QuantView {
             words: DevSlice::from(&w[..w.len() - 1]),

@@ -6,21 +6,19 @@
 //! undoing them ([`Conventions::LlamaCpp`]): the norm weights with the 1 added, the decay rate
 //! `ssm_a = -exp(A_log)`, the value heads in tiled order ([`VHeadOrder::Tiled`]); the conv
 //! weight squeezed to `[conv_dim, kc]` is viewed as the checkpoint's `[conv_dim, 1, kc]`; the
-//! fused experts come split into stacked gate and up tensors. F32, F16 and BF16 tensors, and
-//! the Q8_0, Q4_K, Q5_K and Q6_K ones that LOOM kernels read in their block format
-//! ([`crate::ops::QuantFormat`]), are read where they are mapped; the other quantized types are
-//! dequantized to f32 at load, exactly as ggml's reference code does.
+//! fused experts come split into stacked gate and up tensors. Every tensor is read where it is
+//! mapped: F32, F16 and BF16 in their dtype, the quantized types in their block format, which
+//! LOOM kernels read in place ([`crate::ops::QuantFormat`]).
 
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::file::{GgufFile, GgufTensorInfo, GgufValue};
-use super::quants::{dequantize_row, GgmlType};
+use super::quants::GgmlType;
 use crate::model::config::{ModelConfig, VHeadOrder};
 use crate::model::error::{ModelError, Result};
-use crate::model::weights::{Blob, Conventions, DType, Entry, Storage, WeightStore};
+use crate::model::weights::{Blob, Conventions, Entry, WeightStore};
 use crate::ops::Activations;
 
 /// The architectures LSE reads (`general.architecture`).
@@ -80,7 +78,8 @@ pub struct GgufCheckpoint {
 
 impl GgufCheckpoint {
     /// Opens `path` (and the rest of its split set), reads the config from its metadata and
-    /// maps its tensors, dequantizing the quantized ones.
+    /// maps its tensors (every one read where it is mapped, the quantized ones in their block
+    /// format).
     pub fn open(path: &Path) -> Result<Self> {
         let files = part_paths(path)?
             .iter()
@@ -89,7 +88,7 @@ impl GgufCheckpoint {
         let config = Self::config_of(&files[0])?;
         let mut weights = WeightStore::empty(path, Conventions::LlamaCpp);
         for f in &files {
-            add_tensors(f, &config, &mut weights)?;
+            add_tensors(f, &config, &mut weights);
         }
         Ok(GgufCheckpoint {
             config,
@@ -388,7 +387,7 @@ fn hf_shape(hf: &str, ne: &[u64]) -> Vec<usize> {
 }
 
 /// Adds the tensors of one GGUF file to `ws` under their Hugging Face names.
-fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<()> {
+fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) {
     let map: Blob = f.map().clone();
     let mapped = ws.add_blob(f.path(), map);
     for t in f.tensors() {
@@ -397,16 +396,7 @@ fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<
         };
         let shape = hf_shape(&name, &t.ne);
         match &t.ty {
-            Ok(GgmlType::F32) => ws.insert(name, stored(mapped, t, DType::F32.into(), shape)),
-            Ok(GgmlType::F16) => ws.insert(name, stored(mapped, t, DType::F16.into(), shape)),
-            Ok(GgmlType::BF16) => ws.insert(name, stored(mapped, t, DType::BF16.into(), shape)),
-            Ok(ty) => match ty.quant_format() {
-                Some(q) => ws.insert(name, stored(mapped, t, Storage::Quant(q), shape)),
-                None => {
-                    let values = dequantize(f, t, *ty)?;
-                    ws.insert_f32(name, f.path(), values, shape, activations(*ty));
-                }
-            },
+            Ok(ty) => ws.insert(name, stored(mapped, t, *ty, shape)),
             Err(unsupported) => ws.insert(
                 name,
                 Entry {
@@ -416,64 +406,34 @@ fn add_tensors(f: &GgufFile, cfg: &ModelConfig, ws: &mut WeightStore) -> Result<
                     dtype: Err(format!("GGUF type {unsupported}")),
                     shape,
                     act: Activations::F32,
+                    affine: None,
                 },
             ),
         }
     }
-    Ok(())
 }
 
-/// The entry of a tensor read where it is mapped (a float one, or a quantized one the LOOM
-/// kernels read in place); llama.cpp rounds activations to a 16-bit weight's type before the
-/// product, and quantizes them against a quantized weight.
-fn stored(blob: usize, t: &GgufTensorInfo, dtype: Storage, shape: Vec<usize>) -> Entry {
+/// The entry of a tensor of type `ty`, read where it is mapped (a float one, or a quantized
+/// one the LOOM kernels read in place). Activations meet it as llama.cpp's CPU backend has
+/// them: rounded to a 16-bit weight's type, quantized against a quantized weight (the type's
+/// `vec_dot_type`: Q8_0 or Q8_1 blocks of 32, Q8_K blocks of 256).
+fn stored(blob: usize, t: &GgufTensorInfo, ty: GgmlType, shape: Vec<usize>) -> Entry {
     Entry {
         blob,
         start: t.start,
         end: t.end,
-        dtype: Ok(dtype),
+        dtype: Ok(ty.storage()),
         shape,
-        act: match dtype {
-            Storage::Float(DType::F32) => Activations::F32,
-            Storage::Float(DType::BF16 | DType::F16) => Activations::RoundedToWeight,
-            Storage::Quant(q) => activations(q.into()),
+        act: match ty {
+            GgmlType::F32 => Activations::F32,
+            GgmlType::F16 | GgmlType::BF16 => Activations::RoundedToWeight,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Activations::Q8K,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
+                Activations::Q8_0
+            }
         },
+        affine: None,
     }
-}
-
-/// How llama.cpp's CPU backend quantizes activations against a quantized weight (the type's
-/// `vec_dot_type`: Q8_0 or Q8_1 blocks of 32, Q8_K blocks of 256).
-fn activations(ty: GgmlType) -> Activations {
-    match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Activations::Q8K,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-            Activations::Q8_0
-        }
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Activations::F32,
-    }
-}
-
-/// A quantized tensor's values in f32, row by row as ggml's reference dequantization gives
-/// them (rows in parallel).
-fn dequantize(f: &GgufFile, t: &GgufTensorInfo, ty: GgmlType) -> Result<Vec<f32>> {
-    let cols = t.ne.first().copied().unwrap_or(1) as usize;
-    let row_bytes = ty.row_bytes(cols).ok_or_else(|| ModelError::TensorDtype {
-        path: f.path().to_path_buf(),
-        tensor: t.name.clone(),
-        dtype: format!(
-            "{} with rows of {cols} values, not a multiple of its {}-value blocks",
-            ty.name(),
-            ty.block_elems()
-        ),
-    })?;
-    let mut out = vec![0.0f32; t.n_elements() as usize];
-    if cols == 0 {
-        return Ok(out);
-    }
-    out.par_chunks_mut(cols)
-        .zip(f.tensor_bytes(t).par_chunks(row_bytes))
-        .for_each(|(row, bytes)| dequantize_row(ty, bytes, row));
-    Ok(out)
 }
 
 #[cfg(test)]

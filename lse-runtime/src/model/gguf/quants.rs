@@ -5,6 +5,7 @@
 
 use half::f16;
 
+use crate::model::weights::{DType, Storage};
 use crate::ops::QuantFormat;
 
 /// Elements in a K-quant super-block.
@@ -198,6 +199,10 @@ impl GgmlType {
 impl From<QuantFormat> for GgmlType {
     fn from(q: QuantFormat) -> Self {
         match q {
+            QuantFormat::Q4_0 => GgmlType::Q4_0,
+            QuantFormat::Q4_1 => GgmlType::Q4_1,
+            QuantFormat::Q5_0 => GgmlType::Q5_0,
+            QuantFormat::Q5_1 => GgmlType::Q5_1,
             QuantFormat::Q8_0 => GgmlType::Q8_0,
             QuantFormat::Q4_K => GgmlType::Q4_K,
             QuantFormat::Q5_K => GgmlType::Q5_K,
@@ -207,14 +212,21 @@ impl From<QuantFormat> for GgmlType {
 }
 
 impl GgmlType {
-    /// The block format LOOM kernels read this type in, if they read it in place.
-    pub fn quant_format(self) -> Option<QuantFormat> {
-        Some(match self {
+    /// How a tensor of this type is held, read where it is mapped: a float dtype, or the block
+    /// format LOOM kernels read in place (every quantized type LSE reads).
+    pub fn storage(self) -> Storage {
+        Storage::Quant(match self {
+            GgmlType::F32 => return DType::F32.into(),
+            GgmlType::F16 => return DType::F16.into(),
+            GgmlType::BF16 => return DType::BF16.into(),
+            GgmlType::Q4_0 => QuantFormat::Q4_0,
+            GgmlType::Q4_1 => QuantFormat::Q4_1,
+            GgmlType::Q5_0 => QuantFormat::Q5_0,
+            GgmlType::Q5_1 => QuantFormat::Q5_1,
             GgmlType::Q8_0 => QuantFormat::Q8_0,
             GgmlType::Q4_K => QuantFormat::Q4_K,
             GgmlType::Q5_K => QuantFormat::Q5_K,
             GgmlType::Q6_K => QuantFormat::Q6_K,
-            _ => return None,
         })
     }
 }

@@ -1,0 +1,210 @@
+//! The GEMM on weights that stay in mlx's affine quantization (an MLX checkpoint that
+//! `mlx_lm convert -q` wrote): `y = x · wᵀ` (+ `y` when `accumulate` is 1) for a weight
+//! `[n, k]` of 4- or 8-bit values packed little-endian into `u32` words (`w`, rows of
+//! `k · bits / 32` words; value `j` of a row in bits `j · bits ..` of its bit stream) with one
+//! scale and one bias per group of `group` values of a row (`scales`, `biases`: `[n, k / group]`
+//! in the checkpoint's float dtype `W`; `group` a multiple of 32). The activations are f32.
+//!
+//! A value is what `mx.dequantize` computes, in the scales' dtype: `W(W(s · q) + b)`, each
+//! operation in f32 and rounded to `W` (for f32 scales, no rounding). Each K step, every
+//! work-item writes `s · q` for 32 values of one weight row into the shared array `wq`; the
+//! block then goes through tiles of `W` and f32 for the two roundings and the bias (one per
+//! column of the block: 32 values of a row lie in one group), and through the tile `dot` as
+//! in `gemm.xwt_exact_f32`: the products and their order are the same, so on the host the
+//! result is the same bits as that kernel's on the weight dequantized at load
+//! (`lse_runtime::model::mlx::dequantize_row`).
+//!
+//! Blocking (both): as `gemm_quant.rs`: x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32)
+//! column blocks; a workgroup owns 256 x 32 of `y` (four 64 x 32 accumulators sharing each
+//! dequantized block) and work-item `c` dequantizes weight row `col0 + c` into column `c` of
+//! `wq`. One kernel per bit width, so that the unpacking has constant shifts.
+
+use loom::kernel;
+
+/// 4 bits: a K step's 32 values are 4 words, 8 values each.
+#[kernel(name = "gemm.xwt_mlx4", version = 1, workgroup = 32, elem = [bf16, f16, f32])]
+fn gemm_xwt_mlx4<W>(
+    x: &[f32; m * k],
+    w: &[u32; n * (k / 8)],
+    scales: &[W; n * (k / group)],
+    biases: &[W; n * (k / group)],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    group: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let rounded = tile::<W, BK, BN>();
+    let bias = tile::<f32, 1, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let bq = shared::<f32>(BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_words = k / 8;
+    let groups = k / group;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_words + k0 / 8;
+        let g = wrow * groups + k0 / group;
+        let s = to_f32(scales[g]);
+        bq[local_id()] = to_f32(biases[g]);
+        for t in 0..4u32 {
+            let word = w[at + t];
+            for i in 0..8u32 {
+                wq[(8 * t + i) * BN + local_id()] = s * ((word >> (4 * i)) & 15) as f32;
+            }
+        }
+        // W(W(s · q) + b), the bias broadcast down each column (one weight row).
+        tile_load(rounded, wq, 0, BN, BK, BN);
+        tile_copy(b, rounded);
+        tile_load(bias, bq, 0, BN, 1, BN);
+        tile_add(b, bias);
+        tile_copy(rounded, b);
+        tile_copy(b, rounded);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
+
+/// 8 bits: a K step's 32 values are 8 words, 4 values each.
+#[kernel(name = "gemm.xwt_mlx8", version = 1, workgroup = 32, elem = [bf16, f16, f32])]
+fn gemm_xwt_mlx8<W>(
+    x: &[f32; m * k],
+    w: &[u32; n * (k / 4)],
+    scales: &[W; n * (k / group)],
+    biases: &[W; n * (k / group)],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    group: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 32;
+    const BK: u32 = 32;
+    let a = tile::<f32, BM, BK>();
+    let b = tile::<f32, BK, BN>();
+    let rounded = tile::<W, BK, BN>();
+    let bias = tile::<f32, 1, BN>();
+    let acc0 = tile::<f32, BM, BN>();
+    let acc1 = tile::<f32, BM, BN>();
+    let acc2 = tile::<f32, BM, BN>();
+    let acc3 = tile::<f32, BM, BN>();
+    let wq = shared::<f32>(BK * BN);
+    let bq = shared::<f32>(BN);
+    let row0 = group_id() * (4 * BM);
+    let row1 = row0 + BM;
+    let row2 = row1 + BM;
+    let row3 = row2 + BM;
+    let col0 = group_id_y() * BN;
+    // Rows past the weight's last dequantize the last row again: their columns of `y` are
+    // not stored, and every work-item takes the same path.
+    let wrow = min(col0 + local_id(), n - 1);
+    let row_words = k / 4;
+    let groups = k / group;
+    if accumulate == 1 {
+        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        if row1 < m {
+            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        }
+        if row2 < m {
+            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+        }
+        if row3 < m {
+            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+        }
+    }
+    for k0 in (0..k).step_by(BK) {
+        let at = wrow * row_words + k0 / 4;
+        let g = wrow * groups + k0 / group;
+        let s = to_f32(scales[g]);
+        bq[local_id()] = to_f32(biases[g]);
+        for t in 0..8u32 {
+            let word = w[at + t];
+            for i in 0..4u32 {
+                wq[(4 * t + i) * BN + local_id()] = s * ((word >> (8 * i)) & 255) as f32;
+            }
+        }
+        // W(W(s · q) + b), the bias broadcast down each column (one weight row).
+        tile_load(rounded, wq, 0, BN, BK, BN);
+        tile_copy(b, rounded);
+        tile_load(bias, bq, 0, BN, 1, BN);
+        tile_add(b, bias);
+        tile_copy(rounded, b);
+        tile_copy(b, rounded);
+        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_dot(acc0, a, b);
+        if row1 < m {
+            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+            tile_dot(acc1, a, b);
+        }
+        if row2 < m {
+            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
+            tile_dot(acc2, a, b);
+        }
+        if row3 < m {
+            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
+            tile_dot(acc3, a, b);
+        }
+    }
+    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    if row1 < m {
+        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+    }
+    if row2 < m {
+        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
+    }
+    if row3 < m {
+        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
+    }
+}
