@@ -12,6 +12,7 @@ pub mod deltanet;
 pub mod embedding;
 pub mod ffn;
 pub mod gemm;
+pub mod gemm_int;
 pub mod gemm_mlx;
 pub mod gemm_quant;
 pub mod lm_head;
@@ -34,6 +35,7 @@ macro_rules! kernels {
 kernels!(
     act_quant::q8_0,
     act_quant::q8_k,
+    act_quant::q8_k_int,
     lse_pick::lse_pick,
     topk_pairs::topk_pairs,
     lm_head::lm_head_matvec_bf16,
@@ -54,6 +56,9 @@ kernels!(
     gemm::gemm_xwt_exact_f32,
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
+    gemm_int::gemm_xwt_q4_k_q8_k,
+    gemm_int::gemm_xwt_q5_k_q8_k,
+    gemm_int::gemm_xwt_q6_k_q8_k,
     gemm_quant::gemm_xwt_q8_0,
     gemm_quant::gemm_xwt_q4_0,
     gemm_quant::gemm_xwt_q4_1,

@@ -32,6 +32,11 @@
 //!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
 //!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
 //!     4 rows and each broadcast A pair by 4 vectors.
+//! - `tile_dot` of i16 tiles on the levels with AVX512-VNNI stores its `b` operand in the
+//!   same pair layout (an i32 window's rows truncated to i16 and interleaved as they load) and
+//!   runs `vpdpwssd` in the same register blocks into i32 accumulators: exact products,
+//!   wrapping sums, so bit-identical to the reference. Elsewhere an i16 dot is the element
+//!   loop in wrapping i32.
 //! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
 //!   with `fma` on 16-lane vectors, 16-bit operands widened to f32 as they are read: 4 rows x
 //!   64 columns on x86-64-v4 (16 of its 32 zmm registers), 6 rows x 16 columns on the AVX2

@@ -4,7 +4,9 @@
 //! product into a buffer (`gemm.transpose_x_<ty>.v1`). A weight kept in a ggml block format
 //! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
 //! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
-//! same f32 products; one in mlx's affine quantization ([`super::AffineView`]) goes through
+//! same f32 products, except that a K-quant weight against Q8_K activations
+//! ([`Activations::Q8K`], how a GGUF model runs) takes the integer GEMM (`super::gemm_int`);
+//! one in mlx's affine quantization ([`super::AffineView`]) goes through
 //! `gemm.xwt_mlx<b>_<ty>.v1` (b = 4, 8; ty = the scales' dtype) the same way.
 
 use half::{bf16, f16};
@@ -63,7 +65,8 @@ pub enum Activations {
     /// Q5_1 or Q8_0 weight of a GGUF checkpoint, as llama.cpp's CPU backend multiplies it.
     Q8_0,
     /// The same with llama.cpp's Q8_K blocks of 256 (`act_quant.q8_k`), against a dequantized
-    /// K-quant weight.
+    /// K-quant weight; against a K-quant weight kept in its block format, the integer GEMM
+    /// (`act_quant.q8_k_int`, then exact integer sums as llama.cpp forms them).
     Q8K,
 }
 
@@ -162,6 +165,9 @@ pub(super) fn launch(
 ) -> Result<(), OpError> {
     if let WeightView::Quant(q) = w {
         q.check_rows("gemm", "w", k as usize)?;
+        if act == Activations::Q8K && super::gemm_int::has_integer_gemm(q.format) {
+            return super::gemm_int::launch(dev, x, q, y, [m, n, k], out);
+        }
     }
     if let WeightView::Affine(q) = w {
         q.check_rows("gemm", "w", k as usize)?;

@@ -15,6 +15,7 @@ mod deltanet;
 mod embedding;
 mod flashprefill;
 mod gemm;
+mod gemm_int;
 mod kv_write;
 mod lm_head;
 mod lse_pick;

@@ -1,0 +1,280 @@
+//! The K-quant GEMM in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K or Q6_K
+//! weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values `q`, one
+//! f32 scale `d` per block of 256, and the sum of each 32 values' `q`), then per weight block
+//! of 256 an exact integer dot product of `q` with the weight's quants times their 6- or 8-bit
+//! sub-block scales, and one f32 epilogue per block,
+//! `y += (Σ q·(sc·w) · d_w - Σ_j s_j · (m_j · dmin_w)) · d_x` (the minimum term, with `s_j` the
+//! sum of sub-block `j`'s `q`, only for Q4_K and Q5_K). The integer parts are the ones llama.cpp's
+//! `ggml_vec_dot_q*_K_q8_K` forms, so the two differ only in the rounding of a few f32
+//! operations per block, where the f32 GEMM on dequantized weights (`gemm_quant`) rounds
+//! every product.
+//!
+//! Each K step of 32, work-item `c` writes `sc · w` (at most 63 · 31 or 127 · 32 in
+//! magnitude, an i16) for 32 values of weight row `col0 + c` into the shared array `wq`; the
+//! step's activations load into an i16 tile and meet it in an i16 `tile_dot` into the i32
+//! tile `isum` (`vpdpwssd` on the host levels with AVX512-VNNI). At the end of each block of
+//! 256 the epilogue runs on f32 tiles; the minimum term is an f32 `tile_dot` of the
+//! activation sums (`[48, 8]`) by the sub-blocks' `-m_j · dmin` (`[8, 64]`).
+//!
+//! Grid (all three): x = ceil(n / 64) column blocks of `y`, y = ceil(m / 48) row blocks; a
+//! workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did not fit a GPU's 64 KiB
+//! of shared memory). Consecutive workgroups share their rows of `xq`, which stay in the
+//! cache while the weight streams past (with row blocks innermost, every column block read
+//! all of `xq` from memory again, and the loads of the `a` tiles took a fifth of the time). Weight rows past the last (a partial column block) unpack
+//! the last row again: their columns of `y` are not stored.
+
+use loom::kernel;
+
+/// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
+/// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
+/// `d · sc_j · q - dmin · m_j`). Blocks are whole words.
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 1, workgroup = 64)]
+fn gemm_xwt_q4_k_q8_k(
+    xq: &[i32; m * k],
+    xd: &[f32; m * (k / 256)],
+    xs: &[f32; m * (k / 32)],
+    w: &[u32; n * (k / 256) * 36],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 48;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<i16, BM, BK>();
+    let b = tile::<i16, BK, BN>();
+    let isum = tile::<i32, BM, BN>();
+    let part = tile::<f32, BM, BN>();
+    let acc = tile::<f32, BM, BN>();
+    let xsum = tile::<f32, BM, 8>();
+    let wmin = tile::<f32, 8, BN>();
+    let dw = tile::<f32, 1, BN>();
+    let dx = tile::<f32, BM, 1>();
+    let wq = shared::<i32>(BK * BN);
+    // Rows 0..8: the sub-blocks' minimum terms `-m_j · dmin`; row 8: `d`.
+    let wf = shared::<f32>(9 * BN);
+    // The sub-blocks' 6-bit scales.
+    let ws = shared::<u32>(8 * BN);
+    let row0 = group_id_y() * BM;
+    let col0 = group_id() * BN;
+    let wrow = min(col0 + local_id(), n - 1);
+    let blocks = k / 256;
+    if accumulate == 1 {
+        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
+    }
+    for sb in 0..blocks {
+        let at = (wrow * blocks + sb) * 36;
+        let dm = w[at];
+        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
+        wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
+        // The 12 scale bytes, read once: byte t is byte t % 4 of word at + 1 + t / 4.
+        let s0 = w[at + 1];
+        let s4 = w[at + 2];
+        let s8 = w[at + 3];
+        for j in 0..4u32 {
+            let lo = (s0 >> (8 * j)) & 255;
+            let mid = (s4 >> (8 * j)) & 255;
+            let hi = (s8 >> (8 * j)) & 255;
+            ws[j * BN + local_id()] = lo & 63;
+            ws[(j + 4) * BN + local_id()] = (hi & 15) | ((lo >> 6) << 4);
+            wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
+            wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
+        }
+        for j in 0..8u32 {
+            let sc = ws[j * BN + local_id()];
+            let shift = j % 2 * 4;
+            let qs = at + 4 + j / 2 * 8;
+            for t in 0..8u32 {
+                let word = w[qs + t];
+                for i in 0..4u32 {
+                    let q = (word >> (8 * i + shift)) & 15;
+                    wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
+                }
+            }
+            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load(a, xq, row0 * k + sb * 256 + j * 32, k, m - row0, BK);
+            tile_dot(isum, a, b);
+        }
+        tile_copy(part, isum);
+        tile_zero(isum);
+        tile_load(dw, wf, 8 * BN, BN, 1, BN);
+        tile_mul(part, dw);
+        tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
+        tile_load(wmin, wf, 0, BN, 8, BN);
+        tile_dot(part, xsum, wmin);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_mul(part, dx);
+        tile_add(acc, part);
+    }
+    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
+}
+
+/// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
+/// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
+/// `j`'s fifth bit). Blocks are whole words.
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 1, workgroup = 64)]
+fn gemm_xwt_q5_k_q8_k(
+    xq: &[i32; m * k],
+    xd: &[f32; m * (k / 256)],
+    xs: &[f32; m * (k / 32)],
+    w: &[u32; n * (k / 256) * 44],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 48;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<i16, BM, BK>();
+    let b = tile::<i16, BK, BN>();
+    let isum = tile::<i32, BM, BN>();
+    let part = tile::<f32, BM, BN>();
+    let acc = tile::<f32, BM, BN>();
+    let xsum = tile::<f32, BM, 8>();
+    let wmin = tile::<f32, 8, BN>();
+    let dw = tile::<f32, 1, BN>();
+    let dx = tile::<f32, BM, 1>();
+    let wq = shared::<i32>(BK * BN);
+    let wf = shared::<f32>(9 * BN);
+    let ws = shared::<u32>(8 * BN);
+    let row0 = group_id_y() * BM;
+    let col0 = group_id() * BN;
+    let wrow = min(col0 + local_id(), n - 1);
+    let blocks = k / 256;
+    if accumulate == 1 {
+        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
+    }
+    for sb in 0..blocks {
+        let at = (wrow * blocks + sb) * 44;
+        let dm = w[at];
+        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
+        wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
+        // The 12 scale bytes, read once: byte t is byte t % 4 of word at + 1 + t / 4.
+        let s0 = w[at + 1];
+        let s4 = w[at + 2];
+        let s8 = w[at + 3];
+        for j in 0..4u32 {
+            let lo = (s0 >> (8 * j)) & 255;
+            let mid = (s4 >> (8 * j)) & 255;
+            let hi = (s8 >> (8 * j)) & 255;
+            ws[j * BN + local_id()] = lo & 63;
+            ws[(j + 4) * BN + local_id()] = (hi & 15) | ((lo >> 6) << 4);
+            wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
+            wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
+        }
+        for j in 0..8u32 {
+            let sc = ws[j * BN + local_id()];
+            let shift = j % 2 * 4;
+            let qs = at + 12 + j / 2 * 8;
+            for t in 0..8u32 {
+                let word = w[qs + t];
+                let high = w[at + 4 + t];
+                for i in 0..4u32 {
+                    let q = ((word >> (8 * i + shift)) & 15) + ((high >> (8 * i + j)) & 1) * 16;
+                    wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
+                }
+            }
+            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load(a, xq, row0 * k + sb * 256 + j * 32, k, m - row0, BK);
+            tile_dot(isum, a, b);
+        }
+        tile_copy(part, isum);
+        tile_zero(isum);
+        tile_load(dw, wf, 8 * BN, BN, 1, BN);
+        tile_mul(part, dw);
+        tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
+        tile_load(wmin, wf, 0, BN, 8, BN);
+        tile_dot(part, xsum, wmin);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_mul(part, dx);
+        tile_add(acc, part);
+    }
+    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
+}
+
+/// Q6_K (210-byte blocks of 256: 128 bytes `ql` of low nibbles, 64 bytes `qh` of high bit
+/// pairs, 16 signed 8-bit scales for the sub-blocks of 16, f16 `d`; the value is
+/// `d · sc · (q - 32)`, so `sc · (q - 32)` is the integer operand and there is no minimum
+/// term). Blocks start at a word or a half-word.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 1, workgroup = 64)]
+fn gemm_xwt_q6_k_q8_k(
+    xq: &[i32; m * k],
+    xd: &[f32; m * (k / 256)],
+    w: &[u32; (n * (k / 256) * 210 + 3) / 4],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 48;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<i16, BM, BK>();
+    let b = tile::<i16, BK, BN>();
+    let isum = tile::<i32, BM, BN>();
+    let part = tile::<f32, BM, BN>();
+    let acc = tile::<f32, BM, BN>();
+    let dw = tile::<f32, 1, BN>();
+    let dx = tile::<f32, BM, 1>();
+    let wq = shared::<i32>(BK * BN);
+    let wf = shared::<f32>(BN);
+    let row0 = group_id_y() * BM;
+    let col0 = group_id() * BN;
+    let wrow = min(col0 + local_id(), n - 1);
+    let blocks = k / 256;
+    if accumulate == 1 {
+        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
+    }
+    for sb in 0..blocks {
+        let at = (wrow * blocks + sb) * 210;
+        let od = at + 208;
+        wf[local_id()] = f16_to_f32(f16_from_bits(w[od / 4] >> (od % 4 * 8)));
+        for step in 0..8u32 {
+            let half = step / 4;
+            let kq = step % 4;
+            let os = at + 192 + 8 * half + 2 * kq;
+            let s0 = (((w[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
+            let s1 = (((w[(os + 1) / 4] >> ((os + 1) % 4 * 8)) << 24) as i32) >> 24;
+            let low_shift = kq / 2 * 4;
+            let ql = at + 64 * half + 32 * (kq % 2);
+            let qh = at + 128 + 32 * half;
+            for t in 0..8u32 {
+                let ol = ql + 4 * t;
+                let oh = qh + 4 * t;
+                let wl = if ol % 4 == 0 {
+                    w[ol / 4]
+                } else {
+                    (w[ol / 4] >> 16) | (w[ol / 4 + 1] << 16)
+                };
+                let wh = if oh % 4 == 0 {
+                    w[oh / 4]
+                } else {
+                    (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
+                };
+                let s = if t < 4 { s0 } else { s1 };
+                for i in 0..4u32 {
+                    let lo = (wl >> (8 * i + low_shift)) & 15;
+                    let hi = (wh >> (8 * i + 2 * kq)) & 3;
+                    let q = (lo | (hi << 4)) as i32 - 32;
+                    wq[(4 * t + i) * BN + local_id()] = s * q;
+                }
+            }
+            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load(a, xq, row0 * k + sb * 256 + step * 32, k, m - row0, BK);
+            tile_dot(isum, a, b);
+        }
+        tile_copy(part, isum);
+        tile_zero(isum);
+        tile_load(dw, wf, 0, BN, 1, BN);
+        tile_mul(part, dw);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_mul(part, dx);
+        tile_add(acc, part);
+    }
+    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
+}
