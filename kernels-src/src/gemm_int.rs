@@ -16,24 +16,34 @@
 //! 256 the epilogue runs on f32 tiles; the minimum term is an f32 `tile_dot` of the
 //! activation sums (`[48, 8]`) by the sub-blocks' `-m_j · dmin` (`[8, 64]`).
 //!
-//! Grid (all three): x = ceil(n / 64) column blocks of `y`, y = ceil(m / 48) row blocks; a
-//! workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did not fit a GPU's 64 KiB
-//! of shared memory). Consecutive workgroups share their rows of `xq`, which stay in the
-//! cache while the weight streams past (with row blocks innermost, every column block read
-//! all of `xq` from memory again, and the loads of the `a` tiles took a fifth of the time). Weight rows past the last (a partial column block) unpack
-//! the last row again: their columns of `y` are not stored.
+//! The weight comes interleaved by 64 rows (`lse_runtime::ops::gemm_int::interleave`): rows
+//! in groups of 64 (the last group padded with zero rows), each block's bytes padded with
+//! zeros to `W` words (36 for Q4_K, 44 for Q5_K, 53 for Q6_K), and word `t` of row `g · 64 + c`'s
+//! block `sb` at `((g · k / 256 + sb) · W + t) · 64 + c`. Work-item `c` thus reads the words of
+//! row `col0 + c` where the other work-items read theirs beside them: one vector load for 16
+//! work-items on the host, where rows stored one after another took a gather, and every
+//! block starts at a word (a Q6_K block of 210 bytes started at a half-word in every other
+//! block).
+//!
+//! Grid (all three): x = ceil(n / 64) column blocks of `y` (the groups of 64 rows), y =
+//! ceil(m / 48) row blocks; a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did
+//! not fit a GPU's 64 KiB of shared memory). Consecutive workgroups share their rows of `xq`,
+//! which stay in the cache while the weight streams past (with row blocks innermost, every
+//! column block read all of `xq` from memory again, and the loads of the `a` tiles took a
+//! fifth of the time). The padding rows of a partial group give columns of `y` that are not
+//! stored.
 
 use loom::kernel;
 
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
-/// `d · sc_j · q - dmin · m_j`). Blocks are whole words.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 1, workgroup = 64)]
+/// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 2, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
     xq: &[i32; m * k],
     xd: &[f32; m * (k / 256)],
     xs: &[f32; m * (k / 32)],
-    w: &[u32; n * (k / 256) * 36],
+    w: &[u32; (n + 63) / 64 * (k / 256) * 36 * 64],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
@@ -59,20 +69,24 @@ fn gemm_xwt_q4_k_q8_k(
     let ws = shared::<u32>(8 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
-    let wrow = min(col0 + local_id(), n - 1);
     let blocks = k / 256;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
-        let at = (wrow * blocks + sb) * 36;
-        let dm = w[at];
+        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
+        // with `at` formed from uniform values in each region that reads it, the host sees
+        // consecutive work-items read consecutive words: a vector load, not a gather. A
+        // variable used in several regions lives per work-item, and a read through it was
+        // a gather.)
+        let at = (group_id() * (k / 256) + sb) * 36;
+        let dm = w[at * BN + local_id()];
         let dmin = f16_to_f32(f16_from_bits(dm >> 16));
         wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
-        // The 12 scale bytes, read once: byte t is byte t % 4 of word at + 1 + t / 4.
-        let s0 = w[at + 1];
-        let s4 = w[at + 2];
-        let s8 = w[at + 3];
+        // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
+        let s0 = w[(at + 1) * BN + local_id()];
+        let s4 = w[(at + 2) * BN + local_id()];
+        let s8 = w[(at + 3) * BN + local_id()];
         for j in 0..4u32 {
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
@@ -85,9 +99,9 @@ fn gemm_xwt_q4_k_q8_k(
         for j in 0..8u32 {
             let sc = ws[j * BN + local_id()];
             let shift = j % 2 * 4;
-            let qs = at + 4 + j / 2 * 8;
+            let qs = (group_id() * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
             for t in 0..8u32 {
-                let word = w[qs + t];
+                let word = w[(qs + t) * BN + local_id()];
                 for i in 0..4u32 {
                     let q = (word >> (8 * i + shift)) & 15;
                     wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
@@ -113,13 +127,13 @@ fn gemm_xwt_q4_k_q8_k(
 
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
-/// `j`'s fifth bit). Blocks are whole words.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 1, workgroup = 64)]
+/// `j`'s fifth bit), interleaved by 64 rows.
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 2, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
     xq: &[i32; m * k],
     xd: &[f32; m * (k / 256)],
     xs: &[f32; m * (k / 32)],
-    w: &[u32; n * (k / 256) * 44],
+    w: &[u32; (n + 63) / 64 * (k / 256) * 44 * 64],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
@@ -143,20 +157,24 @@ fn gemm_xwt_q5_k_q8_k(
     let ws = shared::<u32>(8 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
-    let wrow = min(col0 + local_id(), n - 1);
     let blocks = k / 256;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
-        let at = (wrow * blocks + sb) * 44;
-        let dm = w[at];
+        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
+        // with `at` formed from uniform values in each region that reads it, the host sees
+        // consecutive work-items read consecutive words: a vector load, not a gather. A
+        // variable used in several regions lives per work-item, and a read through it was
+        // a gather.)
+        let at = (group_id() * (k / 256) + sb) * 44;
+        let dm = w[at * BN + local_id()];
         let dmin = f16_to_f32(f16_from_bits(dm >> 16));
         wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
-        // The 12 scale bytes, read once: byte t is byte t % 4 of word at + 1 + t / 4.
-        let s0 = w[at + 1];
-        let s4 = w[at + 2];
-        let s8 = w[at + 3];
+        // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
+        let s0 = w[(at + 1) * BN + local_id()];
+        let s4 = w[(at + 2) * BN + local_id()];
+        let s8 = w[(at + 3) * BN + local_id()];
         for j in 0..4u32 {
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
@@ -169,10 +187,11 @@ fn gemm_xwt_q5_k_q8_k(
         for j in 0..8u32 {
             let sc = ws[j * BN + local_id()];
             let shift = j % 2 * 4;
-            let qs = at + 12 + j / 2 * 8;
+            let blk = (group_id() * (k / 256) + sb) * 44;
+            let qs = blk + 12 + j / 2 * 8;
             for t in 0..8u32 {
-                let word = w[qs + t];
-                let high = w[at + 4 + t];
+                let word = w[(qs + t) * BN + local_id()];
+                let high = w[(blk + 4 + t) * BN + local_id()];
                 for i in 0..4u32 {
                     let q = ((word >> (8 * i + shift)) & 15) + ((high >> (8 * i + j)) & 1) * 16;
                     wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
@@ -199,12 +218,12 @@ fn gemm_xwt_q5_k_q8_k(
 /// Q6_K (210-byte blocks of 256: 128 bytes `ql` of low nibbles, 64 bytes `qh` of high bit
 /// pairs, 16 signed 8-bit scales for the sub-blocks of 16, f16 `d`; the value is
 /// `d · sc · (q - 32)`, so `sc · (q - 32)` is the integer operand and there is no minimum
-/// term). Blocks start at a word or a half-word.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 1, workgroup = 64)]
+/// term), interleaved by 64 rows.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 2, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; m * k],
     xd: &[f32; m * (k / 256)],
-    w: &[u32; (n * (k / 256) * 210 + 3) / 4],
+    w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
@@ -225,37 +244,30 @@ fn gemm_xwt_q6_k_q8_k(
     let wf = shared::<f32>(BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
-    let wrow = min(col0 + local_id(), n - 1);
     let blocks = k / 256;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
-        let at = (wrow * blocks + sb) * 210;
-        let od = at + 208;
-        wf[local_id()] = f16_to_f32(f16_from_bits(w[od / 4] >> (od % 4 * 8)));
+        // Word t of this work-item's block (its 210 bytes, then two zero bytes):
+        // w[(at + t) * 64 + local_id()].
+        let at = (group_id() * (k / 256) + sb) * 53;
+        wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
         for step in 0..8u32 {
+            let blk = (group_id() * (k / 256) + sb) * 53;
             let half = step / 4;
             let kq = step % 4;
-            let os = at + 192 + 8 * half + 2 * kq;
-            let s0 = (((w[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
-            let s1 = (((w[(os + 1) / 4] >> ((os + 1) % 4 * 8)) << 24) as i32) >> 24;
+            // The two scales (signed bytes) of this step's 32 values: bytes 192 + 8 half + 2 kq
+            // and the next, in one half of word 48 + 2 half + kq / 2.
+            let sw = w[(blk + 48 + 2 * half + kq / 2) * BN + local_id()] >> (kq % 2 * 16);
+            let s0 = ((sw << 24) as i32) >> 24;
+            let s1 = ((sw << 16) as i32) >> 24;
             let low_shift = kq / 2 * 4;
-            let ql = at + 64 * half + 32 * (kq % 2);
-            let qh = at + 128 + 32 * half;
+            let ql = blk + 16 * half + 8 * (kq % 2);
+            let qh = blk + 32 + 8 * half;
             for t in 0..8u32 {
-                let ol = ql + 4 * t;
-                let oh = qh + 4 * t;
-                let wl = if ol % 4 == 0 {
-                    w[ol / 4]
-                } else {
-                    (w[ol / 4] >> 16) | (w[ol / 4 + 1] << 16)
-                };
-                let wh = if oh % 4 == 0 {
-                    w[oh / 4]
-                } else {
-                    (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
-                };
+                let wl = w[(ql + t) * BN + local_id()];
+                let wh = w[(qh + t) * BN + local_id()];
                 let s = if t < 4 { s0 } else { s1 };
                 for i in 0..4u32 {
                     let lo = (wl >> (8 * i + low_shift)) & 15;

@@ -12,7 +12,8 @@ mod common;
 
 use lse_runtime::device::{DevSlice, Device, Pool};
 use lse_runtime::ops::{
-    gemm, quantize_activations, Activations, GemmOut, QuantFormat, QuantView, WeightView,
+    gemm, interleave, quantize_activations, Activations, GemmOut, Interleaved, QuantFormat,
+    QuantView, WeightView,
 };
 
 use common::{best_of, random};
@@ -26,9 +27,9 @@ const SHAPES: [(&str, usize, usize, usize); 5] = [
     ("attn o_proj", 512, 1024, 2048),
 ];
 
-/// `rows x k` values of `format` as little-endian words: random bytes, each block's f16
-/// scales (`d`, and `dmin` for Q4_K and Q5_K) set to small finite values.
-fn blocks(format: QuantFormat, rows: usize, k: usize) -> Vec<u32> {
+/// `rows x k` values of `format`: random bytes, each block's f16 scales (`d`, and `dmin`
+/// for Q4_K and Q5_K) set to small finite values.
+fn blocks(format: QuantFormat, rows: usize, k: usize) -> Vec<u8> {
     let bytes = format.bytes_of(rows * k).expect("whole blocks");
     let mut b: Vec<u8> = random(bytes, 7, 1.0)
         .iter()
@@ -43,8 +44,7 @@ fn blocks(format: QuantFormat, rows: usize, k: usize) -> Vec<u32> {
             block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.003).to_le_bytes());
         }
     }
-    b.resize(bytes.div_ceil(4) * 4, 0);
-    bytemuck::pod_collect_to_vec(&b)
+    b
 }
 
 fn main() {
@@ -69,12 +69,21 @@ fn main() {
         let mut xq = vec![0.0f32; m * k];
         let flops = 2.0 * (m * n * k) as f64;
         for format in [QuantFormat::Q4_K, QuantFormat::Q5_K, QuantFormat::Q6_K] {
-            let words = blocks(format, n, k);
+            let mut bytes = blocks(format, n, k);
+            let packed = interleave(format, &bytes, 1, n, k).expect("whole blocks");
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+            let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+            // The weight as loaded: in its blocks (the f32 path) and interleaved (the integer GEMM).
             let w = || {
                 WeightView::Quant(QuantView {
                     format,
                     words: DevSlice::from(&words[..]),
                     len: n * k,
+                    interleaved: Some(Interleaved {
+                        words: DevSlice::from(&packed[..]),
+                        rows: n,
+                        cols: k,
+                    }),
                 })
             };
             let int = best_of(3, || {

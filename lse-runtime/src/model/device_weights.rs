@@ -10,8 +10,8 @@ use super::error::Result;
 use super::weights::{AffineParts, DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
 use crate::ops::{
-    Activations, AffineFormat, AffineParams, AffineView, OpError, QuantFormat, QuantView,
-    WeightView,
+    has_integer_gemm, interleave, Activations, AffineFormat, AffineParams, AffineView, Interleaved,
+    OpError, QuantFormat, QuantView, WeightView,
 };
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
@@ -20,6 +20,9 @@ pub struct DeviceWeight {
     mem: Mem,
     /// The scales and biases of a weight in mlx's affine quantization.
     affine: Option<Box<AffineParts<DeviceWeight>>>,
+    /// A K-quant weight met by Q8_K activations, interleaved by 64 rows for the integer
+    /// GEMM, and the rows of each of its matrices (the last two dimensions).
+    interleaved: Option<Box<(DeviceBuf<u32>, usize)>>,
     /// Rows: the product of every dimension but the last.
     pub rows: usize,
     /// Columns: the last dimension.
@@ -88,9 +91,30 @@ impl DeviceWeight {
         };
         // Shapes are checked against config.json, whose sizes are at least 1.
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
+        let interleaved = match t.dtype {
+            Storage::Quant(q) if has_integer_gemm(q) && t.act == Activations::Q8K => {
+                let rows = match t.shape.len() {
+                    0 | 1 => 1,
+                    d => t.shape[d - 2].max(1),
+                };
+                let matrices = t.numel() / (rows * cols);
+                match interleave(q, t.bytes(), matrices, rows, cols) {
+                    Some(words) => {
+                        // The GEMM reads the copy; the blocks as stored are read again only
+                        // for a few rows (a tied embedding's) or not at all.
+                        t.release();
+                        let buf = dev.buffer_from(&words).map_err(OpError::from)?;
+                        Some(Box::new((buf, rows)))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
         Ok(DeviceWeight {
             mem,
             affine,
+            interleaved,
             rows: t.numel() / cols,
             cols,
             act: t.act,
@@ -118,6 +142,7 @@ impl DeviceWeight {
                         format,
                         words: DevSlice::from(cast(t).expect(unaligned)),
                         len,
+                        interleaved: self.interleaved(),
                     }),
                     Storage::Affine(format, _) => {
                         self.affine_view(format, DevSlice::from(cast(t).expect(unaligned)))
@@ -131,9 +156,19 @@ impl DeviceWeight {
                 format: *format,
                 words: b.view(),
                 len,
+                interleaved: self.interleaved(),
             }),
             Mem::AffineWords(format, b) => self.affine_view(*format, b.view()),
         }
+    }
+
+    /// The interleaved copy of a K-quant weight, if it has one.
+    fn interleaved(&self) -> Option<Interleaved<'_>> {
+        self.interleaved.as_deref().map(|(b, rows)| Interleaved {
+            words: b.view(),
+            rows: *rows,
+            cols: self.cols,
+        })
     }
 
     /// The whole affine-quantized tensor of `words`, with its scales and biases.

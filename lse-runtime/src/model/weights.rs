@@ -110,13 +110,60 @@ pub fn to_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
 }
 
 /// Bytes that tensors point into: a file mapping, or memory a loader filled.
-pub type Blob = Arc<dyn AsRef<[u8]> + Send + Sync>;
+pub trait Bytes: Send + Sync {
+    /// All the bytes.
+    fn bytes(&self) -> &[u8];
+
+    /// Says that `range` of the bytes will not be read for a while (a weight copied into
+    /// another layout at load), so their pages may leave the resident set: a file mapping's
+    /// are read from the file again if they are. Does nothing for memory a loader filled.
+    fn release(&self, _range: std::ops::Range<usize>) {}
+}
+
+/// Bytes that tensors point into, shared.
+pub type Blob = Arc<dyn Bytes>;
+
+/// A read-only mapping of a file (a checkpoint), whose pages can be released and read again.
+pub struct FileMap(pub Mmap);
+
+impl Bytes for FileMap {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn release(&self, range: std::ops::Range<usize>) {
+        let len = range.end.saturating_sub(range.start);
+        if len == 0 || range.end > self.0.len() {
+            return;
+        }
+        // SAFETY: the mapping is a read-only view of a file that LSE never writes; dropping
+        // its pages loses nothing, since a later read faults them in from the file again.
+        // The advice is only advice: when it fails, the pages stay resident.
+        let _ = unsafe {
+            self.0
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, len)
+        };
+    }
+}
+
+/// An anonymous read-only mapping filled by a loader (a GGUF file given as bytes).
+impl Bytes for Mmap {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Bytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
 
 /// f32 values a loader computed (a dequantized MLX tensor), as a [`Blob`] aligned for f32.
 pub struct F32Blob(pub Vec<f32>);
 
-impl AsRef<[u8]> for F32Blob {
-    fn as_ref(&self) -> &[u8] {
+impl Bytes for F32Blob {
+    fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.0)
     }
 }
@@ -150,7 +197,13 @@ impl std::fmt::Debug for Tensor {
 impl Tensor {
     /// Raw little-endian bytes of the whole tensor.
     pub fn bytes(&self) -> &[u8] {
-        &(*self.map).as_ref()[self.start..self.end]
+        &self.map.bytes()[self.start..self.end]
+    }
+
+    /// Lets the tensor's pages leave the resident set until it is read again
+    /// ([`Bytes::release`]): for a tensor the loader has copied into another layout.
+    pub fn release(&self) {
+        self.map.release(self.start..self.end);
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
@@ -333,7 +386,7 @@ impl WeightStore {
     pub fn entry_bytes(&self, name: &str) -> Option<(&Path, &[u8])> {
         let e = self.entries.get(name)?;
         let (file, blob) = &self.maps[e.blob];
-        Some((file.as_path(), &(**blob).as_ref()[e.start..e.end]))
+        Some((file.as_path(), &blob.bytes()[e.start..e.end]))
     }
 
     /// The file the blob of the tensor `name` belongs to.
@@ -408,7 +461,7 @@ impl WeightStore {
                 },
             );
         }
-        let blob: Blob = Arc::new(map);
+        let blob: Blob = Arc::new(FileMap(map));
         self.maps.push((path.to_path_buf(), blob));
         Ok(())
     }

@@ -165,8 +165,11 @@ pub(super) fn launch(
 ) -> Result<(), OpError> {
     if let WeightView::Quant(q) = w {
         q.check_rows("gemm", "w", k as usize)?;
-        if act == Activations::Q8K && super::gemm_int::has_integer_gemm(q.format) {
-            return super::gemm_int::launch(dev, x, q, y, [m, n, k], out);
+        match q.interleaved {
+            Some(i) if act == Activations::Q8K && i.rows == n as usize && i.cols == k as usize => {
+                return super::gemm_int::launch(dev, x, q.format, i, y, [m, n, k], out);
+            }
+            _ => {}
         }
     }
     if let WeightView::Affine(q) = w {

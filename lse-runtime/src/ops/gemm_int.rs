@@ -1,35 +1,81 @@
-//! The K-quant GEMM in integers (`gemm.xwt_<q>_q8_k.v1`, q = q4_k, q5_k, q6_k): the
+//! The K-quant GEMM in integers (`gemm.xwt_<q>_q8_k.v2`, q = q4_k, q5_k, q6_k): the
 //! activation rows quantized to Q8_K as three parts (`act_quant.q8_k_int`: the 8-bit values,
 //! one scale per block of 256 and the sums of each 32 values), then exact integer dot
 //! products with the weight's quants and sub-block scales and one f32 epilogue per block, as
-//! llama.cpp's CPU backend multiplies a K-quant weight (`kernels-src/src/gemm_int.rs`).
+//! llama.cpp's CPU backend multiplies a K-quant weight (`kernels-src/src/gemm_int.rs`). The
+//! kernels read the weight interleaved by 64 rows ([`interleave`], done once at load).
 
 use lse_kernels::act_quant::q8_k_int;
 use lse_kernels::gemm_int::{gemm_xwt_q4_k_q8_k, gemm_xwt_q5_k_q8_k, gemm_xwt_q6_k_q8_k};
 
-use super::quant::{QuantFormat, QuantView};
+use super::quant::{Interleaved, QuantFormat};
 use super::{to_u32, GemmOut, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
-/// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`).
+/// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
+/// weight's rows are interleaved in groups of `COLS`.
 const ROWS: u32 = 48;
 const COLS: u32 = 64;
 
 /// Whether `format` has an integer GEMM (the K-quants).
-pub(super) fn has_integer_gemm(format: QuantFormat) -> bool {
+pub fn has_integer_gemm(format: QuantFormat) -> bool {
     matches!(
         format,
         QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K
     )
 }
 
-/// `y (=|+=) x · wᵀ` for `x` `[m, k]` quantized to Q8_K and a K-quant `w` `[n, k]`, on shapes
-/// the caller checked (`k` a multiple of 256, every size below 2^32, `w` in a format that
-/// [`has_integer_gemm`] accepts).
+/// `matrices` matrices of `rows` x `cols` values of `format` (`bytes`, the blocks of each
+/// row in order, the matrices one after another) interleaved by 64 rows, as the integer GEMMs
+/// read them: each block's bytes zero-padded to [`QuantFormat::slot_words`] words `W`, and
+/// word `t` of block `sb` of row `g · 64 + c` of a matrix at `((g · B + sb) · W + t) · 64 + c`
+/// of that matrix's words (`B` blocks per row), the last group of each matrix padded with
+/// zero rows (whose values are 0). `None` when `bytes` does not hold exactly those values.
+pub fn interleave(
+    format: QuantFormat,
+    bytes: &[u8],
+    matrices: usize,
+    rows: usize,
+    cols: usize,
+) -> Option<Vec<u32>> {
+    let (size, slot) = (format.block_bytes(), format.slot_words());
+    let per_row = cols
+        .is_multiple_of(format.block_elems())
+        .then(|| cols / format.block_elems())?;
+    let row_bytes = per_row * size;
+    if bytes.len() != matrices.checked_mul(rows)?.checked_mul(row_bytes)? {
+        return None;
+    }
+    let group = 64 * per_row * slot;
+    let groups = rows.div_ceil(64);
+    let mut out = vec![0u32; matrices * groups * group];
+    if out.is_empty() {
+        return Some(out);
+    }
+    let mut block = vec![0u8; 4 * slot];
+    for (mat, src) in bytes.chunks_exact(rows * row_bytes).enumerate() {
+        for (r, row) in src.chunks_exact(row_bytes).enumerate() {
+            let base = (mat * groups + r / 64) * group + r % 64;
+            for (sb, b) in row.chunks_exact(size).enumerate() {
+                block[..size].copy_from_slice(b);
+                for (t, word) in block.chunks_exact(4).enumerate() {
+                    let w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                    out[base + (sb * slot + t) * 64] = w;
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `y (=|+=) x · wᵀ` for `x` `[m, k]` quantized to Q8_K and the K-quant `w` `[n, k]` of
+/// `format` interleaved by 64 rows, on shapes the caller checked (`k` a multiple of 256,
+/// every size below 2^32, `format` one [`has_integer_gemm`] accepts, `w` of `n` rows of `k`).
 pub(super) fn launch(
     dev: &Device,
     x: DevSlice<'_, f32>,
-    w: QuantView<'_>,
+    format: QuantFormat,
+    w: Interleaved<'_>,
     y: DevSliceMut<'_, f32>,
     [m, n, k]: [u32; 3],
     out: GemmOut,
@@ -51,49 +97,16 @@ pub(super) fn launch(
     )?;
     let accumulate = u32::from(out == GemmOut::Accumulate);
     let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
-    let (xq, xd, xs, words) = (xq.view(), xd.view(), xs.view(), w.words);
-    match w.format {
-        QuantFormat::Q4_K => dev.launch(
-            grid,
-            gemm_xwt_q4_k_q8_k::Args {
-                xq,
-                xd,
-                xs,
-                w: words,
-                y,
-                m,
-                n,
-                k,
-                accumulate,
-            },
-        ),
-        QuantFormat::Q5_K => dev.launch(
-            grid,
-            gemm_xwt_q5_k_q8_k::Args {
-                xq,
-                xd,
-                xs,
-                w: words,
-                y,
-                m,
-                n,
-                k,
-                accumulate,
-            },
-        ),
-        QuantFormat::Q6_K => dev.launch(
-            grid,
-            gemm_xwt_q6_k_q8_k::Args {
-                xq,
-                xd,
-                w: words,
-                y,
-                m,
-                n,
-                k,
-                accumulate,
-            },
-        ),
+    let (xq, xd, xs, w) = (xq.view(), xd.view(), xs.view(), w.words);
+    macro_rules! args {
+        ($kernel:ident $(, $sums:ident)?) => {
+            $kernel::Args { xq, xd, $($sums,)? w, y, m, n, k, accumulate }
+        };
+    }
+    match format {
+        QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs)),
+        QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs)),
+        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k)),
         other => {
             return Err(OpError::Invalid {
                 op: OP,
@@ -107,9 +120,9 @@ pub(super) fn launch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{cpu_side_devices, test_values as values};
+    use crate::device::{cpu_side_devices, test_values as values, Pool};
     use crate::ops::quant::tests::{bits, blocks, dequantized};
-    use crate::ops::{gemm, Activations, HeadWeight, WeightView};
+    use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
     /// The integer GEMM gives the same bits on every device (its integer parts are exact and
     /// its f32 epilogue has one order), and, up to f32 rounding, the f32 GEMM on the
@@ -123,6 +136,7 @@ mod tests {
             for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)] {
                 let b = blocks(format, n, k, (m * n + k) as u64);
                 let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
+                let packed = interleave(format, &b, 1, n, k).unwrap();
                 let wf = dequantized(format, &b, k);
                 let x = values(m * k, 3, 1.0);
                 let init = values(m * n, 4, 1.0);
@@ -130,6 +144,11 @@ mod tests {
                     format,
                     words: DevSlice::from(&w[..]),
                     len: n * k,
+                    interleaved: Some(Interleaved {
+                        words: DevSlice::from(&packed[..]),
+                        rows: n,
+                        cols: k,
+                    }),
                 });
                 // Σ |x · w| per element of y: the scale of the rounding differences.
                 let mags: Vec<f32> = (0..m * n)
@@ -169,5 +188,124 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Word `t` of block `sb` of row `g · 64 + c` of each matrix lands at
+    /// `((g · B + sb) · W + t) · 64 + c` of that matrix's words, a Q6_K block's 210 bytes
+    /// padded with two zero bytes, the rows past the last of a group zero; bytes that are not
+    /// the matrices' exact size are refused.
+    #[test]
+    fn interleaving_puts_each_rows_words_beside_its_group_neighbours() {
+        for format in [QuantFormat::Q4_K, QuantFormat::Q6_K] {
+            let (matrices, rows, cols) = (2, 70, 512);
+            let b = blocks(format, matrices * rows, cols, 9);
+            let words = interleave(format, &b, matrices, rows, cols).unwrap();
+            let (size, slot, per_row) = (format.block_bytes(), format.slot_words(), cols / 256);
+            let group = 64 * per_row * slot;
+            assert_eq!(words.len(), matrices * 2 * group, "{}", format.name());
+            for mat in 0..matrices {
+                for r in [0, 1, 63, 64, 69] {
+                    for sb in 0..per_row {
+                        let block = &b[((mat * rows + r) * per_row + sb) * size..][..size];
+                        for t in 0..slot {
+                            let at = mat * 2 * group + ((r / 64 * per_row + sb) * slot + t) * 64;
+                            let mut want = [0u8; 4];
+                            for (i, w) in want.iter_mut().enumerate() {
+                                *w = block.get(4 * t + i).copied().unwrap_or(0);
+                            }
+                            let got = words[at + r % 64];
+                            assert_eq!(
+                                got,
+                                u32::from_le_bytes(want),
+                                "{} {mat} {r} {sb} {t}",
+                                format.name()
+                            );
+                        }
+                    }
+                }
+                // Rows 70..128 of the second group are padding.
+                let second = &words[mat * 2 * group + group..][..group];
+                assert!(second
+                    .chunks_exact(64)
+                    .all(|l| l[6..].iter().all(|&w| w == 0)));
+            }
+            assert!(interleave(format, &b[1..], matrices, rows, cols).is_none());
+            assert!(interleave(format, &b, matrices, rows, cols + 256).is_none());
+            assert!(
+                interleave(format, &b, matrices, rows, 100).is_none(),
+                "not whole blocks"
+            );
+        }
+    }
+
+    /// One matrix of a 3-D K-quant tensor (an expert's) keeps its interleaved copy when sliced
+    /// at a matrix boundary, and the integer GEMM on the slice gives the bits of the GEMM on
+    /// that matrix alone; a slice that does not start a group of 64 rows loses the copy (and
+    /// takes the f32 path).
+    #[test]
+    fn an_experts_slice_keeps_its_interleaved_rows() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let (format, rows, k, m) = (QuantFormat::Q4_K, 70, 512, 5);
+        let b = blocks(format, 2 * rows, k, 11);
+        let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
+        let packed = interleave(format, &b, 2, rows, k).unwrap();
+        let whole = QuantView {
+            format,
+            words: DevSlice::from(&w[..]),
+            len: 2 * rows * k,
+            interleaved: Some(Interleaved {
+                words: DevSlice::from(&packed[..]),
+                rows,
+                cols: k,
+            }),
+        };
+        let second = whole.sub(rows * k..2 * rows * k).unwrap();
+        let own_bytes = &b[b.len() / 2..];
+        let own_packed = interleave(format, own_bytes, 1, rows, k).unwrap();
+        let sliced = second
+            .interleaved
+            .expect("a matrix boundary keeps the copy");
+        assert_eq!((sliced.rows, sliced.cols), (rows, k));
+        let own_words: Vec<u32> = bytemuck::pod_collect_to_vec(own_bytes);
+        let own = QuantView {
+            format,
+            words: DevSlice::from(&own_words[..]),
+            len: rows * k,
+            interleaved: Some(Interleaved {
+                words: DevSlice::from(&own_packed[..]),
+                rows,
+                cols: k,
+            }),
+        };
+        let x = values(m * k, 5, 1.0);
+        let run = |view: QuantView<'_>| {
+            let mut y = vec![0.0f32; m * rows];
+            let w = WeightView::Quant(view);
+            gemm(
+                &dev,
+                &x[..],
+                k,
+                w,
+                rows,
+                &mut y[..],
+                GemmOut::Overwrite,
+                Activations::Q8K,
+            )
+            .unwrap();
+            bits(&y)
+        };
+        assert_eq!(run(second), run(own));
+        assert!(
+            whole.sub(k..(rows + 1) * k).unwrap().interleaved.is_none(),
+            "row 1"
+        );
+        assert!(
+            whole.sub(0..(rows + 1) * k).unwrap().interleaved.is_none(),
+            "two matrices"
+        );
+        assert!(
+            whole.sub(64 * k..rows * k).unwrap().interleaved.is_some(),
+            "row 64"
+        );
     }
 }

@@ -42,6 +42,7 @@ pub use flashprefill::{
     MAX_BLOCK_SIZE,
 };
 pub use gemm::{gemm, quantize_activations, Activations, GemmOut};
+pub use gemm_int::{has_integer_gemm, interleave};
 pub use kv_write::{kv_write, KvCacheMut};
 pub use lm_head::{lm_head, lm_head_dev, lm_head_dev_act, HeadWeight, WeightView};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
@@ -49,7 +50,7 @@ pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm, rmsnorm};
 pub use output_gate::output_gate;
 pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
-pub use quant::{QuantFormat, QuantView};
+pub use quant::{Interleaved, QuantFormat, QuantView};
 pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};
 pub use swiglu::swiglu;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};

@@ -82,6 +82,12 @@ impl QuantFormat {
         }
     }
 
+    /// Words a block takes when interleaved ([`Interleaved`]): its bytes, zero-padded to a
+    /// whole number of words.
+    pub fn slot_words(self) -> usize {
+        self.block_bytes().div_ceil(4)
+    }
+
     /// Bytes of `elems` values (a whole number of blocks), or `None` when `elems` is not one.
     pub fn bytes_of(self, elems: usize) -> Option<usize> {
         elems
@@ -98,6 +104,49 @@ pub struct QuantView<'a> {
     pub words: DevSlice<'a, u32>,
     /// Values (elements) the bytes stand for.
     pub len: usize,
+    /// The same values interleaved by 64 rows for the integer GEMM, when the weight was
+    /// made so at load (a K-quant weight met by Q8_K activations).
+    pub interleaved: Option<Interleaved<'a>>,
+}
+
+/// A K-quant weight interleaved by 64 rows, as the integer GEMM reads it
+/// ([`super::gemm_int::interleave`]): one or more matrices of `rows` x `cols` values, each in
+/// `rows.div_ceil(64)` groups of 64 rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Interleaved<'a> {
+    pub words: DevSlice<'a, u32>,
+    /// Rows of each matrix.
+    pub rows: usize,
+    /// Columns (values per row).
+    pub cols: usize,
+}
+
+impl<'a> Interleaved<'a> {
+    /// Values `range` of the interleaved matrices, as one matrix of their rows, when the
+    /// range is whole rows inside one matrix starting a group of 64 of them.
+    fn sub(&self, format: QuantFormat, range: &std::ops::Range<usize>) -> Option<Self> {
+        let (rows, cols) = (self.rows, self.cols);
+        if rows == 0
+            || cols == 0
+            || !range.start.is_multiple_of(cols)
+            || !range.end.is_multiple_of(cols)
+        {
+            return None;
+        }
+        let (first, end) = (range.start / cols, range.end / cols);
+        let (matrix, row) = (first / rows, first % rows);
+        if !row.is_multiple_of(64) || end <= first || end > (matrix + 1) * rows {
+            return None;
+        }
+        let group = 64 * cols / format.block_elems() * format.slot_words();
+        let start = (matrix * rows.div_ceil(64) + row / 64) * group;
+        let words = (end - first).div_ceil(64) * group;
+        Some(Interleaved {
+            words: self.words.sub(start..start + words).ok()?,
+            rows: end - first,
+            cols,
+        })
+    }
 }
 
 impl<'a> QuantView<'a> {
@@ -164,6 +213,7 @@ impl<'a> QuantView<'a> {
             format: f,
             words: self.words.sub(start / 4..end.div_ceil(4))?,
             len: range.end - range.start,
+            interleaved: self.interleaved.and_then(|i| i.sub(f, &range)),
         })
     }
 }
@@ -247,6 +297,7 @@ pub(super) mod tests {
                         format,
                         words: DevSlice::from(&w[..]),
                         len: n * k,
+                        interleaved: None,
                     })
                 };
                 for dev in cpu_side_devices() {
@@ -302,6 +353,7 @@ pub(super) mod tests {
                     format,
                     words: DevSlice::from(&w[..]),
                     len: vocab * hidden,
+                    interleaved: None,
                 });
                 let mut got = vec![0.0f32; ids.len() * hidden];
                 embed_tokens(&dev, view, hidden, &ids, &mut got[..]).unwrap();
@@ -327,6 +379,7 @@ pub(super) mod tests {
             format: QuantFormat::Q6_K,
             words: DevSlice::from(&w[..]),
             len: 3 * 256,
+            interleaved: None,
         };
         let x = vec![0.0f32; 2 * 384];
         let mut y = [0.0f32; 2 * 2];

@@ -13,6 +13,7 @@ use memmap2::Mmap;
 
 use super::quants::{type_layout, GgmlType};
 use crate::model::error::{ModelError, Result};
+use crate::model::weights::{Blob, Bytes, FileMap};
 
 /// ggml's limits (`gguf.cpp`, `ggml.h`).
 const MAX_STRING_LEN: u64 = 1 << 30;
@@ -181,7 +182,7 @@ impl GgufTensorInfo {
 /// A memory-mapped, validated GGUF file.
 pub struct GgufFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: Blob,
     h: Header,
 }
 
@@ -224,13 +225,9 @@ impl GgufFile {
         // SAFETY: the file is opened read-only; LSE never writes model files while they are
         // mapped. Concurrent external modification is outside our contract (as for any mmap).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
-        Self::parse(Arc::new(map), path)
-    }
-
-    /// Validates the GGUF bytes in `map`; `path` names the file in errors.
-    pub fn parse(map: Arc<Mmap>, path: &Path) -> Result<GgufFile> {
-        let header = parse_header(&map, path)?;
-        Ok(Self::assemble(header, map, path))
+        let map = FileMap(map);
+        let header = parse_header(map.bytes(), path)?;
+        Ok(Self::assemble(header, Arc::new(map), path))
     }
 
     /// Validates GGUF bytes held in memory (copied into an anonymous mapping when valid);
@@ -244,7 +241,7 @@ impl GgufFile {
         Ok(Self::assemble(header, Arc::new(map), path))
     }
 
-    fn assemble(h: Header, map: Arc<Mmap>, path: &Path) -> GgufFile {
+    fn assemble(h: Header, map: Blob, path: &Path) -> GgufFile {
         GgufFile {
             path: path.to_path_buf(),
             map,
@@ -258,7 +255,7 @@ impl GgufFile {
     }
 
     /// The whole file's mapping.
-    pub fn map(&self) -> &Arc<Mmap> {
+    pub fn map(&self) -> &Blob {
         &self.map
     }
 
@@ -351,7 +348,7 @@ impl GgufFile {
     ///
     /// When `t`'s byte range is outside this file (a description from another file).
     pub fn tensor_bytes(&self, t: &GgufTensorInfo) -> &[u8] {
-        &self.map[t.start..t.end]
+        &self.map.bytes()[t.start..t.end]
     }
 }
 
@@ -877,7 +874,7 @@ mod tests {
         assert_eq!(f.alignment(), 32);
         assert_eq!(f.data_offset() % 32, 0);
         assert_eq!(f.path(), Path::new(P));
-        assert_eq!(f.map().len(), bytes.len());
+        assert_eq!(f.map().bytes().len(), bytes.len());
         assert_eq!(f.keys().count(), GOOD_KVS as usize);
         assert_eq!(f.keys().next(), Some("general.architecture"));
         assert_eq!(f.str_of("general.architecture").unwrap(), "lse-test");
