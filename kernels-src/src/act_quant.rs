@@ -48,32 +48,31 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// `iscale = -127 / max`, `q = min(127, round(iscale · v))` (into `q`), `d = 1 / iscale`
 /// (into `d`; 0 for an all-zero block), and the sums of each 32 consecutive `q` (into
 /// `sums`, exact in f32). Grid: x = blocks.
-#[kernel(
-    name = "act_quant.q8_k_int",
-    version = 1,
-    workgroup = 256,
-    subgroup = 32
-)]
+///
+/// `max` is `broadcast` from the argmax's work-item (read through the argmax's index, every
+/// work-item's load of it was a gather on the host) and the sums a row sum of an `[8, 32]`
+/// tile of the `q` (a subgroup sum per 32 work-items was a tree of gathers and scatters there).
+#[kernel(name = "act_quant.q8_k_int", version = 2, workgroup = 256)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; num_groups() * 256],
     d: &mut [f32; num_groups()],
     sums: &mut [f32; num_groups() * 8],
 ) {
+    let qt = tile::<f32, 8, 32>();
+    let st = tile::<f32, 8, 1>();
+    let qs = shared::<f32>(256);
     let v = x[group_id() * 256 + local_id()];
     let (amax, at) = argmax(abs(v), local_id());
-    let max = x[group_id() * 256 + at];
+    let max = broadcast(v, at);
     let iscale = if amax != 0.0 { -127.0 / max } else { 0.0 };
     let qv = min((iscale * v + 12582912.0) - 12582912.0, 127.0);
-    // The index written out here, not kept from before the collective: the host lowering
-    // then sees consecutive work-items store consecutive elements (a vector store, where a
-    // kept index was a scatter).
     q[group_id() * 256 + local_id()] = qv as i32;
-    let s = subgroup_sum(qv);
-    if local_id() % 32 == 0 {
-        sums[group_id() * 8 + local_id() / 32] = s;
-    }
+    qs[local_id()] = qv;
     if local_id() == 0 {
         d[group_id()] = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
     }
+    tile_load(qt, qs, 0, 32, 8, 32);
+    tile_row_sum(st, qt);
+    tile_store(st, sums, group_id() * 8, 1, 8, 1);
 }

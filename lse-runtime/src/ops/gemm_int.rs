@@ -308,4 +308,63 @@ mod tests {
             "row 64"
         );
     }
+
+    /// `act_quant.q8_k_int` gives, on every device, `q` and `d` whose products are
+    /// `act_quant.q8_k`'s values bit for bit and the exact sums of each 32 `q`: for random
+    /// blocks, an all-zero block, and blocks whose largest magnitude comes first with a minus
+    /// sign and then with a plus sign (the first one sets the sign), and the other way round.
+    #[test]
+    fn q8_k_parts_are_the_q8_k_values_on_every_device() {
+        let blocks = 6;
+        let mut x = values(blocks * 256, 7, 3.0);
+        x[256..512].fill(0.0);
+        x[512 + 5] = -4.0;
+        x[512 + 200] = 4.0;
+        x[768 + 3] = 4.0;
+        x[768 + 100] = -4.0;
+        let mut want = vec![0.0f32; x.len()];
+        let host = Device::open(Pool::Host).unwrap();
+        crate::ops::quantize_activations(&host, &x[..], 256, Activations::Q8K, &mut want[..])
+            .unwrap();
+        let mut first: Option<(Vec<i32>, Vec<u32>, Vec<u32>)> = None;
+        for dev in cpu_side_devices() {
+            let xd = dev.buffer_from(&x).unwrap();
+            let mut q = dev.alloc::<i32>(x.len()).unwrap();
+            let mut d = dev.alloc::<f32>(blocks).unwrap();
+            let mut sums = dev.alloc::<f32>(blocks * 8).unwrap();
+            let args = q8_k_int::Args {
+                x: xd.view(),
+                q: q.view_mut(),
+                d: d.view_mut(),
+                sums: sums.view_mut(),
+            };
+            dev.launch([blocks as u32, 1, 1], args).unwrap();
+            let (mut qv, mut dv, mut sv) = (
+                vec![0i32; x.len()],
+                vec![0.0f32; blocks],
+                vec![0.0f32; blocks * 8],
+            );
+            q.download(&mut qv).unwrap();
+            d.download(&mut dv).unwrap();
+            sums.download(&mut sv).unwrap();
+            let values: Vec<f32> = qv
+                .iter()
+                .enumerate()
+                .map(|(i, &q)| dv[i / 256] * q as f32)
+                .collect();
+            assert_eq!(bits(&values), bits(&want), "{}", dev.arch());
+            for (j, s) in sv.iter().enumerate() {
+                let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
+                assert_eq!(*s, exact as f32, "sum {j} on {}", dev.arch());
+            }
+            // The first value of the largest magnitude becomes -127, whatever its sign.
+            let signs = [qv[512 + 5], qv[512 + 200], qv[768 + 3], qv[768 + 100]];
+            assert_eq!(signs, [-127, 127, -127, 127], "{}", dev.arch());
+            let got = (qv, bits(&dv), bits(&sv));
+            match &first {
+                Some(f) => assert_eq!(&got, f, "{}", dev.arch()),
+                None => first = Some(got),
+            }
+        }
+    }
 }
