@@ -47,31 +47,52 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// of 256 values, `max` the first value of the largest magnitude (with its sign),
 /// `iscale = -127 / max`, `q = min(127, round(iscale · v))` (into `q`), `d = 1 / iscale`
 /// (into `d`; 0 for an all-zero block), and the sums of each 32 consecutive `q` (into
-/// `sums`, exact in f32). Grid: x = blocks.
+/// `sums`, exact in f32). `x` holds rows of `k` values; grid: x = blocks.
+///
+/// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`): rows in blocks of 48, and
+/// within a block each K step of 32 values its 48 rows' values one after another, i.e. value
+/// `c` of row `r` at `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32` (rows past the
+/// last of a partial block are not written). A step's tile is then one run of memory, where
+/// rows `k` apart fell into the same few cache sets.
 ///
 /// `max` is `broadcast` from the argmax's work-item (read through the argmax's index, every
 /// work-item's load of it was a gather on the host) and the sums a row sum of an `[8, 32]`
 /// tile of the `q` (a subgroup sum per 32 work-items was a tree of gathers and scatters there).
-#[kernel(name = "act_quant.q8_k_int", version = 2, workgroup = 256)]
+#[kernel(name = "act_quant.q8_k_int", version = 3, workgroup = 256)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
-    q: &mut [i32; num_groups() * 256],
+    q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k],
     d: &mut [f32; num_groups()],
     sums: &mut [f32; num_groups() * 8],
+    k: u32,
 ) {
     let qt = tile::<f32, 8, 32>();
     let st = tile::<f32, 8, 1>();
+    let it = tile::<i32, 8, 32>();
     let qs = shared::<f32>(256);
+    let qi = shared::<i32>(256);
     let v = x[group_id() * 256 + local_id()];
     let (amax, at) = argmax(abs(v), local_id());
     let max = broadcast(v, at);
     let iscale = if amax != 0.0 { -127.0 / max } else { 0.0 };
     let qv = min((iscale * v + 12582912.0) - 12582912.0, 127.0);
-    q[group_id() * 256 + local_id()] = qv as i32;
+    qi[local_id()] = qv as i32;
     qs[local_id()] = qv;
     if local_id() == 0 {
         d[group_id()] = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
     }
+    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 32 apart.
+    let r = group_id() / (k / 256);
+    let sb = group_id() % (k / 256);
+    tile_load(it, qi, 0, 32, 8, 32);
+    tile_store(
+        it,
+        q,
+        ((r / 48 * (k / 32) + sb * 8) * 48 + r % 48) * 32,
+        48 * 32,
+        8,
+        32,
+    );
     tile_load(qt, qs, 0, 32, 8, 32);
     tile_row_sum(st, qt);
     tile_store(st, sums, group_id() * 8, 1, 8, 1);

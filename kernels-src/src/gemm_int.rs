@@ -25,6 +25,9 @@
 //! block starts at a word (a Q6_K block of 210 bytes started at a half-word in every other
 //! block).
 //!
+//! The activations come in `act_quant.q8_k_int`'s layout: a K step's 32 values of the
+//! workgroup's 48 rows one after another, so each `a` tile is one run of memory.
+//!
 //! Grid (all three): x = ceil(n / 64) column blocks of `y` (the groups of 64 rows), y =
 //! ceil(m / 48) row blocks; a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did
 //! not fit a GPU's 64 KiB of shared memory). Consecutive workgroups share their rows of `xq`,
@@ -38,9 +41,9 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 2, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 3, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
-    xq: &[i32; m * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
     xs: &[f32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 36 * 64],
@@ -108,7 +111,14 @@ fn gemm_xwt_q4_k_q8_k(
                 }
             }
             tile_load(b, wq, 0, BN, BK, BN);
-            tile_load(a, xq, row0 * k + sb * 256 + j * 32, k, m - row0, BK);
+            tile_load(
+                a,
+                xq,
+                (group_id_y() * (k / 32) + sb * 8 + j) * BM * BK,
+                BK,
+                m - row0,
+                BK,
+            );
             tile_dot(isum, a, b);
         }
         tile_copy(part, isum);
@@ -128,9 +138,9 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 2, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 3, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
-    xq: &[i32; m * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
     xs: &[f32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 44 * 64],
@@ -198,7 +208,14 @@ fn gemm_xwt_q5_k_q8_k(
                 }
             }
             tile_load(b, wq, 0, BN, BK, BN);
-            tile_load(a, xq, row0 * k + sb * 256 + j * 32, k, m - row0, BK);
+            tile_load(
+                a,
+                xq,
+                (group_id_y() * (k / 32) + sb * 8 + j) * BM * BK,
+                BK,
+                m - row0,
+                BK,
+            );
             tile_dot(isum, a, b);
         }
         tile_copy(part, isum);
@@ -219,9 +236,9 @@ fn gemm_xwt_q5_k_q8_k(
 /// pairs, 16 signed 8-bit scales for the sub-blocks of 16, f16 `d`; the value is
 /// `d · sc · (q - 32)`, so `sc · (q - 32)` is the integer operand and there is no minimum
 /// term), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 2, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 3, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
-    xq: &[i32; m * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
     y: &mut [f32; m * n],
@@ -277,7 +294,14 @@ fn gemm_xwt_q6_k_q8_k(
                 }
             }
             tile_load(b, wq, 0, BN, BK, BN);
-            tile_load(a, xq, row0 * k + sb * 256 + step * 32, k, m - row0, BK);
+            tile_load(
+                a,
+                xq,
+                (group_id_y() * (k / 32) + sb * 8 + step) * BM * BK,
+                BK,
+                m - row0,
+                BK,
+            );
             tile_dot(isum, a, b);
         }
         tile_copy(part, isum);

@@ -83,7 +83,8 @@ pub(super) fn launch(
     const OP: &str = "gemm";
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / 256", mu * ku / 256)?;
-    let mut xq = dev.alloc::<i32>(mu * ku)?;
+    // `act_quant.q8_k_int`'s layout: rows in blocks of `ROWS`, the last one padded.
+    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
     let mut xs = dev.alloc::<f32>(blocks as usize * 8)?;
     dev.launch(
@@ -93,6 +94,7 @@ pub(super) fn launch(
             q: xq.view_mut(),
             d: xd.view_mut(),
             sums: xs.view_mut(),
+            k,
         },
     )?;
     let accumulate = u32::from(out == GemmOut::Accumulate);
@@ -315,7 +317,8 @@ mod tests {
     /// sign and then with a plus sign (the first one sets the sign), and the other way round.
     #[test]
     fn q8_k_parts_are_the_q8_k_values_on_every_device() {
-        let blocks = 6;
+        // Three rows of two blocks.
+        let (blocks, k) = (6, 512);
         let mut x = values(blocks * 256, 7, 3.0);
         x[256..512].fill(0.0);
         x[512 + 5] = -4.0;
@@ -324,12 +327,17 @@ mod tests {
         x[768 + 100] = -4.0;
         let mut want = vec![0.0f32; x.len()];
         let host = Device::open(Pool::Host).unwrap();
-        crate::ops::quantize_activations(&host, &x[..], 256, Activations::Q8K, &mut want[..])
+        crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8K, &mut want[..])
             .unwrap();
+        // Where value `c` of row `r` lies in `q`.
+        let at = |i: usize| {
+            let (r, c) = (i / k, i % k);
+            ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
+        };
         let mut first: Option<(Vec<i32>, Vec<u32>, Vec<u32>)> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
-            let mut q = dev.alloc::<i32>(x.len()).unwrap();
+            let mut q = dev.alloc::<i32>(48 * k).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<f32>(blocks * 8).unwrap();
             let args = q8_k_int::Args {
@@ -337,16 +345,18 @@ mod tests {
                 q: q.view_mut(),
                 d: d.view_mut(),
                 sums: sums.view_mut(),
+                k: k as u32,
             };
             dev.launch([blocks as u32, 1, 1], args).unwrap();
-            let (mut qv, mut dv, mut sv) = (
-                vec![0i32; x.len()],
+            let (mut laid, mut dv, mut sv) = (
+                vec![0i32; 48 * k],
                 vec![0.0f32; blocks],
                 vec![0.0f32; blocks * 8],
             );
-            q.download(&mut qv).unwrap();
+            q.download(&mut laid).unwrap();
             d.download(&mut dv).unwrap();
             sums.download(&mut sv).unwrap();
+            let qv: Vec<i32> = (0..x.len()).map(|i| laid[at(i)]).collect();
             let values: Vec<f32> = qv
                 .iter()
                 .enumerate()
