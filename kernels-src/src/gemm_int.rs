@@ -197,6 +197,7 @@ fn gemm_xwt_q5_k_q8_k(
         for j in 0..8u32 {
             let sc = ws[j * BN + local_id()];
             let shift = j % 2 * 4;
+            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
             let blk = (group_id() * (k / 256) + sb) * 44;
             let qs = blk + 12 + j / 2 * 8;
             for t in 0..8u32 {
@@ -271,6 +272,7 @@ fn gemm_xwt_q6_k_q8_k(
         let at = (group_id() * (k / 256) + sb) * 53;
         wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
         for step in 0..8u32 {
+            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
             let blk = (group_id() * (k / 256) + sb) * 53;
             let half = step / 4;
             let kq = step % 4;

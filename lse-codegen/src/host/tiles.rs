@@ -479,9 +479,6 @@ impl HostPhases {
             if whole && !store && !w.transposed && self.paired_rows(e, t, w) {
                 return;
             }
-            if whole && !store && !w.transposed && self.narrowed_rows(e, t, w) {
-                return;
-            }
             // The loop over the buffer's contiguous direction is innermost.
             let (outer, inner) = if w.transposed {
                 (cols, rows)
@@ -684,44 +681,6 @@ impl HostPhases {
                 let ix = e.b.op(format!("add nuw i32 {row}, {}", 2 * c0));
                 let q = at(e, "i16", &tile_ptr, &ix);
                 e.b.ins(format!("store <32 x i16> {pairs}, ptr {q}, align 4"));
-            }
-        });
-        true
-    }
-
-    /// A whole untransposed window of i32 memory loaded into the row-major i16 tile `t`: each
-    /// row 32 columns at a time, the low halves of two 16-lane vectors gathered by one
-    /// shuffle into one store. (Element by element, LLVM folded the truncation into
-    /// `vpmovdw` to memory, which took a sixth of the integer GEMM's time on Zen 5.)
-    /// Returns false, emitting nothing, for other tiles and shapes.
-    fn narrowed_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
-        let tile = &self.tiles[t];
-        let (rows, cols) = (tile.decl.rows, tile.decl.cols);
-        if tile.layout != Layout::RowMajor
-            || tile.view.is_some()
-            || (tile.decl.elem, w.elem) != (Ty::I16, Ty::I32)
-            || !cols.is_multiple_of(32)
-        {
-            return false;
-        }
-        let tile_ptr = tile.ptr.clone();
-        let low_halves: Vec<String> = (0..32).map(|i| format!("i32 {}", 2 * i)).collect();
-        let low_halves = low_halves.join(", ");
-        self.sequential_loop(e, rows, |_, e, r| {
-            let row = e.b.op(format!("mul nuw i32 {r}, {cols}"));
-            for c0 in (0..cols).step_by(32) {
-                let halves = [c0, c0 + 16].map(|c| {
-                    let q = e.window_elem_ptr(w, r, &c.to_string());
-                    let v = e.b.op(format!("load <16 x i32>, ptr {q}, align 4"));
-                    e.b.op(format!("bitcast <16 x i32> {v} to <32 x i16>"))
-                });
-                let narrow = e.b.op(format!(
-                    "shufflevector <32 x i16> {}, <32 x i16> {}, <32 x i32> <{low_halves}>",
-                    halves[0], halves[1]
-                ));
-                let ix = e.b.op(format!("add nuw i32 {row}, {c0}"));
-                let q = at(e, "i16", &tile_ptr, &ix);
-                e.b.ins(format!("store <32 x i16> {narrow}, ptr {q}, align 2"));
             }
         });
         true

@@ -1,4 +1,4 @@
-//! The K-quant GEMM in integers (`gemm.xwt_<q>_q8_k.v2`, q = q4_k, q5_k, q6_k): the
+//! The K-quant GEMM in integers (`gemm.xwt_<q>_q8_k.v3`, q = q4_k, q5_k, q6_k): the
 //! activation rows quantized to Q8_K as three parts (`act_quant.q8_k_int`: the 8-bit values,
 //! one scale per block of 256 and the sums of each 32 values), then exact integer dot
 //! products with the weight's quants and sub-block scales and one f32 epilogue per block, as
