@@ -9,12 +9,17 @@
 //! operations per block, where the f32 GEMM on dequantized weights (`gemm_quant`) rounds
 //! every product.
 //!
-//! Each K step of 32, work-item `c` writes `sc · w` (at most 63 · 31 or 127 · 32 in
-//! magnitude, an i16) for 32 values of weight row `col0 + c` into the shared array `wq`; the
-//! step's activations load into an i16 tile and meet it in an i16 `tile_dot` into the i32
-//! tile `isum` (`vpdpwssd` on the host levels with AVX512-VNNI). At the end of each block of
-//! 256 the epilogue runs on f32 tiles; the minimum term is an f32 `tile_dot` of the
-//! activation sums (`[48, 8]`) by the sub-blocks' `-m_j · dmin` (`[8, 64]`).
+//! Q4_K and Q5_K, each sub-block of 32: work-item `c` writes the 32 quants of weight row
+//! `col0 + c` (0..15 or 0..31) as bytes, four to a word, into the shared array `wq` (a Q4_K
+//! word's nibbles masked out: one word per four values); `tile_load_quads` reads them as the
+//! u8 tile `b`, the step's activations load into the i8 tile `a`, and
+//! `tile_dot_scaled(isum, a, b, sc)` adds the dot times the column's 6-bit sub-block scale
+//! into the i32 tile `isum` (`vpdpbusd` on the host levels with AVX512-VNNI: four products
+//! per lane). Q6_K, each K step of 32: work-item `c` writes `sc · (q - 32)` (at most 127 · 32
+//! in magnitude, an i16) into `wq`, one value per word; an i16 `tile_dot` adds it into `isum`
+//! (`vpdpwssd`). At the end of each block of 256 the epilogue runs on f32 tiles; the minimum
+//! term is an f32 `tile_dot` of the activation sums (`[48, 8]`) by the sub-blocks'
+//! `-m_j · dmin` (`[8, 64]`).
 //!
 //! The weight comes interleaved by 64 rows (`lse_runtime::ops::gemm_int::interleave`): rows
 //! in groups of 64 (the last group padded with zero rows), each block's bytes padded with
@@ -41,7 +46,7 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 3, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 4, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
@@ -56,8 +61,9 @@ fn gemm_xwt_q4_k_q8_k(
     const BM: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
-    let a = tile::<i16, BM, BK>();
-    let b = tile::<i16, BK, BN>();
+    let a = tile::<i8, BM, BK>();
+    let b = tile::<u8, BK, BN>();
+    let sc = tile::<i32, 1, BN>();
     let isum = tile::<i32, BM, BN>();
     let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
@@ -69,7 +75,7 @@ fn gemm_xwt_q4_k_q8_k(
     // Rows 0..8: the sub-blocks' minimum terms `-m_j · dmin`; row 8: `d`.
     let wf = shared::<f32>(9 * BN);
     // The sub-blocks' 6-bit scales.
-    let ws = shared::<u32>(8 * BN);
+    let ws = shared::<i32>(8 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
     let blocks = k / 256;
@@ -94,23 +100,20 @@ fn gemm_xwt_q4_k_q8_k(
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
             let hi = (s8 >> (8 * j)) & 255;
-            ws[j * BN + local_id()] = lo & 63;
-            ws[(j + 4) * BN + local_id()] = (hi & 15) | ((lo >> 6) << 4);
+            ws[j * BN + local_id()] = (lo & 63) as i32;
+            ws[(j + 4) * BN + local_id()] = ((hi & 15) | ((lo >> 6) << 4)) as i32;
             wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
             wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
         }
         for j in 0..8u32 {
-            let sc = ws[j * BN + local_id()];
             let shift = j % 2 * 4;
             let qs = (group_id() * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
+            // Word t holds values 4t..4t + 3 of the sub-block, one per byte: `b`'s four rows.
             for t in 0..8u32 {
                 let word = w[(qs + t) * BN + local_id()];
-                for i in 0..4u32 {
-                    let q = (word >> (8 * i + shift)) & 15;
-                    wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
-                }
+                wq[t * BN + local_id()] = ((word >> shift) & 0x0F0F_0F0F) as i32;
             }
-            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load_quads(b, wq, 0, BN, BK, BN);
             tile_load(
                 a,
                 xq,
@@ -119,7 +122,8 @@ fn gemm_xwt_q4_k_q8_k(
                 m - row0,
                 BK,
             );
-            tile_dot(isum, a, b);
+            tile_load(sc, ws, j * BN, BN, 1, BN);
+            tile_dot_scaled(isum, a, b, sc);
         }
         tile_copy(part, isum);
         tile_zero(isum);
@@ -138,7 +142,7 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 3, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 4, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
@@ -153,8 +157,9 @@ fn gemm_xwt_q5_k_q8_k(
     const BM: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
-    let a = tile::<i16, BM, BK>();
-    let b = tile::<i16, BK, BN>();
+    let a = tile::<i8, BM, BK>();
+    let b = tile::<u8, BK, BN>();
+    let sc = tile::<i32, 1, BN>();
     let isum = tile::<i32, BM, BN>();
     let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
@@ -164,7 +169,7 @@ fn gemm_xwt_q5_k_q8_k(
     let dx = tile::<f32, BM, 1>();
     let wq = shared::<i32>(BK * BN);
     let wf = shared::<f32>(9 * BN);
-    let ws = shared::<u32>(8 * BN);
+    let ws = shared::<i32>(8 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
     let blocks = k / 256;
@@ -189,13 +194,12 @@ fn gemm_xwt_q5_k_q8_k(
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
             let hi = (s8 >> (8 * j)) & 255;
-            ws[j * BN + local_id()] = lo & 63;
-            ws[(j + 4) * BN + local_id()] = (hi & 15) | ((lo >> 6) << 4);
+            ws[j * BN + local_id()] = (lo & 63) as i32;
+            ws[(j + 4) * BN + local_id()] = ((hi & 15) | ((lo >> 6) << 4)) as i32;
             wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
             wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
         }
         for j in 0..8u32 {
-            let sc = ws[j * BN + local_id()];
             let shift = j % 2 * 4;
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
             let blk = (group_id() * (k / 256) + sb) * 44;
@@ -203,12 +207,10 @@ fn gemm_xwt_q5_k_q8_k(
             for t in 0..8u32 {
                 let word = w[(qs + t) * BN + local_id()];
                 let high = w[(blk + 4 + t) * BN + local_id()];
-                for i in 0..4u32 {
-                    let q = ((word >> (8 * i + shift)) & 15) + ((high >> (8 * i + j)) & 1) * 16;
-                    wq[(4 * t + i) * BN + local_id()] = (q * sc) as i32;
-                }
+                let q = ((word >> shift) & 0x0F0F_0F0F) | (((high >> j) & 0x0101_0101) << 4);
+                wq[t * BN + local_id()] = q as i32;
             }
-            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load_quads(b, wq, 0, BN, BK, BN);
             tile_load(
                 a,
                 xq,
@@ -217,7 +219,8 @@ fn gemm_xwt_q5_k_q8_k(
                 m - row0,
                 BK,
             );
-            tile_dot(isum, a, b);
+            tile_load(sc, ws, j * BN, BN, 1, BN);
+            tile_dot_scaled(isum, a, b, sc);
         }
         tile_copy(part, isum);
         tile_zero(isum);

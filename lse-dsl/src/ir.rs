@@ -41,6 +41,11 @@ pub enum Ty {
     /// Only as the element of an integer tile's operands (`tile::<i16, R, C>()`): no value,
     /// variable, parameter or shared array has this type.
     I16,
+    /// Signed 8-bit, only as the element of an integer tile's operands (`tile::<i8, R, C>()`).
+    I8,
+    /// Unsigned 8-bit, only as the element of an integer tile's operands
+    /// (`tile::<u8, R, C>()`).
+    U8,
 }
 
 impl Ty {
@@ -54,6 +59,8 @@ impl Ty {
             Ty::Bf16 => "bf16",
             Ty::F16 => "f16",
             Ty::I16 => "i16",
+            Ty::I8 => "i8",
+            Ty::U8 => "u8",
         }
     }
 
@@ -62,7 +69,7 @@ impl Ty {
         match self {
             Ty::F32 | Ty::I32 | Ty::U32 => 4,
             Ty::Bf16 | Ty::F16 | Ty::I16 => 2,
-            Ty::Bool => 1,
+            Ty::Bool | Ty::I8 | Ty::U8 => 1,
         }
     }
 
@@ -367,7 +374,8 @@ pub enum TileMem {
 /// `(r, c)` of the tile is element `offset + r * stride + c` of it (or
 /// `offset + c * stride + r` when `transposed`), for `r < rows` and `c < cols`; elements
 /// outside that window read as 0 and are not written. All four are uniform `u32`
-/// expressions.
+/// expressions. A `quads` window (`tile_load_quads`, byte tiles only) holds four rows in each
+/// i32 word: `(r, c)` is byte `r % 4` (little-endian) of element `offset + (r / 4) * stride + c`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TileWindow {
     pub mem: TileMem,
@@ -376,6 +384,8 @@ pub struct TileWindow {
     pub rows: Expr,
     pub cols: Expr,
     pub transposed: bool,
+    #[serde(default)]
+    pub quads: bool,
 }
 
 impl TileWindow {
@@ -399,7 +409,7 @@ pub enum TileOp {
     Zero { dst: TileId },
     /// `tile_load(t, mem, offset, stride, rows, cols)` (`tile_load_t` for transposed): each
     /// element converted from the buffer's or shared array's type to the tile's (round to
-    /// nearest even).
+    /// nearest even). `tile_load_quads` reads a byte tile from a [`TileWindow::quads`] window.
     Load { dst: TileId, from: TileWindow },
     /// `tile_store(t, mem, offset, stride, rows, cols)` (`tile_store_t` for transposed): each
     /// element converted to the buffer's or shared array's type.
@@ -407,7 +417,16 @@ pub enum TileOp {
     /// `tile_dot(acc, a, b)`: `acc += a b` with `a: [M x K]` and `b: [K x N]` in bf16 or f16
     /// (both the same) or f32, `acc: [M x N]` f32. Products of 16-bit operands are exact in
     /// f32; the order in which the K products are summed belongs to the target (LOOM.md).
-    Dot { acc: TileId, a: TileId, b: TileId },
+    /// Integer operands (both i16, or one i8 and one u8) accumulate exactly into an i32 `acc`
+    /// (wrapping sums). `tile_dot_scaled(acc, a, b, s)` (integer operands only) sets `scale`:
+    /// `acc[m][n] += s[0][n] · (a b)[m][n]`, `s` a `[1 x N]` i32 tile (a per-column scale of
+    /// the whole K, as a quantized block's sub-block scale).
+    Dot {
+        acc: TileId,
+        a: TileId,
+        b: TileId,
+        scale: Option<TileId>,
+    },
     /// `tile_add(dst, src)` (and `tile_sub`, `tile_mul`, `tile_div`, `tile_max`):
     /// `dst[r][c] = dst[r][c] op src[r'][c']`, both f32. `src` has `dst`'s shape, or one
     /// column (`ROWS x 1`: one value per row, `c' = 0`), or one row (`1 x COLS`: one value per

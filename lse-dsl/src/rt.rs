@@ -357,12 +357,12 @@ pub mod access {
 
 /// The tile statements' reference semantics, called by the generated Rust. A tile is a
 /// row-major `Vec<f32>` of `rows * cols` values (a bf16 or f16 tile holds values already
-/// rounded to its type, exact in f32), or a `Vec<i32>` for an integer tile (an i16 tile
-/// holds values already wrapped to i16).
+/// rounded to its type, exact in f32), or a `Vec<i32>` for an integer tile (an i16, i8 or
+/// u8 tile holds values already wrapped to its type).
 pub mod tile {
     /// Where a load or store goes: element `(r, c)` is buffer element
     /// `offset + r * stride + c` (`offset + c * stride + r` when `transposed`), for `r < rows`,
-    /// `c < cols`.
+    /// `c < cols`; in a `quads` window, byte `r % 4` of element `offset + (r / 4) * stride + c`.
     #[derive(Clone, Copy, Debug)]
     pub struct Window {
         pub offset: u32,
@@ -370,6 +370,7 @@ pub mod tile {
         pub rows: u32,
         pub cols: u32,
         pub transposed: bool,
+        pub quads: bool,
     }
 
     impl Window {
@@ -379,8 +380,29 @@ pub mod tile {
             if r >= self.rows || c >= self.cols {
                 return None;
             }
-            let (major, minor) = if self.transposed { (c, r) } else { (r, c) };
+            let (major, minor) = match (self.transposed, self.quads) {
+                (true, _) => (c, r),
+                (false, true) => (r / 4, c),
+                (false, false) => (r, c),
+            };
             Some(self.offset + major * self.stride + minor)
+        }
+    }
+
+    /// `tile_load_quads`: element `(r, c)` becomes `round(byte r % 4 of read(index))` inside
+    /// the window, 0 outside.
+    pub fn load_quads(
+        t: &mut [i32],
+        cols: u32,
+        w: Window,
+        read: impl Fn(u32) -> i32,
+        round: impl Fn(i32) -> i32,
+    ) {
+        for (i, v) in t.iter_mut().enumerate() {
+            let (r, c) = (i as u32 / cols, i as u32 % cols);
+            *v = w
+                .index(r, c)
+                .map_or(0, |ix| round(read(ix) >> (8 * (r % 4))));
         }
     }
 
@@ -422,15 +444,19 @@ pub mod tile {
         }
     }
 
-    /// `tile_dot` of i16 tiles: `acc[m][n] += sum over k of a[m][k] * b[k][n]`, the products
-    /// exact and the sums wrapping in i32 (any order gives these values).
-    pub fn dot_i16(acc: &mut [i32], a: &[i32], b: &[i32], n: u32, k: u32) {
+    /// `tile_dot` of integer tiles (i16, or i8 by u8): `acc[m][n] += sum over k of
+    /// a[m][k] * b[k][n]`, the products exact and the sums wrapping in i32 (any order gives
+    /// these values); with `scale` (`tile_dot_scaled`), the sum times `scale[n]` (wrapping).
+    pub fn dot_int(acc: &mut [i32], a: &[i32], b: &[i32], n: u32, k: u32, scale: Option<&[i32]>) {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
+                let mut sum = 0i32;
                 for kk in 0..k {
-                    *out = out.wrapping_add(a[m * k + kk] * b[kk * n + j]);
+                    sum = sum.wrapping_add(a[m * k + kk] * b[kk * n + j]);
                 }
+                let scaled = scale.map_or(sum, |s| sum.wrapping_mul(s[j]));
+                *out = out.wrapping_add(scaled);
             }
         }
     }

@@ -96,6 +96,8 @@ fn ty_tokens(ty: Ty) -> TokenStream {
         Ty::Bf16 => quote!(bf16),
         Ty::F16 => quote!(f16),
         Ty::I16 => quote!(i16),
+        Ty::I8 => quote!(i8),
+        Ty::U8 => quote!(u8),
     }
 }
 
@@ -108,6 +110,8 @@ fn zero(ty: Ty) -> TokenStream {
         Ty::Bf16 => quote!(bf16::ZERO),
         Ty::F16 => quote!(f16::ZERO),
         Ty::I16 => quote!(0i16),
+        Ty::I8 => quote!(0i8),
+        Ty::U8 => quote!(0u8),
     }
 }
 
@@ -166,6 +170,14 @@ fn const_tokens(bits: u32, ty: Ty) -> TokenStream {
             let lit = Literal::i16_unsuffixed(bits as i16);
             quote!((#lit as i16))
         }
+        Ty::I8 => {
+            let lit = Literal::i8_unsuffixed(bits as i8);
+            quote!((#lit as i8))
+        }
+        Ty::U8 => {
+            let lit = Literal::u8_suffixed(bits as u8);
+            quote!(#lit)
+        }
     }
 }
 
@@ -173,7 +185,7 @@ fn const_tokens(bits: u32, ty: Ty) -> TokenStream {
 /// tiles, `f32` for float tiles.
 fn tile_storage(elem: Ty) -> (TokenStream, TokenStream) {
     match elem {
-        Ty::I16 | Ty::I32 => (quote!(i32), quote!(0i32)),
+        Ty::I16 | Ty::I8 | Ty::U8 | Ty::I32 => (quote!(i32), quote!(0i32)),
         _ => (quote!(f32), quote!(0.0f32)),
     }
 }
@@ -302,6 +314,8 @@ impl Gen<'_> {
                         Ty::Bf16 => quote!(bf16::from_bits(scalars[#si] as u16)),
                         Ty::F16 => quote!(f16::from_bits(scalars[#si] as u16)),
                         Ty::I16 => quote!(scalars[#si] as u16 as i16),
+                        Ty::I8 => quote!(scalars[#si] as u8 as i8),
+                        Ty::U8 => quote!(scalars[#si] as u8),
                         Ty::Bool => quote!(scalars[#si] != 0),
                         Ty::U32 => quote!(scalars[#si] as u32),
                     };
@@ -521,9 +535,15 @@ impl Gen<'_> {
                     Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
                     Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
                     Ty::I16 => quote!(|x: i32| x as i16 as i32),
+                    Ty::I8 => quote!(|x: i32| x as i8 as i32),
+                    Ty::U8 => quote!(|x: i32| x as u8 as i32),
                     _ => quote!(|x| x),
                 };
-                quote!(::lse_dsl::rt::tile::load(&mut #t, #cols, #w, #read, #round);)
+                if from.quads {
+                    quote!(::lse_dsl::rt::tile::load_quads(&mut #t, #cols, #w, #read, #round);)
+                } else {
+                    quote!(::lse_dsl::rt::tile::load(&mut #t, #cols, #w, #read, #round);)
+                }
             }
             TileOp::Store { src, to } => {
                 let t = self.tile_ident(*src);
@@ -549,15 +569,22 @@ impl Gen<'_> {
                 };
                 quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
             }
-            TileOp::Dot { acc, a, b } => {
+            TileOp::Dot { acc, a, b, scale } => {
                 let (c, x, y) = (
                     self.tile_ident(*acc),
                     self.tile_ident(*a),
                     self.tile_ident(*b),
                 );
                 let (n, k) = (decl(*acc).cols, decl(*a).cols);
-                if decl(*a).elem == Ty::I16 {
-                    quote!(::lse_dsl::rt::tile::dot_i16(&mut #c, &#x, &#y, #n, #k);)
+                if decl(*acc).elem == Ty::I32 {
+                    let s = match scale {
+                        Some(s) => {
+                            let s = self.tile_ident(*s);
+                            quote!(Some(&#s))
+                        }
+                        None => quote!(None),
+                    };
+                    quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s);)
                 } else {
                     quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
                 }
@@ -603,13 +630,14 @@ impl Gen<'_> {
     /// A tile window as an `lse_dsl::rt::tile::Window` value (fields evaluated as item 0).
     fn window(&self, w: &TileWindow) -> TokenStream {
         let [offset, stride, rows, cols] = w.exprs().map(|e| self.uniform_expr(e));
-        let transposed = w.transposed;
+        let (transposed, quads) = (w.transposed, w.quads);
         quote!(::lse_dsl::rt::tile::Window {
             offset: #offset,
             stride: #stride,
             rows: #rows,
             cols: #cols,
             transposed: #transposed,
+            quads: #quads,
         })
     }
 

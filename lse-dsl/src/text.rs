@@ -226,19 +226,24 @@ impl Printer<'_> {
         match op {
             TileOp::Zero { dst } => format!("tile_zero({});", self.tile(*dst)),
             TileOp::Load { dst, from } => {
-                let t = if from.transposed { "_t" } else { "" };
+                let t = match (from.transposed, from.quads) {
+                    (true, _) => "_t",
+                    (_, true) => "_quads",
+                    _ => "",
+                };
                 format!("tile_load{t}({}, {});", self.tile(*dst), window(from))
             }
             TileOp::Store { src, to } => {
                 let t = if to.transposed { "_t" } else { "" };
                 format!("tile_store{t}({}, {});", self.tile(*src), window(to))
             }
-            TileOp::Dot { acc, a, b } => format!(
-                "tile_dot({}, {}, {});",
-                self.tile(*acc),
-                self.tile(*a),
-                self.tile(*b)
-            ),
+            TileOp::Dot { acc, a, b, scale } => {
+                let (acc, a, b) = (self.tile(*acc), self.tile(*a), self.tile(*b));
+                match scale {
+                    Some(s) => format!("tile_dot_scaled({acc}, {a}, {b}, {});", self.tile(*s)),
+                    None => format!("tile_dot({acc}, {a}, {b});"),
+                }
+            }
             TileOp::Binary { op, dst, src } => format!(
                 "tile_{}({}, {});",
                 op.suffix(),
@@ -341,6 +346,8 @@ fn constant(bits: u32, ty: Ty) -> String {
         Ty::Bool => (bits != 0).to_string(),
         Ty::Bf16 | Ty::F16 => format!("{}::from_bits(0x{bits:04x})", ty.rust_name()),
         Ty::I16 => format!("{}i16", bits as i16),
+        Ty::I8 => format!("{}i8", bits as i8),
+        Ty::U8 => format!("{}u8", bits as u8),
     }
 }
 

@@ -361,13 +361,17 @@ fn fcmp_pred(op: BinOp) -> &'static str {
 /// Calls `float name(float)`: an intrinsic (declared here) or a function the module defines.
 /// `x` of LOOM type `from` as type `to`, among f32, bf16 and f16 (16-bit values as `i16`
 /// bits): widening is exact, narrowing rounds to nearest even like the generated Rust, and
-/// 16-bit to 16-bit goes through f32. Between the integer tile types, i32 to i16 wraps and
-/// i16 to i32 is exact; i32 to f32 rounds to nearest even (Rust's `as f32`).
+/// 16-bit to 16-bit goes through f32. Between the integer tile types, i32 to i16, i8 or u8
+/// wraps and back is exact (sign- or zero-extended); i32 to f32 rounds to nearest even
+/// (Rust's `as f32`).
 pub(crate) fn convert(b: &mut super::Builder, x: &str, from: Ty, to: Ty) -> String {
     match (from, to) {
         _ if from == to => return x.to_string(),
         (Ty::I32, Ty::I16) => return b.op(format!("trunc i32 {x} to i16")),
         (Ty::I16, Ty::I32) => return b.op(format!("sext i16 {x} to i32")),
+        (Ty::I32, Ty::I8 | Ty::U8) => return b.op(format!("trunc i32 {x} to i8")),
+        (Ty::I8, Ty::I32) => return b.op(format!("sext i8 {x} to i32")),
+        (Ty::U8, Ty::I32) => return b.op(format!("zext i8 {x} to i32")),
         (Ty::I32, Ty::F32) => return b.op(format!("sitofp i32 {x} to float")),
         _ => {}
     }

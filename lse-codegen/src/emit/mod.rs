@@ -205,6 +205,7 @@ pub(crate) fn lty(t: Ty) -> &'static str {
         Ty::I32 | Ty::U32 => "i32",
         Ty::Bool => "i1",
         Ty::Bf16 | Ty::F16 | Ty::I16 => "i16",
+        Ty::I8 | Ty::U8 => "i8",
     }
 }
 
@@ -248,5 +249,6 @@ pub(crate) fn constant(b: &mut Builder, bits: u32, t: Ty) -> String {
         Ty::I32 | Ty::U32 => (bits as i32).to_string(),
         Ty::Bool => if bits != 0 { "true" } else { "false" }.to_string(),
         Ty::Bf16 | Ty::F16 | Ty::I16 => (bits as u16 as i16).to_string(),
+        Ty::I8 | Ty::U8 => (bits as u8 as i8).to_string(),
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct WindowVals {
     pub rows: String,
     pub cols: String,
     pub transposed: bool,
+    /// Four rows per i32 element, row `r` in byte `r % 4` ([`lse_dsl::ir::TileWindow::quads`]).
+    pub quads: bool,
 }
 
 impl WindowVals {
@@ -82,6 +84,7 @@ impl Emitter<'_> {
             rows,
             cols,
             transposed: w.transposed,
+            quads: w.quads,
         })
     }
 
@@ -101,6 +104,13 @@ impl Emitter<'_> {
             w.ptr_ty,
             w.elem.size_bytes()
         ));
+        if w.quads {
+            // Byte r % 4 of the word.
+            let lane = self.b.op(format!("and i32 {r}, 3"));
+            let bits = self.b.op(format!("shl nuw i32 {lane}, 3"));
+            let byte = self.b.op(format!("lshr i32 {v}, {bits}"));
+            return convert(&mut self.b, &byte, w.elem, to);
+        }
         convert(&mut self.b, &v, w.elem, to)
     }
 
@@ -117,10 +127,18 @@ impl Emitter<'_> {
         ));
     }
 
-    /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, or `(c, r)`
-    /// for a transposed window; no wrap-around (an index that would wrap is out of bounds).
+    /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, `(c, r)` for a
+    /// transposed window or `(r / 4, c)` for a quads window; no wrap-around (an index that would wrap is out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
-        let (major, minor) = if w.transposed { (c, r) } else { (r, c) };
+        let four;
+        let (major, minor) = match (w.transposed, w.quads) {
+            (true, _) => (c, r),
+            (false, true) => {
+                four = self.b.op(format!("lshr i32 {r}, 2"));
+                (four.as_str(), c)
+            }
+            (false, false) => (r, c),
+        };
         let scaled = self.b.op(format!("mul nuw i32 {major}, {}", w.stride));
         let base = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
         let ix = self.b.op(format!("add nuw i32 {base}, {minor}"));

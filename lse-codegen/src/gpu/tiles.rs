@@ -68,15 +68,15 @@ pub(crate) fn lower(
         TileOp::Zero { dst } => zero(e, wg, *dst),
         TileOp::Load { dst, from } => copy(e, wg, *dst, from, false)?,
         TileOp::Store { src, to } => copy(e, wg, *src, to, true)?,
-        TileOp::Dot { acc, a, b } => {
+        TileOp::Dot { acc, a, b, scale } => {
             let tiles = matrix::DotTiles {
                 acc: *acc,
                 a: *a,
                 b: *b,
             };
-            match dot_unit(e, unit, wg, &tiles) {
+            match dot_unit(e, unit, wg, &tiles).filter(|_| scale.is_none()) {
                 Some((unit, shape)) => matrix::lower_dot(e, unit, wg, &shape, &tiles),
-                None => portable_dot(e, wg, &tiles),
+                None => portable_dot(e, wg, &tiles, *scale),
             }
         }
         TileOp::Binary { op, dst, src } => {
@@ -149,19 +149,20 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 }
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
-/// their K products in increasing k with `fma` (i16 operands: exact products added in
-/// wrapping i32).
-fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles) {
+/// their K products in increasing k with `fma` (integer operands: exact products added in
+/// wrapping i32, times the column's `scale` when there is one, then added to `acc`).
+fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u32>) {
     let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
-        (c.len(), c.cols, x.cols, x.elem == Ty::I16)
+        (c.len(), c.cols, x.cols, c.elem == Ty::I32)
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
     // An operand element as the accumulator's type.
     let operand = |e: &mut Emitter, t: u32, i: &str| {
         if int {
             let v = read_raw(e, t, i);
-            convert(&mut e.b, &v, Ty::I16, Ty::I32)
+            let elem = e.k.tiles[t as usize].elem;
+            convert(&mut e.b, &v, elem, Ty::I32)
         } else {
             read(e, t, i)
         }
@@ -169,9 +170,11 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles) {
     lane_loop(e, wg, m_n, &mut |e, i| {
         let m = e.b.op(format!("udiv i32 {i}, {n}"));
         let j = e.b.op(format!("urem i32 {i}, {n}"));
-        let init = read_raw(e, acc, i);
+        let old = read_raw(e, acc, i);
         let acc_ty = lty(e.k.tiles[acc as usize].elem);
-        let s = e.carried_loop(k, acc_ty, &[init], |e, kk, s| {
+        // A scaled dot sums its products from 0 and adds the scaled sum to `acc` at the end.
+        let init = if scale.is_some() { "0" } else { old.as_str() };
+        let s = e.carried_loop(k, acc_ty, &[init.to_string()], |e, kk, s| {
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
             let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
@@ -190,7 +193,15 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles) {
                 )]
             }
         });
-        write(e, acc, i, &s[0]);
+        let sum = match scale {
+            Some(st) => {
+                let f = read_raw(e, st, &j);
+                let p = e.b.op(format!("mul i32 {}, {f}", s[0]));
+                e.b.op(format!("add i32 {old}, {p}"))
+            }
+            None => s[0].clone(),
+        };
+        write(e, acc, i, &sum);
     });
 }
 

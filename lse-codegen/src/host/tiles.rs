@@ -35,8 +35,12 @@
 //! - `tile_dot` of i16 tiles on the levels with AVX512-VNNI stores its `b` operand in the
 //!   same pair layout (an i32 window's rows truncated to i16 and interleaved as they load) and
 //!   runs `vpdpwssd` in the same register blocks into i32 accumulators: exact products,
-//!   wrapping sums, so bit-identical to the reference. Elsewhere an i16 dot is the element
-//!   loop in wrapping i32.
+//!   wrapping sums, so bit-identical to the reference. A dot of an i8 by a u8 tile stores
+//!   `b` in fours of rows ([`Layout::Quads`]: a `tile_load_quads` window's words as they are,
+//!   an i32 window's rows narrowed and interleaved) and runs `vpdpbusd`, the u8 operand
+//!   first. `tile_dot_scaled` starts the block's accumulators at zero and, after the K steps,
+//!   adds them times the columns' scales (`vpmulld`) to `acc`. Elsewhere an integer dot is
+//!   the element loop in wrapping i32.
 //! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
 //!   with `fma` on 16-lane vectors, 16-bit operands widened to f32 as they are read: 4 rows x
 //!   64 columns on x86-64-v4 (16 of its 32 zmm registers), 6 rows x 16 columns on the AVX2
@@ -60,6 +64,9 @@ pub(super) enum Layout {
     /// Rows paired (AMX's VNNI layout for the `b` operand): `(r, c)` at
     /// `(r / 2) * 2 * cols + 2 * c + r % 2`; an odd row count is padded with a zero row.
     Pairs,
+    /// Rows in fours (`vpdpbusd`'s layout for a byte `b` operand): `(r, c)` at
+    /// `(r / 4) * 4 * cols + 4 * c + r % 4`; the rows padded to a multiple of 4 with zeros.
+    Quads,
 }
 
 /// One tile's stack array.
@@ -87,6 +94,7 @@ impl HostTile {
         match self.layout {
             Layout::RowMajor => self.decl.len(),
             Layout::Pairs => self.decl.rows.div_ceil(2) * 2 * self.decl.cols,
+            Layout::Quads => self.decl.rows.div_ceil(4) * 4 * self.decl.cols,
         }
     }
 
@@ -95,10 +103,11 @@ impl HostTile {
     }
 }
 
-/// Whether the shapes of `acc += a b` suit a pair instruction (`vdpbf16ps`, `vpdpwssd`):
-/// N a multiple of 16, K even.
+/// Whether the shapes of `acc += a b` suit a packed instruction (`vdpbf16ps`, `vpdpwssd`,
+/// `vpdpbusd`): N a multiple of 16, K a multiple of the values per 32-bit lane.
 fn pairs_shape(acc: &TileDecl, a: &TileDecl) -> bool {
-    acc.cols.is_multiple_of(16) && a.cols.is_multiple_of(2)
+    let per_lane = 4 / a.elem.size_bytes();
+    acc.cols.is_multiple_of(16) && a.cols.is_multiple_of(per_lane)
 }
 
 /// Whether AMX applies to `acc += a b` (bf16, shapes multiples of 16 x 16 x 32).
@@ -109,35 +118,36 @@ fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
         && a.cols.is_multiple_of(32)
 }
 
-/// The stack arrays of `k`'s tiles. The `b` operands of dots whose operand type has a pair
+/// The stack arrays of `k`'s tiles. The `b` operands of dots whose operand type has a packed
 /// instruction on the level (`pair_dot`) and whose shapes [`pairs_shape`] accepts get
-/// [`Layout::Pairs`]; tiles that [`viewable`] accepts get a [`View`].
+/// [`Layout::Pairs`] ([`Layout::Quads`] for `vpdpbusd`); tiles that [`viewable`] accepts get
+/// a [`View`].
 pub(super) fn allocate(
     e: &mut Emitter,
     k: &Kernel,
     pair_dot: impl Fn(Ty) -> Option<Micro>,
 ) -> Vec<HostTile> {
-    let mut pairs = vec![false; k.tiles.len()];
+    let mut packed = vec![Layout::RowMajor; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
-        TileOp::Dot { acc, a, b }
-            if a != b
-                && pair_dot(k.tiles[*a as usize].elem).is_some()
-                && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
+        TileOp::Dot { acc, a, b, .. }
+            if a != b && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
         {
-            pairs[*b as usize] = true;
+            if let Some(micro) = pair_dot(k.tiles[*a as usize].elem) {
+                packed[*b as usize] = micro.b_layout();
+            }
         }
         _ => {}
     });
     let views = viewable(k);
     k.tiles
         .iter()
-        .zip(pairs)
+        .zip(packed)
         .zip(views)
-        .map(|((d, p), v)| {
+        .map(|((d, layout), v)| {
             let mut t = HostTile {
                 ptr: String::new(),
                 decl: d.clone(),
-                layout: if p { Layout::Pairs } else { Layout::RowMajor },
+                layout,
                 view: None,
             };
             t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
@@ -191,10 +201,13 @@ fn viewable(k: &Kernel) -> Vec<bool> {
                 other[*dst as usize] = true;
             }
         }
-        TileOp::Dot { acc, a, b } => {
+        TileOp::Dot { acc, a, b, scale } => {
             dotted[*a as usize] = true;
             other[*acc as usize] = true;
             other[*b as usize] = true;
+            if let Some(s) = scale {
+                other[*s as usize] = true;
+            }
         }
         TileOp::Zero { dst } | TileOp::Exp { dst } | TileOp::Scale { dst, .. } => {
             other[*dst as usize] = true;
@@ -239,9 +252,32 @@ pub(super) enum Micro {
     /// `vpdpwssd` on i16 pairs into i32 (AVX512-VNNI), `b` in [`Layout::Pairs`]: exact
     /// products, wrapping sums, so equal to the reference in any order.
     Dpwssd,
+    /// `vpdpbusd` on fours of u8 by i8 into i32 (AVX512-VNNI), `b` in [`Layout::Quads`]:
+    /// exact products and sums (wrapping), as `vpdpwssd`.
+    Dpbusd,
     /// `fma` on f32 vectors (16-bit operands widened exactly): per element the reference's
     /// order, so bit-identical to it.
     Fma,
+}
+
+impl Micro {
+    /// The layout the instruction reads its `b` operand in.
+    fn b_layout(self) -> Layout {
+        match self {
+            Micro::Dpbf16 | Micro::Dpwssd => Layout::Pairs,
+            Micro::Dpbusd => Layout::Quads,
+            Micro::Fma => Layout::RowMajor,
+        }
+    }
+
+    /// Operand values per 32-bit lane: K steps of one instruction.
+    fn per_lane(self) -> u32 {
+        match self {
+            Micro::Dpbf16 | Micro::Dpwssd => 2,
+            Micro::Dpbusd => 4,
+            Micro::Fma => 1,
+        }
+    }
 }
 
 /// `&base[ix]` for an `i32` index `ix` into an array of `ty`.
@@ -344,6 +380,7 @@ impl HostPhases {
         match elem {
             Ty::Bf16 if self.dpbf16 => Some(Micro::Dpbf16),
             Ty::I16 if self.vnni => Some(Micro::Dpwssd),
+            Ty::I8 | Ty::U8 if self.vnni => Some(Micro::Dpbusd),
             _ => None,
         }
     }
@@ -354,8 +391,9 @@ impl HostPhases {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
             TileOp::Load { dst, from } => {
                 let w = e.tile_window(from, &mut |e, x| self.uniform(e, x))?;
-                // A shared array is in the cache already: nothing to prefetch.
-                let next = if w.shared {
+                // A shared array is in the cache already: nothing to prefetch. (Nor is a quads
+                // window, whose lines are not its rows.)
+                let next = if w.shared || w.quads {
                     None
                 } else {
                     self.next_offset(e, from)?
@@ -366,26 +404,28 @@ impl HostPhases {
                 let w = e.tile_window(to, &mut |e, x| self.uniform(e, x))?;
                 self.copy(e, *src as usize, &w, true, None);
             }
-            TileOp::Dot { acc, a, b } => {
+            TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
+                let scale = scale.map(|s| s as usize);
                 let (dc, da) = (&self.tiles[acc].decl, &self.tiles[a].decl);
-                // The register-blocked paths read `a` row-major and `b` in pairs.
-                let pairs = self.tiles[b].layout == Layout::Pairs
-                    && self.tiles[a].layout == Layout::RowMajor;
-                let pair_dot = self.pair_dot(da.elem).filter(|_| pairs_shape(dc, da));
-                if pairs && self.amx && amx_shape(dc, da) {
+                // The register-blocked paths read `a` row-major and `b` packed.
+                let pair_dot = self
+                    .pair_dot(da.elem)
+                    .filter(|m| pairs_shape(dc, da) && self.tiles[b].layout == m.b_layout());
+                let packed = pair_dot.is_some() && self.tiles[a].layout == Layout::RowMajor;
+                if packed && self.amx && amx_shape(dc, da) {
                     self.amx_dot(e, acc, a, b)
-                } else if let (true, Some(micro)) = (pairs, pair_dot) {
-                    self.blocked_dot(e, acc, a, b, micro)
+                } else if let (true, Some(micro)) = (packed, pair_dot) {
+                    self.blocked_dot(e, [acc, a, b], scale, micro)
                 } else if self.fma
                     && dc.elem == Ty::F32
                     && self.tiles[b].layout == Layout::RowMajor
                     && self.tiles[a].layout == Layout::RowMajor
                     && dc.cols.is_multiple_of(16)
                 {
-                    self.blocked_dot(e, acc, a, b, Micro::Fma)
+                    self.blocked_dot(e, [acc, a, b], None, Micro::Fma)
                 } else {
-                    self.loop_dot(e, acc, a, b)
+                    self.loop_dot(e, [acc, a, b], scale)
                 }
             }
             TileOp::Binary { op, dst, src } => {
@@ -476,7 +516,13 @@ impl HostPhases {
             if whole && w.transposed && self.transposed_blocks(e, t, w, store) {
                 return;
             }
-            if whole && !store && !w.transposed && self.paired_rows(e, t, w) {
+            if whole
+                && !store
+                && !w.transposed
+                && (self.paired_rows(e, t, w)
+                    || self.quad_rows(e, t, w)
+                    || self.quad_words(e, t, w))
+            {
                 return;
             }
             // The loop over the buffer's contiguous direction is innermost.
@@ -686,6 +732,99 @@ impl HostPhases {
         true
     }
 
+    /// A whole untransposed window of i32 memory loaded into the [`Layout::Quads`] byte tile
+    /// `t`, each value wrapped to 8 bits: each four rows are read 16 columns at a time,
+    /// narrowed and interleaved into one tile row of fours (four vector loads, one shuffle,
+    /// one store per 64 elements). Returns false, emitting nothing, for other tiles and
+    /// shapes.
+    fn quad_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
+        let tile = &self.tiles[t];
+        let (rows, cols) = (tile.decl.rows, tile.decl.cols);
+        if tile.layout != Layout::Quads
+            || w.elem != Ty::I32
+            || w.quads
+            || !rows.is_multiple_of(4)
+            || !cols.is_multiple_of(16)
+        {
+            return false;
+        }
+        let tile_ptr = tile.ptr.clone();
+        // Lane 4 c + r of the result is lane c of row r's 16 bytes.
+        let join = |lanes: u32| -> String {
+            (0..lanes)
+                .map(|i| format!("i32 {i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let interleave: Vec<String> = (0..64)
+            .map(|p| format!("i32 {}", (p % 4) * 16 + p / 4))
+            .collect();
+        let interleave = interleave.join(", ");
+        self.sequential_loop(e, rows / 4, |_, e, q| {
+            let r0 = e.b.op(format!("shl nuw i32 {q}, 2"));
+            let row = e.b.op(format!("mul nuw i32 {q}, {}", 4 * cols));
+            for c0 in (0..cols).step_by(16) {
+                let c = c0.to_string();
+                let bytes: Vec<String> = (0..4)
+                    .map(|i| {
+                        let r = e.b.op(format!("or disjoint i32 {r0}, {i}"));
+                        let p = e.window_elem_ptr(w, &r, &c);
+                        let v = e.b.op(format!("load <16 x i32>, ptr {p}, align 4"));
+                        e.b.op(format!("trunc <16 x i32> {v} to <16 x i8>"))
+                    })
+                    .collect();
+                let lo = e.b.op(format!(
+                    "shufflevector <16 x i8> {}, <16 x i8> {}, <32 x i32> <{}>",
+                    bytes[0],
+                    bytes[1],
+                    join(32)
+                ));
+                let hi = e.b.op(format!(
+                    "shufflevector <16 x i8> {}, <16 x i8> {}, <32 x i32> <{}>",
+                    bytes[2],
+                    bytes[3],
+                    join(32)
+                ));
+                let fours = e.b.op(format!(
+                    "shufflevector <32 x i8> {lo}, <32 x i8> {hi}, <64 x i32> <{interleave}>"
+                ));
+                let ix = e.b.op(format!("add nuw i32 {row}, {}", 4 * c0));
+                let p = at(e, "i8", &tile_ptr, &ix);
+                e.b.ins(format!("store <64 x i8> {fours}, ptr {p}, align 4"));
+            }
+        });
+        true
+    }
+
+    /// A whole quads window of i32 memory loaded into the [`Layout::Quads`] byte tile `t`: the
+    /// window's words are the tile's, so each four rows are one copy of `cols` words. Returns
+    /// false, emitting nothing, for other tiles and shapes.
+    fn quad_words(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
+        let tile = &self.tiles[t];
+        let (rows, cols) = (tile.decl.rows, tile.decl.cols);
+        if tile.layout != Layout::Quads
+            || w.elem != Ty::I32
+            || !w.quads
+            || !rows.is_multiple_of(4)
+            || !cols.is_multiple_of(16)
+        {
+            return false;
+        }
+        let tile_ptr = tile.ptr.clone();
+        self.sequential_loop(e, rows / 4, |_, e, q| {
+            let r0 = e.b.op(format!("shl nuw i32 {q}, 2"));
+            let row = e.b.op(format!("mul nuw i32 {q}, {}", 4 * cols));
+            for c0 in (0..cols).step_by(16) {
+                let p = e.window_elem_ptr(w, &r0, &c0.to_string());
+                let v = e.b.op(format!("load <16 x i32>, ptr {p}, align 4"));
+                let ix = e.b.op(format!("add nuw i32 {row}, {}", 4 * c0));
+                let d = at(e, "i8", &tile_ptr, &ix);
+                e.b.ins(format!("store <16 x i32> {v}, ptr {d}, align 4"));
+            }
+        });
+        true
+    }
+
     /// Copies element `(r, c)` of tile `t` from (or, with `store`, to) the window; `whole`
     /// says the window covers the tile, so no bounds test is needed.
     fn copy_elem(
@@ -751,6 +890,14 @@ impl HostPhases {
                 let a = e.b.op(format!("add nuw i32 {row}, {c2}"));
                 e.b.op(format!("add nuw i32 {a}, {odd}"))
             }
+            Layout::Quads => {
+                let four = e.b.op(format!("lshr i32 {r}, 2"));
+                let lane = e.b.op(format!("and i32 {r}, 3"));
+                let row = e.b.op(format!("mul nuw i32 {four}, {}", 4 * cols));
+                let c4 = e.b.op(format!("shl nuw i32 {c}, 2"));
+                let a = e.b.op(format!("add nuw i32 {row}, {c4}"));
+                e.b.op(format!("add nuw i32 {a}, {lane}"))
+            }
         };
         at(e, lty(tile.decl.elem), &tile.ptr, &ix)
     }
@@ -798,24 +945,44 @@ impl HostPhases {
         ));
     }
 
-    /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` (i16 tiles: `acc + a b` in wrapping
-    /// i32), m, then k ascending, then n (vectorised).
-    fn loop_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+    /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` (integer tiles: `acc + a b` in wrapping
+    /// i32), m, then k ascending, then n (vectorised). With `scale` (integer tiles), each
+    /// element's products are summed first, m, then n, then k, and the sum times the
+    /// column's scale added to `acc`.
+    fn loop_dot(&mut self, e: &mut Emitter, [acc, a, b]: [usize; 3], scale: Option<usize>) {
         let (m, n, k) = (
             self.tiles[acc].decl.rows,
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        let int = self.tiles[a].decl.elem == Ty::I16;
-        // An operand as the accumulator's type: i16 sign-extended, floats as f32.
+        let int = self.tiles[acc].decl.elem == Ty::I32;
+        // An operand as the accumulator's type: integers extended to i32, floats as f32.
         let operand = |h: &Self, e: &mut Emitter, t: usize, r: &str, c: &str| {
             if int {
                 let v = h.read_raw(e, t, r, c);
-                convert(&mut e.b, &v, Ty::I16, Ty::I32)
+                convert(&mut e.b, &v, h.tiles[t].decl.elem, Ty::I32)
             } else {
                 h.read(e, t, r, c)
             }
         };
+        if let Some(s) = scale {
+            self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
+                h.parallel_loop(e, n, LoopHint::Plain, |h, e, j| {
+                    let sum = e.carried_loop(k, "i32", &["0".to_string()], |e, kk, sum| {
+                        let x = operand(h, e, a, i, kk);
+                        let y = operand(h, e, b, kk, j);
+                        let p = e.b.op(format!("mul i32 {x}, {y}"));
+                        vec![e.b.op(format!("add i32 {}, {p}", sum[0]))]
+                    });
+                    let f = h.read_raw(e, s, "0", j);
+                    let scaled = e.b.op(format!("mul i32 {}, {f}", sum[0]));
+                    let old = h.read_raw(e, acc, i, j);
+                    let r = e.b.op(format!("add i32 {old}, {scaled}"));
+                    h.write_raw(e, acc, i, j, &r);
+                })
+            });
+            return;
+        }
         self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
             h.sequential_loop(e, k, |h, e, kk| {
                 let x = operand(h, e, a, i, kk);
@@ -839,10 +1006,18 @@ impl HostPhases {
         });
     }
 
-    /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs or
-    /// `vpdpwssd` on i16 pairs (shapes checked by [`pairs_shape`]), or `fma` on f32 vectors,
-    /// 16-bit operands widened (N a multiple of 16).
-    fn blocked_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize, micro: Micro) {
+    /// `acc += a b` in register blocks (see the module doc): `vdpbf16ps` on bf16 pairs,
+    /// `vpdpwssd` on i16 pairs or `vpdpbusd` on fours of bytes (shapes checked by
+    /// [`pairs_shape`]; integers optionally times a per-column `scale`), or `fma` on f32
+    /// vectors, 16-bit operands widened (N a multiple of 16).
+    fn blocked_dot(
+        &mut self,
+        e: &mut Emitter,
+        tiles: [usize; 3],
+        scale: Option<usize>,
+        micro: Micro,
+    ) {
+        let [acc, _, _] = tiles;
         // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
         // vector each, 6 where 16 registers hold half of one.
         let (mr_max, nr_max) = if self.zmm { (4, 4) } else { (6, 1) };
@@ -855,32 +1030,35 @@ impl HostPhases {
         e.b.declare(match micro {
             Micro::Dpbf16 => "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)",
             Micro::Dpwssd => "declare <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
+            Micro::Dpbusd => "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
             Micro::Fma => "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
         });
         let mr = mr_max.min(m);
         self.sequential_loop(e, m / mr, |h, e, mb| {
             let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
-            h.prefetch_view_rows(e, a, &m0, mr);
+            h.prefetch_view_rows(e, tiles[1], &m0, mr);
             for &(v0, nr) in &groups {
-                h.reg_block(e, [acc, a, b], &m0, (mr, v0, nr), micro);
+                h.reg_block(e, tiles, scale, &m0, (mr, v0, nr), micro);
             }
         });
         let rest = m % mr;
         if rest > 0 {
             for &(v0, nr) in &groups {
                 let m0 = (m - rest).to_string();
-                self.reg_block(e, [acc, a, b], &m0, (rest, v0, nr), micro);
+                self.reg_block(e, tiles, scale, &m0, (rest, v0, nr), micro);
             }
         }
     }
 
     /// Rows `m0..m0 + mr` x column vectors `v0..v0 + nr` (16 columns each) of `acc += a b`:
     /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps` and
-    /// `vpdpwssd`).
+    /// `vpdpwssd`, fours for `vpdpbusd`). With `scale` they start at zero and, after the
+    /// last step, are multiplied by the columns' scales and added to `acc`.
     fn reg_block(
         &mut self,
         e: &mut Emitter,
         [acc, a, b]: [usize; 3],
+        scale: Option<usize>,
         m0: &str,
         (mr, v0, nr): (u32, u32, u32),
         micro: Micro,
@@ -900,21 +1078,19 @@ impl HostPhases {
             for j in 0..nr {
                 let ix = e.b.op(format!("add nuw i32 {base}, {}", (v0 + j) * 16));
                 let p = at(e, acc_elem, &pc, &ix);
-                init.push(e.b.op(format!("load {vt}, ptr {p}, align 64")));
+                init.push(match scale {
+                    Some(_) => "zeroinitializer".to_string(),
+                    None => e.b.op(format!("load {vt}, ptr {p}, align 64")),
+                });
                 acc_ptrs.push(p);
             }
         }
-        let steps = match micro {
-            Micro::Dpbf16 | Micro::Dpwssd => k / 2,
-            Micro::Fma => k,
-        };
-        let out = e.carried_loop(steps, &vt, &init, |e, kk, cur| {
+        let per_lane = micro.per_lane();
+        let a_elem = self.tiles[a].decl.elem;
+        let out = e.carried_loop(k / per_lane, &vt, &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
-                    let (row, col) = match micro {
-                        Micro::Dpbf16 | Micro::Dpwssd => (2 * n, (v0 + j) * 32),
-                        Micro::Fma => (n, (v0 + j) * 16),
-                    };
+                    let (row, col) = (per_lane * n, (v0 + j) * 16 * per_lane);
                     let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
                     let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
                     let p = at(e, lty(b_elem), &pb, &ix);
@@ -922,7 +1098,7 @@ impl HostPhases {
                         (Micro::Dpbf16, _) => {
                             e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
                         }
-                        (Micro::Dpwssd, _) => {
+                        (Micro::Dpwssd | Micro::Dpbusd, _) => {
                             e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
                         }
                         (Micro::Fma, Ty::F32) => {
@@ -938,16 +1114,18 @@ impl HostPhases {
             let mut next = Vec::new();
             for (r, row) in rows.iter().enumerate() {
                 let av = match micro {
-                    Micro::Dpbf16 | Micro::Dpwssd => {
-                        let k2 = e.b.op(format!("shl nuw i32 {kk}, 1"));
-                        let p = self.elem_ptr(e, a, row, &k2);
+                    Micro::Dpbf16 | Micro::Dpwssd | Micro::Dpbusd => {
+                        let shift = per_lane.trailing_zeros();
+                        let k0 = e.b.op(format!("shl nuw i32 {kk}, {shift}"));
+                        let p = self.elem_ptr(e, a, row, &k0);
                         // A view's rows may start at any element.
-                        let pair = e.b.op(format!("load i32, ptr {p}, align 2"));
-                        let splat = splat(e, "i32", &pair);
-                        if micro == Micro::Dpwssd {
-                            splat
-                        } else {
+                        let size = a_elem.size_bytes();
+                        let lane = e.b.op(format!("load i32, ptr {p}, align {size}"));
+                        let splat = splat(e, "i32", &lane);
+                        if micro == Micro::Dpbf16 {
                             e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
+                        } else {
+                            splat
                         }
                     }
                     Micro::Fma => {
@@ -964,6 +1142,13 @@ impl HostPhases {
                         Micro::Dpwssd => format!(
                             "call <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32> {c}, <16 x i32> {av}, <16 x i32> {y})"
                         ),
+                        // The second operand is the unsigned one.
+                        Micro::Dpbusd if a_elem == Ty::U8 => format!(
+                            "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {c}, <16 x i32> {av}, <16 x i32> {y})"
+                        ),
+                        Micro::Dpbusd => format!(
+                            "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {c}, <16 x i32> {y}, <16 x i32> {av})"
+                        ),
                         Micro::Fma => format!(
                             "call <16 x float> @llvm.fma.v16f32(<16 x float> {av}, <16 x float> {y}, <16 x float> {c})"
                         ),
@@ -972,6 +1157,28 @@ impl HostPhases {
             }
             next
         });
+        let out = match scale {
+            Some(s) => {
+                let ps = self.tiles[s].ptr.clone();
+                let scales: Vec<String> = (0..nr)
+                    .map(|j| {
+                        let p = at(e, "i32", &ps, &((v0 + j) * 16).to_string());
+                        e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
+                    })
+                    .collect();
+                out.iter()
+                    .zip(&acc_ptrs)
+                    .enumerate()
+                    .map(|(i, (v, p))| {
+                        let f = &scales[i % nr as usize];
+                        let scaled = e.b.op(format!("mul <16 x i32> {v}, {f}"));
+                        let old = e.b.op(format!("load {vt}, ptr {p}, align 64"));
+                        e.b.op(format!("add <16 x i32> {old}, {scaled}"))
+                    })
+                    .collect()
+            }
+            None => out,
+        };
         for (p, v) in acc_ptrs.iter().zip(out) {
             e.b.ins(format!("store {vt} {v}, ptr {p}, align 64"));
         }

@@ -870,6 +870,7 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
         rows,
         cols,
         transposed,
+        quads: false,
     };
     for (rows, cols) in [(16u32, 16u32), (5, 11), (16, 9), (3, 16)] {
         // The reference, statement by statement.
@@ -959,6 +960,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
                 rows: m,
                 cols: 32,
                 transposed: false,
+                quads: false,
             };
             tile::load(&mut a, 32, at_a, |i| x[i as usize], round);
             let at_b = Window {
@@ -967,6 +969,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
                 rows: 32,
                 cols: n,
                 transposed: true,
+                quads: false,
             };
             tile::load(&mut b, 32, at_b, |i| wq[i as usize], round);
             tile::dot(&mut acc, &a, &b, 32, 32);
@@ -985,6 +988,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
             rows: m,
             cols: n,
             transposed: false,
+            quads: false,
         };
         tile::store(&acc, 32, store_at, |i, v| want[i as usize] = v);
         for cpu in HOST_CPUS {
@@ -1080,5 +1084,79 @@ fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
         let text = host_llvm_text(&w, cpu);
         let vnni = lse_dsl::rt::host_level_target(cpu).is_some_and(|(_, f)| f.contains("vnni"));
         assert_eq!(text.contains("vpdpwssd"), vnni, "{cpu}");
+    }
+}
+
+/// Byte tiles on every host level: i32 values wrap to i8 or u8 as they load, products are
+/// exact and sums wrap in i32, a scaled dot multiplies each column's sum by its scale, so
+/// every level, the `vpdpbusd` path (both operand orders) included, equals the definition bit
+/// for bit; whole and partial windows.
+#[test]
+fn byte_tile_dots_match_the_definition_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
+    let mut state = 0x2545_f491u32;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % 4_001) as i32 - 2_000
+    };
+    let w: Vec<i32> = (0..32 * 128).map(|_| next()).collect();
+    let x: Vec<i32> = (0..48 * 128).map(|_| next()).collect();
+    fn i8_(v: i32) -> i32 {
+        i32::from(v as i8)
+    }
+    fn u8_(v: i32) -> i32 {
+        i32::from(v as u8)
+    }
+    for (m, n) in [(48u32, 32u32), (37, 19)] {
+        let mut want = vec![0i32; 48 * 32];
+        for r in 0..m as usize {
+            for c in 0..n as usize {
+                let dot = |xa: fn(i32) -> i32, wb: fn(i32) -> i32| {
+                    (0..128).fold(0i32, |s, kk| {
+                        s.wrapping_add(xa(x[r * 128 + kk]) * wb(w[c * 128 + kk]))
+                    })
+                };
+                // Per K step of 64 the scaled dot is scaled; the scale is linear, so over both
+                // steps too.
+                let scaled = dot(i8_, u8_).wrapping_mul(c as i32 - 9);
+                let quad_rows = if n == 32 { 64 } else { 61 };
+                let quads = (0..128)
+                    .filter(|kk| kk % 64 < quad_rows)
+                    .fold(0i32, |s, kk| {
+                        s.wrapping_add(i8_(x[r * 128 + kk]) * u8_(w[c * 128 + kk]))
+                    });
+                want[r * 32 + c] = scaled
+                    .wrapping_add(dot(u8_, i8_))
+                    .wrapping_add(dot(i8_, u8_))
+                    .wrapping_add(quads);
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (lib, _) = load(&k, cpu);
+            if !lse_dsl::rt::cpu_supports(cpu) {
+                continue;
+            }
+            let (mut ws, mut xs) = (w.clone(), x.clone());
+            let (mut y, mut s) = (vec![0f32; 48 * 32], vec![0i32; 48 * 32]);
+            let bufs = [raw(&mut ws), raw(&mut xs), raw(&mut y), raw(&mut s)];
+            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
+            assert_eq!(s, want, "{cpu} m={m} n={n}");
+            let as_f32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+            assert_eq!(y, as_f32, "{cpu} m={m} n={n}");
+        }
+    }
+}
+
+/// On the levels with AVX512-VNNI a byte dot whose shapes suit it runs on `vpdpbusd`.
+#[test]
+fn byte_tile_dots_use_vpdpbusd_where_the_level_has_it() {
+    let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    for cpu in HOST_CPUS {
+        let text = host_llvm_text(&w, cpu);
+        let vnni = lse_dsl::rt::host_level_target(cpu).is_some_and(|(_, f)| f.contains("vnni"));
+        assert_eq!(text.contains("vpdpbusd"), vnni, "{cpu}");
     }
 }

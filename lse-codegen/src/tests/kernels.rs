@@ -684,3 +684,56 @@ fn tile_int_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u
     tile_store(acc, s, 0, 32, m, n);
 }
 "#;
+
+/// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
+/// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
+/// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`
+/// (column `c`'s is `c - 9`): `acc += sc · (a b)` (scaled), `acc += au bi`, `acc += a bt`,
+/// and `acc += a bq` with `bq` the bytes of `b` packed four rows to a word by the work-items
+/// and read by `tile_load_quads` (whole when `n` is 32, else without its last 3 rows of each
+/// step); then the i32 sums as f32 and as they are.
+pub const TILE_BYTE_DOT_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_byte_dot", version = 1, workgroup = 32)]
+fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u32) {
+    let wq = shared::<i32>(2048);
+    let wp = shared::<i32>(512);
+    let sq = shared::<i32>(32);
+    let a = tile::<i8, 48, 64>();
+    let au = tile::<u8, 48, 64>();
+    let b = tile::<u8, 64, 32>();
+    let bi = tile::<i8, 64, 32>();
+    let bt = tile::<u8, 64, 32>();
+    let bq = tile::<u8, 64, 32>();
+    let sc = tile::<i32, 1, 32>();
+    let acc = tile::<i32, 48, 32>();
+    let f = tile::<f32, 48, 32>();
+    let c = local_id();
+    sq[c] = c as i32 - 9;
+    tile_load(sc, sq, 0, 32, 1, 32);
+    for k0 in (0u32..128u32).step_by(64) {
+        for kk in 0u32..64u32 {
+            wq[kk * 32 + c] = w[c * 128 + k0 + kk];
+        }
+        tile_load(a, x, k0, 128, m, 64);
+        tile_load(au, x, k0, 128, m, 64);
+        tile_load(b, wq, 0, 32, 64, n);
+        tile_load(bi, wq, 0, 32, 64, n);
+        tile_dot_scaled(acc, a, b, sc);
+        tile_dot(acc, au, bi);
+        tile_load_t(bt, w, k0, 128, 64, n);
+        tile_dot(acc, a, bt);
+        for q in 0u32..16u32 {
+            let mut word = 0u32;
+            for i in 0u32..4u32 {
+                word = word | (((w[c * 128 + k0 + 4 * q + i] as u32) & 255) << (8 * i));
+            }
+            wp[q * 32 + c] = word as i32;
+        }
+        tile_load_quads(bq, wp, 0, 32, 61 + 3 * (n / 32), n);
+        tile_dot(acc, a, bq);
+    }
+    tile_copy(f, acc);
+    tile_store(f, y, 0, 32, m, n);
+    tile_store(acc, s, 0, 32, m, n);
+}
+"#;

@@ -173,5 +173,7 @@ fn ty_tokens(ty: Ty) -> TokenStream2 {
         Ty::Bf16 => quote!(::lse_dsl::__private::half::bf16),
         Ty::F16 => quote!(::lse_dsl::__private::half::f16),
         Ty::I16 => quote!(i16),
+        Ty::I8 => quote!(i8),
+        Ty::U8 => quote!(u8),
     }
 }

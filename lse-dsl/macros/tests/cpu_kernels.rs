@@ -640,3 +640,43 @@ fn integer_tile_statements_follow_their_reference_semantics() {
         }
     }
 }
+
+#[loom::kernel(name = "test.tiles_byte", version = 1, workgroup = 8)]
+fn tiles_byte(x: &[i32], w: &[i32], s: &mut [i32]) {
+    let ws = shared::<i32>(8);
+    let a = tile::<i8, 3, 4>();
+    let b = tile::<u8, 4, 2>();
+    let sc = tile::<i32, 1, 2>();
+    let acc = tile::<i32, 3, 2>();
+    ws[local_id()] = w[local_id()];
+    tile_load(a, x, 1, 5, 3, 3);
+    tile_load_t(b, ws, 0, 4, 4, 2);
+    tile_load(sc, x, 14, 1, 1, 2);
+    tile_dot_scaled(acc, a, b, sc);
+    tile_dot(acc, a, b);
+    tile_store(acc, s, 0, 2, 3, 2);
+}
+
+/// Byte tiles' reference semantics: i32 values wrapped to i8 and u8 as they load, zero
+/// outside the window, exact products summed in wrapping i32, a scaled dot's sums times its
+/// column's scale.
+#[test]
+fn byte_tile_statements_follow_their_reference_semantics() {
+    let mut x: Vec<i32> = (0..16).map(|i| (i - 5) * 300 + i * i).collect();
+    let mut w: Vec<i32> = (0..8).map(|i| 700 - i * 234).collect();
+    let mut s = vec![7i32; 6];
+    let (x0, w0) = (x.clone(), w.clone());
+    let bufs = [raw(&mut x), raw(&mut w), raw(&mut s)];
+    (tiles_byte::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        for c in 0..2 {
+            // a[r][j] = x[1 + 5r + j] for j < 3, 0 for j = 3; b[j][c] = w[4c + j].
+            let dot = (0..3).fold(0i32, |acc, j| {
+                let p = i32::from(x0[1 + 5 * r + j] as i8) * i32::from(w0[4 * c + j] as u8);
+                acc.wrapping_add(p)
+            });
+            let want = dot.wrapping_mul(x0[14 + c]).wrapping_add(dot);
+            assert_eq!(s[2 * r + c], want, "s[{r}][{c}]");
+        }
+    }
+}

@@ -145,7 +145,7 @@ impl Cx {
                 }
                 let x = self.expr(&u.expr, want)?;
                 match x.ty {
-                    Ty::F32 | Ty::I32 | Ty::I16 | Ty::Bf16 | Ty::F16 => {}
+                    Ty::F32 | Ty::I32 | Ty::I16 | Ty::I8 | Ty::U8 | Ty::Bf16 | Ty::F16 => {}
                     Ty::U32 => {
                         return err(
                             span,

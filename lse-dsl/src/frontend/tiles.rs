@@ -14,13 +14,15 @@ use crate::ir::{
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 16] = [
+pub(super) const TILE_STMTS: [&str; 18] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
+    "tile_load_quads",
     "tile_store",
     "tile_store_t",
     "tile_dot",
+    "tile_dot_scaled",
     "tile_add",
     "tile_sub",
     "tile_mul",
@@ -45,9 +47,19 @@ fn binary_op(name: &str) -> Option<TileBinary> {
     })
 }
 
-/// Whether tiles of `elem` are integer tiles (i16 operands, i32 accumulators).
+/// Whether tiles of `elem` are integer tiles (i16, i8 and u8 operands, i32 accumulators).
 fn is_int_tile(elem: Ty) -> bool {
-    matches!(elem, Ty::I16 | Ty::I32)
+    matches!(elem, Ty::I16 | Ty::I8 | Ty::U8 | Ty::I32)
+}
+
+/// Whether `tile_dot` takes operands of `a` and `b`: one float type (bf16, f16, f32), both
+/// i16, or one i8 and one u8 (the signed-by-unsigned byte products of `vpdpbusd`).
+fn dot_operands(a: Ty, b: Ty) -> bool {
+    match (a, b) {
+        (Ty::I8, Ty::U8) | (Ty::U8, Ty::I8) => true,
+        (Ty::I32, _) | (Ty::I8 | Ty::U8, _) => false,
+        _ => a == b,
+    }
 }
 
 /// The error for a tile store to the read-only buffer `e`.
@@ -71,7 +83,7 @@ impl Cx {
         call: &syn::ExprCall,
     ) -> syn::Result<()> {
         let span = call.span();
-        let usage = "write `let t = tile::<T, ROWS, COLS>();` with T one of bf16, f16, f32 (float tiles), i16 or i32 (integer tiles) and constant ROWS, COLS";
+        let usage = "write `let t = tile::<T, ROWS, COLS>();` with T one of bf16, f16, f32 (float tiles), i16, i8, u8 or i32 (integer tiles) and constant ROWS, COLS";
         if !self.top_level {
             return err(
                 span,
@@ -92,6 +104,8 @@ impl Cx {
         }
         let elem = match &args.args[0] {
             syn::GenericArgument::Type(t) if text(t) == "i16" => Some(Ty::I16),
+            syn::GenericArgument::Type(t) if text(t) == "i8" => Some(Ty::I8),
+            syn::GenericArgument::Type(t) if text(t) == "u8" => Some(Ty::U8),
             syn::GenericArgument::Type(t) => {
                 named_ty(t).filter(|t| matches!(t, Ty::Bf16 | Ty::F16 | Ty::F32 | Ty::I32))
             }
@@ -154,7 +168,8 @@ impl Cx {
         let want = match name {
             "tile_zero" | "tile_exp" => 1,
             "tile_dot" => 3,
-            "tile_load" | "tile_load_t" | "tile_store" | "tile_store_t" => 6,
+            "tile_dot_scaled" => 4,
+            "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_store" | "tile_store_t" => 6,
             _ => 2,
         };
         if args.len() != want {
@@ -172,12 +187,29 @@ impl Cx {
                 let from = self.window(&args[1..], name == "tile_load_t", false, dst)?;
                 TileOp::Load { dst, from }
             }
+            "tile_load_quads" => {
+                let dst = self.tile_arg(args[0])?;
+                let d = &self.tiles[dst as usize];
+                if !matches!(d.elem, Ty::I8 | Ty::U8) {
+                    return err(
+                        args[0].span(),
+                        format!(
+                            "`tile_load_quads` loads i8 or u8 tiles (four values in each i32), `{}` is {}",
+                            d.name,
+                            d.elem.rust_name()
+                        ),
+                    );
+                }
+                let mut from = self.window(&args[1..], false, false, dst)?;
+                from.quads = true;
+                TileOp::Load { dst, from }
+            }
             "tile_store" | "tile_store_t" => {
                 let src = self.tile_arg(args[0])?;
                 let to = self.window(&args[1..], name == "tile_store_t", true, src)?;
                 TileOp::Store { src, to }
             }
-            "tile_dot" => self.dot(&args)?,
+            "tile_dot" | "tile_dot_scaled" => self.dot(&args)?,
             "tile_exp" => TileOp::Exp {
                 dst: self.f32_tile(args[0], name)?,
             },
@@ -281,13 +313,14 @@ impl Cx {
             &self.tiles[a as usize],
             &self.tiles[b as usize],
         );
-        // Float operands accumulate in f32, i16 operands in i32.
-        let want_acc = if ta.elem == Ty::I16 { Ty::I32 } else { Ty::F32 };
+        // Float operands accumulate in f32, integer operands in i32.
+        let int = ta.elem != Ty::I32 && is_int_tile(ta.elem);
+        let want_acc = if int { Ty::I32 } else { Ty::F32 };
         if ta.elem == Ty::I32 {
             return err(
                 args[1].span(),
                 format!(
-                    "dtype mismatch: `tile_dot` operands are bf16, f16, f32 or i16 tiles, `{}` is i32",
+                    "dtype mismatch: `tile_dot` operands are bf16, f16, f32, i16, i8 or u8 tiles, `{}` is i32",
                     ta.name
                 ),
             );
@@ -304,11 +337,11 @@ impl Cx {
                 ),
             );
         }
-        if ta.elem != tb.elem {
+        if !dot_operands(ta.elem, tb.elem) {
             return err(
                 args[2].span(),
                 format!(
-                    "dtype mismatch: `tile_dot` operands must have one element type, found {} and {}",
+                    "dtype mismatch: `tile_dot` operands must have one element type (or be one i8 and one u8 tile), found {} and {}",
                     ta.elem.rust_name(),
                     tb.elem.rust_name()
                 ),
@@ -332,7 +365,45 @@ impl Cx {
                 ),
             );
         }
-        Ok(TileOp::Dot { acc, a, b })
+        let scale = match args.get(3) {
+            Some(s) => Some(self.dot_scale(s, acc, a)?),
+            None => None,
+        };
+        Ok(TileOp::Dot { acc, a, b, scale })
+    }
+
+    /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of one row and `acc`'s
+    /// columns, for integer operands.
+    fn dot_scale(&self, e: &syn::Expr, acc: TileId, a: TileId) -> syn::Result<TileId> {
+        let s = self.tile_arg(e)?;
+        let (tc, ta, ts) = (
+            &self.tiles[acc as usize],
+            &self.tiles[a as usize],
+            &self.tiles[s as usize],
+        );
+        if !is_int_tile(ta.elem) {
+            return err(
+                e.span(),
+                format!(
+                    "`tile_dot_scaled` takes integer operands (i16, i8, u8), found {}",
+                    ta.elem.rust_name()
+                ),
+            );
+        }
+        if ts.elem != Ty::I32 || ts.rows != 1 || ts.cols != tc.cols {
+            return err(
+                e.span(),
+                format!(
+                    "the scale of `tile_dot_scaled` is an i32 tile of 1 row and {} columns, `{}` is {} {}x{}",
+                    tc.cols,
+                    ts.name,
+                    ts.elem.rust_name(),
+                    ts.rows,
+                    ts.cols
+                ),
+            );
+        }
+        Ok(s)
     }
 
     /// A tile argument of a statement that works on f32 tiles.
@@ -404,6 +475,7 @@ impl Cx {
             rows,
             cols,
             transposed,
+            quads: false,
         })
     }
 
@@ -623,12 +695,65 @@ mod tests {
             ("tile_load(f, q, 0, 16, 16, 16);", "tiles load and store f32 shared arrays; `q` holds i32"),
             ("tile_dot(f, a, b);", "the accumulator of a `tile_dot` of i16 tiles is an i32 tile, `f` is f32"),
             ("tile_dot(acc, hb, hb);", "the accumulator of a `tile_dot` of bf16 tiles is an f32 tile, `acc` is i32"),
-            ("tile_dot(f, acc, acc);", "`tile_dot` operands are bf16, f16, f32 or i16 tiles, `acc` is i32"),
-            ("tile_dot(acc, a, hb);", "operands must have one element type, found i16 and bf16"),
+            ("tile_dot(f, acc, acc);", "`tile_dot` operands are bf16, f16, f32, i16, i8 or u8 tiles, `acc` is i32"),
+            ("tile_dot(acc, a, hb);", "operands must have one element type (or be one i8 and one u8 tile), found i16 and bf16"),
             ("tile_copy(f, a);", "`tile_copy` converts between float tiles or from an i32 tile to an f32 tile, not from i16 to f32"),
             ("tile_copy(acc, f);", "not from f32 to i32"),
             ("tile_add(acc, acc);", "`tile_add` works on f32 tiles, `acc` is i32"),
             ("let v: i16 = 0;", "i16"),
+        ] {
+            let msg = e(&format!("{decls}\n{stmt}"));
+            assert!(msg.contains(want), "{stmt}: {msg}");
+        }
+    }
+
+    #[test]
+    fn byte_tiles_dot_one_signed_by_one_unsigned_with_an_optional_column_scale() {
+        let k = k("let q = shared::<i32>(256);
+            let a = tile::<i8, 16, 16>();
+            let b = tile::<u8, 16, 16>();
+            let s = tile::<i32, 1, 16>();
+            let acc = tile::<i32, 16, 16>();
+            tile_load(a, q, 0, 16, 16, 16);
+            tile_load(b, q, 0, 16, 16, 16);
+            tile_load(s, q, 0, 16, 1, 16);
+            tile_dot_scaled(acc, a, b, s);
+            tile_dot(acc, b, a);");
+        assert_eq!((k.tiles[0].elem, k.tiles[1].elem), (Ty::I8, Ty::U8));
+        let text = ir_text(&k);
+        assert!(
+            text.contains("tile_dot_scaled(acc#t3, a#t0, b#t1, s#t2);"),
+            "{text}"
+        );
+        assert!(text.contains("tile_dot(acc#t3, b#t1, a#t0);"), "{text}");
+    }
+
+    #[test]
+    fn byte_tiles_refuse_same_signed_operands_and_bad_scales() {
+        let decls = "let q = shared::<i32>(256);
+            let a = tile::<i8, 16, 16>();
+            let u = tile::<u8, 16, 16>();
+            let h = tile::<i16, 16, 16>();
+            let acc = tile::<i32, 16, 16>();
+            let f = tile::<f32, 16, 16>();
+            let s = tile::<i32, 1, 16>();
+            let g = tile::<f32, 16, 16>();
+            let sf = tile::<f32, 1, 16>();
+            let s2 = tile::<i32, 2, 16>();";
+        for (stmt, want) in [
+            ("tile_dot(acc, a, a);", "found i8 and i8"),
+            ("tile_dot(acc, u, u);", "found u8 and u8"),
+            ("tile_dot(acc, a, h);", "found i8 and i16"),
+            ("tile_dot(f, a, u);", "the accumulator of a `tile_dot` of i8 tiles is an i32 tile, `f` is f32"),
+            ("tile_dot_scaled(f, g, g, sf);", "`tile_dot_scaled` takes integer operands (i16, i8, u8), found f32"),
+            ("tile_dot_scaled(acc, a, u, sf);", "the scale of `tile_dot_scaled` is an i32 tile of 1 row and 16 columns, `sf` is f32 1x16"),
+            ("tile_dot_scaled(acc, a, u, s2);", "`s2` is i32 2x16"),
+            ("tile_dot_scaled(acc, a, u);", "`tile_dot_scaled` takes 4 arguments, found 3"),
+            ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
+            ("tile_copy(f, u);", "not from u8 to f32"),
+            ("tile_load_quads(h, q, 0, 16, 16, 16);", "`tile_load_quads` loads i8 or u8 tiles (four values in each i32), `h` is i16"),
+            ("tile_load_quads(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
+            ("let v: i8 = 0;", "i8"),
         ] {
             let msg = e(&format!("{decls}\n{stmt}"));
             assert!(msg.contains(want), "{stmt}: {msg}");
