@@ -27,6 +27,33 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
     y[i] = d * q;
 }
 
+/// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
+/// integers `q` (into `q`, in `act_quant.q8_k_int`'s tile order: value `c` of row `r` at
+/// `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)` (into `d`)
+/// and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0`. `x` holds rows of `k`
+/// values; grid: x = blocks.
+#[kernel(name = "act_quant.q8_0_int", version = 1, workgroup = 32)]
+fn q8_0_int(
+    x: &[f32; num_groups() * 32],
+    q: &mut [i32; (num_groups() * 32 / k + 47) / 48 * 48 * k],
+    d: &mut [f32; num_groups()],
+    sums: &mut [f32; num_groups()],
+    k: u32,
+) {
+    let v = x[group_id() * 32 + local_id()];
+    let amax = reduce_max(abs(v));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let qv = (v * id + 12582912.0) - 12582912.0;
+    let r = group_id() / (k / 32);
+    let blk = group_id() % (k / 32);
+    q[((r / 48 * (k / 32) + blk) * 48 + r % 48) * 32 + local_id()] = qv as i32;
+    let s = reduce_sum(qv);
+    if local_id() == 0 {
+        d[group_id()] = f16_to_f32(f32_to_f16(amax / 127.0));
+        sums[group_id()] = s;
+    }
+}
+
 /// Q8_K (`quantize_row_q8_K_ref`, which the x86 build uses): per block of 256 values, `max`
 /// the first value of the largest magnitude (with its sign), `iscale = -127 / max`,
 /// `q = min(127, round(iscale · v))`, `d = 1 / iscale` (f32), and the value `d · q`; an

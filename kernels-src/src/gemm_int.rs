@@ -319,3 +319,79 @@ fn gemm_xwt_q6_k_q8_k(
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }
+
+/// Q8_0 (34-byte blocks of 32: f16 `d`, then 32 signed bytes `q`; the value is `d · q`)
+/// against Q8_0 activations (`act_quant.q8_0_int`), as llama.cpp's `ggml_vec_dot_q8_0_q8_0`:
+/// per block the exact integer `Σ q_x · q_w`, then `· d_w · d_x` in f32. The byte dot takes
+/// one unsigned operand, so the weight's bytes go in as `q_w + 128` (the sign bit flipped)
+/// and the block's `128 · Σ q_x` comes off before the scales (exact: both are integers below
+/// 2^24). Interleaved by 64 rows: 9 words per block, so `q`'s words straddle two stored words.
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 1, workgroup = 64)]
+fn gemm_xwt_q8_0_q8_0(
+    xq: &[i32; (m + 47) / 48 * 48 * k],
+    xd: &[f32; m * (k / 32)],
+    xs: &[f32; m * (k / 32)],
+    w: &[u32; (n + 63) / 64 * (k / 32) * 9 * 64],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 48;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<i8, BM, BK>();
+    let b = tile::<u8, BK, BN>();
+    let isum = tile::<i32, BM, BN>();
+    let part = tile::<f32, BM, BN>();
+    let acc = tile::<f32, BM, BN>();
+    let xsum = tile::<f32, BM, 1>();
+    let dw = tile::<f32, 1, BN>();
+    let dx = tile::<f32, BM, 1>();
+    let dwx = tile::<f32, BM, BN>();
+    let wq = shared::<i32>(8 * BN);
+    let wf = shared::<f32>(BN);
+    let row0 = group_id_y() * BM;
+    let col0 = group_id() * BN;
+    let blocks = k / 32;
+    if accumulate == 1 {
+        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
+    }
+    for sb in 0..blocks {
+        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]; `d` is the low
+        // half of word 0, `q` bytes 2..34.
+        let at = (group_id() * (k / 32) + sb) * 9;
+        wf[local_id()] = f16_to_f32(f16_from_bits(w[at * BN + local_id()]));
+        for t in 0..8u32 {
+            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
+            let blk = (group_id() * (k / 32) + sb) * 9;
+            let lo = w[(blk + t) * BN + local_id()];
+            let hi = w[(blk + t + 1) * BN + local_id()];
+            wq[t * BN + local_id()] = (((lo >> 16) | (hi << 16)) ^ 0x8080_8080) as i32;
+        }
+        tile_load_quads(b, wq, 0, BN, BK, BN);
+        tile_load(
+            a,
+            xq,
+            (group_id_y() * (k / 32) + sb) * BM * BK,
+            BK,
+            m - row0,
+            BK,
+        );
+        tile_dot(isum, a, b);
+        tile_copy(part, isum);
+        tile_zero(isum);
+        tile_load(xsum, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_scale(xsum, 128.0);
+        tile_sub(part, xsum);
+        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_load(dw, wf, 0, BN, 1, BN);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_zero(dwx);
+        tile_dot(dwx, dx, dw);
+        tile_mul(part, dwx);
+        tile_add(acc, part);
+    }
+    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
+}

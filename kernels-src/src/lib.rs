@@ -34,6 +34,7 @@ macro_rules! kernels {
 
 kernels!(
     act_quant::q8_0,
+    act_quant::q8_0_int,
     act_quant::q8_k,
     act_quant::q8_k_int,
     lse_pick::lse_pick,
@@ -59,6 +60,7 @@ kernels!(
     gemm_int::gemm_xwt_q4_k_q8_k,
     gemm_int::gemm_xwt_q5_k_q8_k,
     gemm_int::gemm_xwt_q6_k_q8_k,
+    gemm_int::gemm_xwt_q8_0_q8_0,
     gemm_quant::gemm_xwt_q8_0,
     gemm_quant::gemm_xwt_q4_0,
     gemm_quant::gemm_xwt_q4_1,

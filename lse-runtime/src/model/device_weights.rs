@@ -10,8 +10,8 @@ use super::error::Result;
 use super::weights::{AffineParts, DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
 use crate::ops::{
-    has_integer_gemm, interleave, Activations, AffineFormat, AffineParams, AffineView, Interleaved,
-    OpError, QuantFormat, QuantView, WeightView,
+    integer_gemm_activations, interleave, Activations, AffineFormat, AffineParams, AffineView,
+    Interleaved, OpError, QuantFormat, QuantView, WeightView,
 };
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
@@ -92,7 +92,7 @@ impl DeviceWeight {
         // Shapes are checked against config.json, whose sizes are at least 1.
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
         let interleaved = match t.dtype {
-            Storage::Quant(q) if has_integer_gemm(q) && t.act == Activations::Q8K => {
+            Storage::Quant(q) if integer_gemm_activations(q) == Some(t.act) => {
                 let rows = match t.shape.len() {
                     0 | 1 => 1,
                     d => t.shape[d - 2].max(1),

@@ -166,7 +166,11 @@ pub(super) fn launch(
     if let WeightView::Quant(q) = w {
         q.check_rows("gemm", "w", k as usize)?;
         match q.interleaved {
-            Some(i) if act == Activations::Q8K && i.rows == n as usize && i.cols == k as usize => {
+            Some(i)
+                if super::gemm_int::integer_gemm_activations(q.format) == Some(act)
+                    && i.rows == n as usize
+                    && i.cols == k as usize =>
+            {
                 return super::gemm_int::launch(dev, x, q.format, i, y, [m, n, k], out);
             }
             _ => {}

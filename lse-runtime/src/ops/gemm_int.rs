@@ -1,15 +1,18 @@
-//! The K-quant GEMM in integers (`gemm.xwt_<q>_q8_k.v3`, q = q4_k, q5_k, q6_k): the
-//! activation rows quantized to Q8_K as three parts (`act_quant.q8_k_int`: the 8-bit values,
-//! one scale per block of 256 and the sums of each 32 values), then exact integer dot
-//! products with the weight's quants and sub-block scales and one f32 epilogue per block, as
-//! llama.cpp's CPU backend multiplies a K-quant weight (`kernels-src/src/gemm_int.rs`). The
-//! kernels read the weight interleaved by 64 rows ([`interleave`], done once at load).
+//! The quantized GEMMs in integers (`gemm.xwt_<q>_q8_k`, q = q4_k, q5_k, q6_k, and
+//! `gemm.xwt_q8_0_q8_0`): the activation rows quantized to Q8_K (Q8_0 for a Q8_0 weight) as
+//! parts (`act_quant.q8_k_int` / `q8_0_int`: the 8-bit values, one scale per block and the
+//! sums of each 32 values), then exact integer dot products with the weight's quants and
+//! sub-block scales and one f32 epilogue per block, as llama.cpp's CPU backend multiplies
+//! such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the weight interleaved by
+//! 64 rows ([`interleave`], done once at load).
 
-use lse_kernels::act_quant::q8_k_int;
-use lse_kernels::gemm_int::{gemm_xwt_q4_k_q8_k, gemm_xwt_q5_k_q8_k, gemm_xwt_q6_k_q8_k};
+use lse_kernels::act_quant::{q8_0_int, q8_k_int};
+use lse_kernels::gemm_int::{
+    gemm_xwt_q4_k_q8_k, gemm_xwt_q5_k_q8_k, gemm_xwt_q6_k_q8_k, gemm_xwt_q8_0_q8_0,
+};
 
 use super::quant::{Interleaved, QuantFormat};
-use super::{to_u32, GemmOut, OpError};
+use super::{to_u32, Activations, GemmOut, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
@@ -17,12 +20,14 @@ use crate::device::{DevSlice, DevSliceMut, Device};
 const ROWS: u32 = 48;
 const COLS: u32 = 64;
 
-/// Whether `format` has an integer GEMM (the K-quants).
-pub fn has_integer_gemm(format: QuantFormat) -> bool {
-    matches!(
-        format,
-        QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K
-    )
+/// The activations `format`'s integer GEMM takes (Q8_K for the K-quants, Q8_0 for Q8_0, as
+/// llama.cpp's `vec_dot_type`), or `None` when it has none.
+pub fn integer_gemm_activations(format: QuantFormat) -> Option<Activations> {
+    match format {
+        QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K => Some(Activations::Q8K),
+        QuantFormat::Q8_0 => Some(Activations::Q8_0),
+        _ => None,
+    }
 }
 
 /// `matrices` matrices of `rows` x `cols` values of `format` (`bytes`, the blocks of each
@@ -68,9 +73,10 @@ pub fn interleave(
     Some(out)
 }
 
-/// `y (=|+=) x · wᵀ` for `x` `[m, k]` quantized to Q8_K and the K-quant `w` `[n, k]` of
-/// `format` interleaved by 64 rows, on shapes the caller checked (`k` a multiple of 256,
-/// every size below 2^32, `format` one [`has_integer_gemm`] accepts, `w` of `n` rows of `k`).
+/// `y (=|+=) x · wᵀ` for `x` `[m, k]` quantized as [`integer_gemm_activations`] says and `w`
+/// `[n, k]` of `format` interleaved by 64 rows, on shapes the caller checked (`k` a multiple
+/// of the block, every size below 2^32, `format` one with an integer GEMM, `w` of `n` rows of
+/// `k`).
 pub(super) fn launch(
     dev: &Device,
     x: DevSlice<'_, f32>,
@@ -81,6 +87,9 @@ pub(super) fn launch(
     out: GemmOut,
 ) -> Result<(), OpError> {
     const OP: &str = "gemm";
+    if format == QuantFormat::Q8_0 {
+        return launch_q8_0(dev, x, w, y, [m, n, k], out);
+    }
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / 256", mu * ku / 256)?;
     // `act_quant.q8_k_int`'s layout: rows in blocks of `ROWS`, the last one padded.
@@ -119,6 +128,45 @@ pub(super) fn launch(
     Ok(())
 }
 
+/// [`launch`] for a Q8_0 weight: `act_quant.q8_0_int`, then `gemm.xwt_q8_0_q8_0`.
+fn launch_q8_0(
+    dev: &Device,
+    x: DevSlice<'_, f32>,
+    w: Interleaved<'_>,
+    y: DevSliceMut<'_, f32>,
+    [m, n, k]: [u32; 3],
+    out: GemmOut,
+) -> Result<(), OpError> {
+    let (mu, ku) = (m as usize, k as usize);
+    let blocks = to_u32("gemm", "m * k / 32", mu * ku / 32)?;
+    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
+    let mut xd = dev.alloc::<f32>(blocks as usize)?;
+    let mut xs = dev.alloc::<f32>(blocks as usize)?;
+    dev.launch(
+        [blocks, 1, 1],
+        q8_0_int::Args {
+            x,
+            q: xq.view_mut(),
+            d: xd.view_mut(),
+            sums: xs.view_mut(),
+            k,
+        },
+    )?;
+    let args = gemm_xwt_q8_0_q8_0::Args {
+        xq: xq.view(),
+        xd: xd.view(),
+        xs: xs.view(),
+        w: w.words,
+        y,
+        m,
+        n,
+        k,
+        accumulate: u32::from(out == GemmOut::Accumulate),
+    };
+    dev.launch([n.div_ceil(COLS), m.div_ceil(ROWS), 1], args)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,15 +174,21 @@ mod tests {
     use crate::ops::quant::tests::{bits, blocks, dequantized};
     use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
-    /// The integer GEMM gives the same bits on every device (its integer parts are exact and
-    /// its f32 epilogue has one order), and, up to f32 rounding, the f32 GEMM on the
-    /// dequantized weight and the same Q8_K activations; for shapes the blocking does not
+    /// The integer GEMMs (K-quants, Q8_0) give the same bits on every device (their integer
+    /// parts are exact and their f32 epilogues have one order), and, up to f32 rounding, the
+    /// f32 GEMM on the dequantized weight and the same quantized activations; for shapes the blocking does not
     /// divide (one row; rows past 48; columns past 64; several blocks per row, so Q6_K blocks
     /// start at half-words), overwriting and accumulating.
     #[test]
-    fn integer_gemm_is_the_q8_k_product_on_every_device() {
+    fn integer_gemms_are_the_quantized_product_on_every_device() {
         let devs = cpu_side_devices();
-        for format in [QuantFormat::Q4_K, QuantFormat::Q5_K, QuantFormat::Q6_K] {
+        for format in [
+            QuantFormat::Q4_K,
+            QuantFormat::Q5_K,
+            QuantFormat::Q6_K,
+            QuantFormat::Q8_0,
+        ] {
+            let act = integer_gemm_activations(format).unwrap();
             for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)] {
                 let b = blocks(format, n, k, (m * n + k) as u64);
                 let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
@@ -162,22 +216,12 @@ mod tests {
                 for out in [GemmOut::Overwrite, GemmOut::Accumulate] {
                     let mut want = init.clone();
                     let wfv = HeadWeight::F32(&wf);
-                    gemm(
-                        &devs[0],
-                        &x[..],
-                        k,
-                        wfv,
-                        n,
-                        &mut want[..],
-                        out,
-                        Activations::Q8K,
-                    )
-                    .unwrap();
+                    gemm(&devs[0], &x[..], k, wfv, n, &mut want[..], out, act).unwrap();
                     let mut first: Option<Vec<u32>> = None;
                     for dev in &devs {
                         let at = format!("{} {m}x{n}x{k} {out:?} on {}", format.name(), dev.arch());
                         let mut got = init.clone();
-                        gemm(dev, &x[..], k, view, n, &mut got[..], out, Activations::Q8K).unwrap();
+                        gemm(dev, &x[..], k, view, n, &mut got[..], out, act).unwrap();
                         match &first {
                             Some(f) => assert_eq!(&bits(&got), f, "{at}"),
                             None => first = Some(bits(&got)),
