@@ -71,7 +71,9 @@ fn gemm_xwt_q4_k_q8_k(
     let wmin = tile::<f32, 8, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let wq = shared::<i32>(BK * BN);
+    let aux = tile::<f32, BM, BN>();
+    // The sub-block's quants, four to a word (`b`'s quads).
+    let wq = shared::<i32>(BK / 4 * BN);
     // Rows 0..8: the sub-blocks' minimum terms `-m_j · dmin`; row 8: `d`.
     let wf = shared::<f32>(9 * BN);
     // The sub-blocks' 6-bit scales.
@@ -127,13 +129,19 @@ fn gemm_xwt_q4_k_q8_k(
         }
         tile_copy(part, isum);
         tile_zero(isum);
+        // `d_x · d_w` first (in `aux`), as llama.cpp scales a block's integer sum; then the
+        // minimum term (in `aux` again) times `d_x`.
         tile_load(dw, wf, 8 * BN, BN, 1, BN);
-        tile_mul(part, dw);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_zero(aux);
+        tile_dot(aux, dx, dw);
+        tile_mul(part, aux);
         tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
         tile_load(wmin, wf, 0, BN, 8, BN);
-        tile_dot(part, xsum, wmin);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_mul(part, dx);
+        tile_zero(aux);
+        tile_dot(aux, xsum, wmin);
+        tile_mul(aux, dx);
+        tile_add(part, aux);
         tile_add(acc, part);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -167,7 +175,9 @@ fn gemm_xwt_q5_k_q8_k(
     let wmin = tile::<f32, 8, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let wq = shared::<i32>(BK * BN);
+    let aux = tile::<f32, BM, BN>();
+    // The sub-block's quants, four to a word (`b`'s quads).
+    let wq = shared::<i32>(BK / 4 * BN);
     let wf = shared::<f32>(9 * BN);
     let ws = shared::<i32>(8 * BN);
     let row0 = group_id_y() * BM;
@@ -224,13 +234,19 @@ fn gemm_xwt_q5_k_q8_k(
         }
         tile_copy(part, isum);
         tile_zero(isum);
+        // `d_x · d_w` first (in `aux`), as llama.cpp scales a block's integer sum; then the
+        // minimum term (in `aux` again) times `d_x`.
         tile_load(dw, wf, 8 * BN, BN, 1, BN);
-        tile_mul(part, dw);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_zero(aux);
+        tile_dot(aux, dx, dw);
+        tile_mul(part, aux);
         tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
         tile_load(wmin, wf, 0, BN, 8, BN);
-        tile_dot(part, xsum, wmin);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_mul(part, dx);
+        tile_zero(aux);
+        tile_dot(aux, xsum, wmin);
+        tile_mul(aux, dx);
+        tile_add(part, aux);
         tile_add(acc, part);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -261,6 +277,7 @@ fn gemm_xwt_q6_k_q8_k(
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
+    let dwx = tile::<f32, BM, BN>();
     let wq = shared::<i32>(BK * BN);
     let wf = shared::<f32>(BN);
     let row0 = group_id_y() * BM;
@@ -311,10 +328,12 @@ fn gemm_xwt_q6_k_q8_k(
         }
         tile_copy(part, isum);
         tile_zero(isum);
+        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
         tile_load(dw, wf, 0, BN, 1, BN);
-        tile_mul(part, dw);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_mul(part, dx);
+        tile_zero(dwx);
+        tile_dot(dwx, dx, dw);
+        tile_mul(part, dwx);
         tile_add(acc, part);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
