@@ -1033,21 +1033,51 @@ fn shared_array_windows_are_not_prefetched() {
     }
 }
 
+/// `w` (`[32, 128]`) and `x` (`[48, 128]`) of xorshift values in `-range..=range`, seeded.
+fn int_dot_operands(seed: u32, range: i32) -> (Vec<i32>, Vec<i32>) {
+    let mut state = seed;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % (2 * range as u32 + 1)) as i32 - range
+    };
+    let w: Vec<i32> = (0..32 * 128).map(|_| next()).collect();
+    let x: Vec<i32> = (0..48 * 128).map(|_| next()).collect();
+    (w, x)
+}
+
+/// Runs the integer dot test kernel `k` (`w`, `x`, `y` f32, `s` i32; `m`, `n`) on every host
+/// level this CPU supports and checks both outputs against `want` (`[48, 32]`).
+fn int_dot_matches_on_every_cpu(
+    k: &Kernel,
+    w: &[i32],
+    x: &[i32],
+    (m, n): (u32, u32),
+    want: &[i32],
+) {
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(k, cpu);
+        if !lse_dsl::rt::cpu_supports(cpu) {
+            continue;
+        }
+        let (mut ws, mut xs) = (w.to_vec(), x.to_vec());
+        let (mut y, mut s) = (vec![0f32; 48 * 32], vec![0i32; 48 * 32]);
+        let bufs = [raw(&mut ws), raw(&mut xs), raw(&mut y), raw(&mut s)];
+        run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
+        assert_eq!(s, want, "{cpu} m={m} n={n}");
+        let as_f32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        assert_eq!(y, as_f32, "{cpu} m={m} n={n}");
+    }
+}
+
 /// Integer tiles on every host level: i32 values wrap to i16 as they load, products are
 /// exact and sums wrap in i32 (the values make them overflow), so every level, the
 /// `vpdpwssd` path included, equals the definition bit for bit; whole and partial windows.
 #[test]
 fn integer_tile_dots_match_the_definition_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_INT_DOT_SRC);
-    let mut state = 0x9e37_79b9u32;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        (state % 80_001) as i32 - 40_000
-    };
-    let w: Vec<i32> = (0..32 * 128).map(|_| next()).collect();
-    let x: Vec<i32> = (0..48 * 128).map(|_| next()).collect();
+    let (w, x) = int_dot_operands(0x9e37_79b9, 40_000);
     for (m, n) in [(48u32, 32u32), (37, 19)] {
         let mut want = vec![0i32; 48 * 32];
         for r in 0..m as usize {
@@ -1059,19 +1089,7 @@ fn integer_tile_dots_match_the_definition_on_every_cpu() {
                 want[r * 32 + c] = dot.wrapping_mul(2);
             }
         }
-        for cpu in HOST_CPUS {
-            let (lib, _) = load(&k, cpu);
-            if !lse_dsl::rt::cpu_supports(cpu) {
-                continue;
-            }
-            let (mut ws, mut xs) = (w.clone(), x.clone());
-            let (mut y, mut s) = (vec![0f32; 48 * 32], vec![0i32; 48 * 32]);
-            let bufs = [raw(&mut ws), raw(&mut xs), raw(&mut y), raw(&mut s)];
-            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
-            assert_eq!(s, want, "{cpu} m={m} n={n}");
-            let as_f32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
-            assert_eq!(y, as_f32, "{cpu} m={m} n={n}");
-        }
+        int_dot_matches_on_every_cpu(&k, &w, &x, (m, n), &want);
     }
 }
 
@@ -1094,15 +1112,7 @@ fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
 #[test]
 fn byte_tile_dots_match_the_definition_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
-    let mut state = 0x2545_f491u32;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        (state % 4_001) as i32 - 2_000
-    };
-    let w: Vec<i32> = (0..32 * 128).map(|_| next()).collect();
-    let x: Vec<i32> = (0..48 * 128).map(|_| next()).collect();
+    let (w, x) = int_dot_operands(0x2545_f491, 2_000);
     fn i8_(v: i32) -> i32 {
         i32::from(v as i8)
     }
@@ -1133,19 +1143,7 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                     .wrapping_add(quads);
             }
         }
-        for cpu in HOST_CPUS {
-            let (lib, _) = load(&k, cpu);
-            if !lse_dsl::rt::cpu_supports(cpu) {
-                continue;
-            }
-            let (mut ws, mut xs) = (w.clone(), x.clone());
-            let (mut y, mut s) = (vec![0f32; 48 * 32], vec![0i32; 48 * 32]);
-            let bufs = [raw(&mut ws), raw(&mut xs), raw(&mut y), raw(&mut s)];
-            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
-            assert_eq!(s, want, "{cpu} m={m} n={n}");
-            let as_f32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
-            assert_eq!(y, as_f32, "{cpu} m={m} n={n}");
-        }
+        int_dot_matches_on_every_cpu(&k, &w, &x, (m, n), &want);
     }
 }
 
