@@ -1,13 +1,13 @@
-//! The K-quant GEMM in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K or Q6_K
-//! weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values `q`, one
-//! f32 scale `d` per block of 256, and the sum of each 32 values' `q`), then per weight block
-//! of 256 an exact integer dot product of `q` with the weight's quants times their 6- or 8-bit
-//! sub-block scales, and one f32 epilogue per block,
-//! `y += (Σ q·(sc·w) · d_w - Σ_j s_j · (m_j · dmin_w)) · d_x` (the minimum term, with `s_j` the
-//! sum of sub-block `j`'s `q`, only for Q4_K and Q5_K). The integer parts are the ones llama.cpp's
-//! `ggml_vec_dot_q*_K_q8_K` forms, so the two differ only in the rounding of a few f32
-//! operations per block, where the f32 GEMM on dequantized weights (`gemm_quant`) rounds
-//! every product.
+//! The quantized GEMMs in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K, Q6_K
+//! or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values
+//! `q`, one f32 scale `d` per block of 256, and the sum of each 32 values' `q`; Q8_0 for a Q8_0
+//! weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight block an exact integer dot
+//! product of `q` with the weight's quants times their 6- or 8-bit sub-block scales, and one
+//! f32 epilogue per block, `y += Σ q·(sc·w) · (d_x · d_w) + (Σ_j s_j · (-m_j · dmin_w)) · d_x`
+//! (`d_x · d_w` formed first, as llama.cpp does; the minimum term, with `s_j` the sum of
+//! sub-block `j`'s `q`, only for Q4_K and Q5_K). The integer parts are the ones llama.cpp's
+//! `ggml_vec_dot_*` forms, so the two differ only in the rounding of a few f32 operations
+//! per block, where the f32 GEMM on dequantized weights (`gemm_quant`) rounds every product.
 //!
 //! Q4_K and Q5_K, each sub-block of 32: work-item `c` writes the 32 quants of weight row
 //! `col0 + c` (0..15 or 0..31) as bytes, four to a word, into the shared array `wq` (a Q4_K
