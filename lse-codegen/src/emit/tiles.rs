@@ -128,7 +128,8 @@ impl Emitter<'_> {
     }
 
     /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, `(c, r)` for a
-    /// transposed window or `(r / 4, c)` for a quads window; no wrap-around (an index that would wrap is out of bounds).
+    /// transposed window or `(r / 4, c)` for a quads window; no wrap-around (an index that
+    /// would wrap is out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
         let four;
         let (major, minor) = match (w.transposed, w.quads) {

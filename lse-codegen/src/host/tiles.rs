@@ -519,9 +519,7 @@ impl HostPhases {
             if whole
                 && !store
                 && !w.transposed
-                && (self.paired_rows(e, t, w)
-                    || self.quad_rows(e, t, w)
-                    || self.quad_words(e, t, w))
+                && (self.paired_rows(e, t, w) || self.quad_rows(e, t, w))
             {
                 return;
             }
@@ -733,93 +731,62 @@ impl HostPhases {
     }
 
     /// A whole untransposed window of i32 memory loaded into the [`Layout::Quads`] byte tile
-    /// `t`, each value wrapped to 8 bits: each four rows are read 16 columns at a time,
-    /// narrowed and interleaved into one tile row of fours (four vector loads, one shuffle,
-    /// one store per 64 elements). Returns false, emitting nothing, for other tiles and
-    /// shapes.
+    /// `t`, per four rows and 16 columns: from a quads window, whose words are the tile's, one
+    /// vector copy; from one value per word, four vector loads narrowed to bytes and one
+    /// shuffle interleaving them into fours. Returns false, emitting nothing, for other tiles
+    /// and shapes.
     fn quad_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
         let tile = &self.tiles[t];
         let (rows, cols) = (tile.decl.rows, tile.decl.cols);
         if tile.layout != Layout::Quads
             || w.elem != Ty::I32
-            || w.quads
             || !rows.is_multiple_of(4)
             || !cols.is_multiple_of(16)
         {
             return false;
         }
         let tile_ptr = tile.ptr.clone();
-        // Lane 4 c + r of the result is lane c of row r's 16 bytes.
-        let join = |lanes: u32| -> String {
-            (0..lanes)
-                .map(|i| format!("i32 {i}"))
+        let lanes = |n: u32, lane: &dyn Fn(u32) -> u32| -> String {
+            (0..n)
+                .map(|p| format!("i32 {}", lane(p)))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let interleave: Vec<String> = (0..64)
-            .map(|p| format!("i32 {}", (p % 4) * 16 + p / 4))
-            .collect();
-        let interleave = interleave.join(", ");
+        let concat = lanes(32, &|p| p);
+        // Lane 4 c + r of the result is lane c of row r's 16 bytes.
+        let interleave = lanes(64, &|p| (p % 4) * 16 + p / 4);
         self.sequential_loop(e, rows / 4, |_, e, q| {
             let r0 = e.b.op(format!("shl nuw i32 {q}, 2"));
             let row = e.b.op(format!("mul nuw i32 {q}, {}", 4 * cols));
             for c0 in (0..cols).step_by(16) {
                 let c = c0.to_string();
+                let ix = e.b.op(format!("add nuw i32 {row}, {}", 4 * c0));
+                let p = at(e, "i8", &tile_ptr, &ix);
+                if w.quads {
+                    let q = e.window_elem_ptr(w, &r0, &c);
+                    let v = e.b.op(format!("load <16 x i32>, ptr {q}, align 4"));
+                    e.b.ins(format!("store <16 x i32> {v}, ptr {p}, align 4"));
+                    continue;
+                }
                 let bytes: Vec<String> = (0..4)
                     .map(|i| {
                         let r = e.b.op(format!("or disjoint i32 {r0}, {i}"));
-                        let p = e.window_elem_ptr(w, &r, &c);
-                        let v = e.b.op(format!("load <16 x i32>, ptr {p}, align 4"));
+                        let q = e.window_elem_ptr(w, &r, &c);
+                        let v = e.b.op(format!("load <16 x i32>, ptr {q}, align 4"));
                         e.b.op(format!("trunc <16 x i32> {v} to <16 x i8>"))
                     })
                     .collect();
-                let lo = e.b.op(format!(
-                    "shufflevector <16 x i8> {}, <16 x i8> {}, <32 x i32> <{}>",
-                    bytes[0],
-                    bytes[1],
-                    join(32)
-                ));
-                let hi = e.b.op(format!(
-                    "shufflevector <16 x i8> {}, <16 x i8> {}, <32 x i32> <{}>",
-                    bytes[2],
-                    bytes[3],
-                    join(32)
-                ));
+                let [lo, hi] = [0, 2].map(|i| {
+                    e.b.op(format!(
+                        "shufflevector <16 x i8> {}, <16 x i8> {}, <32 x i32> <{concat}>",
+                        bytes[i],
+                        bytes[i + 1]
+                    ))
+                });
                 let fours = e.b.op(format!(
                     "shufflevector <32 x i8> {lo}, <32 x i8> {hi}, <64 x i32> <{interleave}>"
                 ));
-                let ix = e.b.op(format!("add nuw i32 {row}, {}", 4 * c0));
-                let p = at(e, "i8", &tile_ptr, &ix);
                 e.b.ins(format!("store <64 x i8> {fours}, ptr {p}, align 4"));
-            }
-        });
-        true
-    }
-
-    /// A whole quads window of i32 memory loaded into the [`Layout::Quads`] byte tile `t`: the
-    /// window's words are the tile's, so each four rows are one copy of `cols` words. Returns
-    /// false, emitting nothing, for other tiles and shapes.
-    fn quad_words(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) -> bool {
-        let tile = &self.tiles[t];
-        let (rows, cols) = (tile.decl.rows, tile.decl.cols);
-        if tile.layout != Layout::Quads
-            || w.elem != Ty::I32
-            || !w.quads
-            || !rows.is_multiple_of(4)
-            || !cols.is_multiple_of(16)
-        {
-            return false;
-        }
-        let tile_ptr = tile.ptr.clone();
-        self.sequential_loop(e, rows / 4, |_, e, q| {
-            let r0 = e.b.op(format!("shl nuw i32 {q}, 2"));
-            let row = e.b.op(format!("mul nuw i32 {q}, {}", 4 * cols));
-            for c0 in (0..cols).step_by(16) {
-                let p = e.window_elem_ptr(w, &r0, &c0.to_string());
-                let v = e.b.op(format!("load <16 x i32>, ptr {p}, align 4"));
-                let ix = e.b.op(format!("add nuw i32 {row}, {}", 4 * c0));
-                let d = at(e, "i8", &tile_ptr, &ix);
-                e.b.ins(format!("store <16 x i32> {v}, ptr {d}, align 4"));
             }
         });
         true
