@@ -87,25 +87,35 @@ pub(super) fn launch(
     out: GemmOut,
 ) -> Result<(), OpError> {
     const OP: &str = "gemm";
-    if format == QuantFormat::Q8_0 {
-        return launch_q8_0(dev, x, w, y, [m, n, k], out);
-    }
+    // Q8_0 activations come in blocks of 32 with one sum each, Q8_K in blocks of 256 with a
+    // sum per 32 values.
+    let q8_0 = format == QuantFormat::Q8_0;
+    let (block, sums) = if q8_0 { (32, 1) } else { (256, 8) };
     let (mu, ku) = (m as usize, k as usize);
-    let blocks = to_u32(OP, "m * k / 256", mu * ku / 256)?;
-    // `act_quant.q8_k_int`'s layout: rows in blocks of `ROWS`, the last one padded.
+    let blocks = to_u32(OP, "m * k / block", mu * ku / block)?;
+    // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded.
     let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
-    let mut xs = dev.alloc::<f32>(blocks as usize * 8)?;
-    dev.launch(
-        [blocks, 1, 1],
-        q8_k_int::Args {
-            x,
-            q: xq.view_mut(),
-            d: xd.view_mut(),
-            sums: xs.view_mut(),
-            k,
-        },
-    )?;
+    let mut xs = dev.alloc::<f32>(blocks as usize * sums)?;
+    macro_rules! quantize {
+        ($kernel:ident) => {
+            dev.launch(
+                [blocks, 1, 1],
+                $kernel::Args {
+                    x,
+                    q: xq.view_mut(),
+                    d: xd.view_mut(),
+                    sums: xs.view_mut(),
+                    k,
+                },
+            )
+        };
+    }
+    if q8_0 {
+        quantize!(q8_0_int)?;
+    } else {
+        quantize!(q8_k_int)?;
+    }
     let accumulate = u32::from(out == GemmOut::Accumulate);
     let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
     let (xq, xd, xs, w) = (xq.view(), xd.view(), xs.view(), w.words);
@@ -118,6 +128,7 @@ pub(super) fn launch(
         QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs)),
         QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs)),
         QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k)),
+        QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs)),
         other => {
             return Err(OpError::Invalid {
                 op: OP,
@@ -125,45 +136,6 @@ pub(super) fn launch(
             })
         }
     }?;
-    Ok(())
-}
-
-/// [`launch`] for a Q8_0 weight: `act_quant.q8_0_int`, then `gemm.xwt_q8_0_q8_0`.
-fn launch_q8_0(
-    dev: &Device,
-    x: DevSlice<'_, f32>,
-    w: Interleaved<'_>,
-    y: DevSliceMut<'_, f32>,
-    [m, n, k]: [u32; 3],
-    out: GemmOut,
-) -> Result<(), OpError> {
-    let (mu, ku) = (m as usize, k as usize);
-    let blocks = to_u32("gemm", "m * k / 32", mu * ku / 32)?;
-    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
-    let mut xd = dev.alloc::<f32>(blocks as usize)?;
-    let mut xs = dev.alloc::<f32>(blocks as usize)?;
-    dev.launch(
-        [blocks, 1, 1],
-        q8_0_int::Args {
-            x,
-            q: xq.view_mut(),
-            d: xd.view_mut(),
-            sums: xs.view_mut(),
-            k,
-        },
-    )?;
-    let args = gemm_xwt_q8_0_q8_0::Args {
-        xq: xq.view(),
-        xd: xd.view(),
-        xs: xs.view(),
-        w: w.words,
-        y,
-        m,
-        n,
-        k,
-        accumulate: u32::from(out == GemmOut::Accumulate),
-    };
-    dev.launch([n.div_ceil(COLS), m.div_ceil(ROWS), 1], args)?;
     Ok(())
 }
 
