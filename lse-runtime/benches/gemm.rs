@@ -7,21 +7,20 @@
 //! the model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
 //! Qwen3.5-0.8B prefill shapes at M = 512 and the LM head (248,320 x 1024) at M = 128 and 256,
 //! on each host level, with activations rounded to bf16 and with f32 activations (`bf16 / f32`
-//! per cell), and each path's best level as a fraction of its peak.
+//! per cell), and each path's best level as a fraction of its peak. Every figure is the best
+//! of at least 3 runs, more while they take under a second (peaks: half a second).
 //! `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the same shapes for
 //! comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
 //! `LSE_BENCH_SHAPES=512x1024x3584,...` (M x N x K) only the named shapes.
 
 mod common;
 
-use std::time::Instant;
-
 use half::bf16;
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, Activations, GemmOut, HeadWeight};
 use rayon::prelude::*;
 
-use common::{best_of, random};
+use common::{best_within, random};
 
 /// (name, M, N, K).
 const SHAPES: [(&str, usize, usize, usize); 8] = [
@@ -35,16 +34,17 @@ const SHAPES: [(&str, usize, usize, usize); 8] = [
     ("lm head, M = 256", 256, 248_320, 1024),
 ];
 
-/// GFLOP/s of `f` run once per thread, `f` doing `flops` floating-point operations.
+/// GFLOP/s of `f` run once per thread, `f` doing `flops` floating-point operations: the best
+/// of several runs, as for the GEMMs.
 fn per_thread_rate(flops: usize, f: impl Fn(f32) -> f32 + Sync) -> f64 {
     let threads = rayon::current_num_threads();
-    let t = Instant::now();
-    let sink: f32 = (0..threads)
-        .into_par_iter()
-        .map(|i| f(i as f32 + 0.5))
-        .sum();
-    let secs = t.elapsed().as_secs_f64();
-    std::hint::black_box(sink);
+    let secs = best_within(5, 0.5, || {
+        let sink: f32 = (0..threads)
+            .into_par_iter()
+            .map(|i| f(i as f32 + 0.5))
+            .sum();
+        std::hint::black_box(sink);
+    });
     (threads * flops) as f64 / secs / 1e9
 }
 
@@ -68,7 +68,7 @@ fn fma_peak() -> Option<f64> {
     if !is_x86_feature_detected!("avx512f") {
         return None;
     }
-    const ITERS: usize = 20_000_000;
+    const ITERS: usize = 4_000_000;
     #[target_feature(enable = "avx512f")]
     fn spin(seed: f32) -> f32 {
         let (a, b) = (_mm512_set1_ps(seed), _mm512_set1_ps(1e-9));
@@ -96,7 +96,7 @@ fn dpbf16_peak() -> Option<f64> {
     if !is_x86_feature_detected!("avx512bf16") {
         return None;
     }
-    const ITERS: usize = 20_000_000;
+    const ITERS: usize = 4_000_000;
     #[target_feature(enable = "avx512f,avx512bf16")]
     fn spin(seed: f32) -> f32 {
         let a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(seed), _mm512_set1_ps(1.0));
@@ -176,9 +176,8 @@ fn main() {
         let flops = 2.0 * (m * n * k) as f64;
         let mut row = format!("{name:<30} {m:>6} {n:>7} {k:>5}  ");
         let mut best = 0.0f64;
-        let reps = if n > 100_000 { 1 } else { 3 };
         let mut run = |dev: &Device, act: Activations| {
-            let t = best_of(reps, || {
+            let t = best_within(3, 1.0, || {
                 let w = HeadWeight::Bf16(&w);
                 ops::gemm(dev, &x, k, w, n, &mut y, GemmOut::Overwrite, act).unwrap()
             });

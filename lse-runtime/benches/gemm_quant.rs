@@ -16,7 +16,7 @@ use lse_runtime::ops::{
     QuantView, WeightView,
 };
 
-use common::{best_of, random};
+use common::{best_within, random};
 
 /// (name, M, N, K).
 const SHAPES: [(&str, usize, usize, usize); 5] = [
@@ -86,7 +86,7 @@ fn main() {
                     }),
                 })
             };
-            let int = best_of(3, || {
+            let int = best_within(3, 1.0, || {
                 gemm(
                     &dev,
                     &x[..],
@@ -99,7 +99,7 @@ fn main() {
                 )
                 .expect("integer GEMM");
             });
-            let f32_path = best_of(3, || {
+            let f32_path = best_within(3, 1.0, || {
                 quantize_activations(&dev, &x[..], k, Activations::Q8K, &mut xq[..])
                     .expect("Q8_K activations");
                 gemm(

@@ -15,7 +15,7 @@ use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, HeadWeight};
 use rayon::prelude::*;
 
-use common::{best_of, random};
+use common::{best_within, random};
 
 const ROWS: usize = 128;
 const DIM: usize = 1024;
@@ -76,7 +76,7 @@ fn main() {
     let mut out = vec![0.0f32; ROWS * VOCAB];
     let flops = 2.0 * (ROWS * DIM * VOCAB) as f64;
 
-    let t = best_of(2, || {
+    let t = best_within(2, 1.0, || {
         ops::lm_head(&dev, &hidden, DIM, HeadWeight::Bf16(&w), VOCAB, &mut out).unwrap()
     });
     println!(
@@ -87,7 +87,7 @@ fn main() {
 
     let w32: Vec<f32> = w.iter().map(|x| x.to_f32()).collect();
     let mut out_ref = vec![0.0f32; ROWS * VOCAB];
-    let t = best_of(2, || sgemm_reference(&hidden, &w32, &mut out_ref));
+    let t = best_within(2, 1.0, || sgemm_reference(&hidden, &w32, &mut out_ref));
     println!(
         "matrixmultiply sgemm (f32 weights) {ROWS}x{DIM}x{VOCAB}: {:.3} s, {:.1} GFLOP/s",
         t,
@@ -104,7 +104,7 @@ fn main() {
 
     // The memory peer: one plain read of every row (a wrapping sum of the bits, which
     // vectorises), the floor for a kernel that must read each logit once.
-    let t = best_of(3, || {
+    let t = best_within(3, 1.0, || {
         let s = out
             .par_chunks(VOCAB)
             .map(|r| r.iter().fold(0u32, |a, &b| a.wrapping_add(b.to_bits())))
@@ -117,7 +117,7 @@ fn main() {
     );
 
     let ids: Vec<u32> = (0..ROWS * 33).map(|i| (i * 7919 % VOCAB) as u32).collect();
-    let t = best_of(3, || {
+    let t = best_within(3, 1.0, || {
         ops::lse_pick(&dev, &out, VOCAB, &ids, 33).unwrap();
     });
     println!(
@@ -125,7 +125,7 @@ fn main() {
         ROWS as f64 / t
     );
 
-    let t = best_of(3, || {
+    let t = best_within(3, 1.0, || {
         ops::topk_pairs(&dev, &out, VOCAB, 32).unwrap();
     });
     println!(
