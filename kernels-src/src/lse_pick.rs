@@ -7,9 +7,10 @@
 //!
 //! One workgroup per row, one read of the row from memory. Each work-item strides over the
 //! row in blocks of `BLOCK` chunks of `group_size()` logits (16 KiB at 256 work-items, so a
-//! block stays in L1 between its two visits): it takes the block's maximum, rescales its
-//! running sum to the new running maximum (one `exp` per block), then adds the block's
-//! `exp(logit - max)`. Two workgroup reductions combine the work-items: the row maximum, then
+//! block stays in L1 between its two visits): with the block's maximum in hand it rescales
+//! its running sum to the new running maximum (one `exp` per block), then adds the block's
+//! `exp(logit - max)` while it takes the next block's maximum, so the next block's loads
+//! from memory overlap this block's `exp`s (a pass for the maximum alone waited on memory). Two workgroup reductions combine the work-items: the row maximum, then
 //! the sum of each work-item's sum rescaled to it. A row whose every logit is -inf has
 //! `m = -inf` and sum 0.
 
@@ -41,14 +42,14 @@ fn lse_pick(
     // loads would become gathers).
     let mut m = f32::NEG_INFINITY;
     let mut s = 0.0;
-    for b in 0..((vocab + group_size() - 1) / group_size() + BLOCK - 1) / BLOCK {
-        let mut block_max = f32::NEG_INFINITY;
-        for c in b * BLOCK..((b + 1) * BLOCK).min((vocab + group_size() - 1) / group_size()) {
-            if c * group_size() + local_id() < vocab {
-                block_max =
-                    block_max.max(logits[group_id() * vocab + c * group_size() + local_id()]);
-            }
+    // The first block's maximum; each block's pass then takes the next one's.
+    let mut block_max = f32::NEG_INFINITY;
+    for c in 0..BLOCK.min((vocab + group_size() - 1) / group_size()) {
+        if c * group_size() + local_id() < vocab {
+            block_max = block_max.max(logits[group_id() * vocab + c * group_size() + local_id()]);
         }
+    }
+    for b in 0..((vocab + group_size() - 1) / group_size() + BLOCK - 1) / BLOCK {
         let new_max = m.max(block_max);
         // While every logit seen is -inf, exponents are taken relative to 0 (all terms 0).
         let shift = if new_max > f32::NEG_INFINITY {
@@ -57,12 +58,21 @@ fn lse_pick(
             0.0
         };
         s *= (m - shift).exp();
+        // This block's terms (its logits in L1) and the next block's maximum (its logits
+        // from memory): the loads overlap the `exp`s. Every block but the last is whole, so
+        // chunk `c + BLOCK` runs over the whole next block.
+        let mut next_max = f32::NEG_INFINITY;
         for c in b * BLOCK..((b + 1) * BLOCK).min((vocab + group_size() - 1) / group_size()) {
             if c * group_size() + local_id() < vocab {
                 s += (logits[group_id() * vocab + c * group_size() + local_id()] - shift).exp();
             }
+            if (c + BLOCK) * group_size() + local_id() < vocab {
+                next_max = next_max
+                    .max(logits[group_id() * vocab + (c + BLOCK) * group_size() + local_id()]);
+            }
         }
         m = new_max;
+        block_max = next_max;
     }
     let row_max = reduce_max(m);
 

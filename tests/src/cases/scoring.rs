@@ -207,6 +207,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (4, 300, 5, SomeNegInf),
         (2, 129, 2, AllNegInf),
         (2, 50, 0, Random),
+        // Blocks of 16 chunks of 256: a last block of one logit, and three blocks, the last
+        // partial in its last chunk.
+        (1, 4096 + 1, 2, Random),
+        (2, 2 * 4096 + 7, 4, SomeNegInf),
         (3, QWEN_VOCAB, 33, Random),
     ] {
         out.push(Box::new(LsePickCase {
