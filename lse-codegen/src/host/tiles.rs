@@ -1,5 +1,7 @@
 //! Host lowering of the tile statements. Each tile is a stack array of the host function,
-//! zeroed at the start of every workgroup; each statement runs once per workgroup.
+//! zeroed at the start of every workgroup unless every element is written before anything
+//! reads it (the zeros could not be seen; a GEMM workgroup spent up to 48 KiB of `memset`
+//! on tiles its loads then overwrote); each statement runs once per workgroup.
 //!
 //! - Loads, stores, `tile_zero` and `tile_add` are element loops with parallel-access
 //!   metadata, vectorised by LLVM; a window that covers the whole tile takes a branch-free
@@ -76,6 +78,10 @@ pub(super) struct HostTile {
     layout: Layout,
     /// Where the tile's elements are read from, when it may be read in place.
     view: Option<View>,
+    /// Whether its stack array is zeroed at the start of each workgroup: false when every
+    /// element is written before anything reads it ([`read_before_written`]), so the zeros
+    /// could not be seen.
+    zero_fill: bool,
 }
 
 /// A row-major tile read where its elements are: a load of a whole window points the view
@@ -139,17 +145,22 @@ pub(super) fn allocate(
         _ => {}
     });
     let views = viewable(k);
+    let unwritten = read_before_written(k);
     k.tiles
         .iter()
         .zip(packed)
         .zip(views)
-        .map(|((d, layout), v)| {
+        .zip(unwritten)
+        .map(|(((d, layout), v), unwritten)| {
             let mut t = HostTile {
                 ptr: String::new(),
                 decl: d.clone(),
                 layout,
                 view: None,
+                zero_fill: true,
             };
+            // A packed layout's padding rows are never written: they must stay zero.
+            t.zero_fill = unwritten || t.elems() != d.len();
             t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
             if v {
                 t.view = Some(View {
@@ -223,11 +234,75 @@ fn viewable(k: &Kernel) -> Vec<bool> {
     dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
 }
 
-/// Zero-fills every tile (at the start of each workgroup) and points every [`View`] at its
-/// tile's stack array, so a dot that reads a tile before any load reads its zeros.
+/// Which tiles a workgroup may read before it has written all of their elements (a load,
+/// `tile_zero` or `tile_copy` writes all of them; a partial window's load writes zeros
+/// outside the window): on some path through the body a statement reads the tile where
+/// no such write has come before it. A loop's body may run no times, and a branch counts
+/// only what both of its arms write.
+fn read_before_written(k: &Kernel) -> Vec<bool> {
+    fn walk(block: &Block, written: &mut [bool], unwritten: &mut [bool]) {
+        for s in block {
+            match s {
+                Stmt::Tile(op) => {
+                    let (reads, writes) = tile_access(op);
+                    for t in reads {
+                        unwritten[t as usize] |= !written[t as usize];
+                    }
+                    if let Some(t) = writes {
+                        written[t as usize] = true;
+                    }
+                }
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    let mut then_w = written.to_vec();
+                    walk(then_body, &mut then_w, unwritten);
+                    let mut else_w = written.to_vec();
+                    walk(else_body, &mut else_w, unwritten);
+                    for (w, (a, b)) in written.iter_mut().zip(then_w.iter().zip(&else_w)) {
+                        *w = *a && *b;
+                    }
+                }
+                Stmt::For { body, .. } | Stmt::While { body, .. } => {
+                    walk(body, &mut written.to_vec(), unwritten);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut unwritten = vec![false; k.tiles.len()];
+    walk(&k.body, &mut vec![false; k.tiles.len()], &mut unwritten);
+    unwritten
+}
+
+/// The tiles a statement reads, and the tile it writes whole (if any).
+fn tile_access(op: &TileOp) -> (Vec<u32>, Option<u32>) {
+    match op {
+        TileOp::Zero { dst } | TileOp::Load { dst, .. } => (vec![], Some(*dst)),
+        TileOp::Copy { dst, src } => (vec![*src], Some(*dst)),
+        TileOp::Store { src, .. } => (vec![*src], None),
+        TileOp::Dot { acc, a, b, scale } => {
+            let mut r = vec![*acc, *a, *b];
+            r.extend(*scale);
+            (r, None)
+        }
+        TileOp::Binary { dst, src, .. } | TileOp::RowReduce { dst, src, .. } => {
+            (vec![*dst, *src], None)
+        }
+        TileOp::Exp { dst } | TileOp::Scale { dst, .. } => (vec![*dst], None),
+    }
+}
+
+/// Zero-fills the tiles whose zeros a workgroup could read (at the start of each workgroup)
+/// and points every [`View`] at its tile's stack array, so a dot that reads a tile before
+/// any load reads its zeros.
 pub(super) fn zero_all(e: &mut Emitter, tiles: &[HostTile]) {
-    for t in tiles {
+    for t in tiles.iter().filter(|t| t.zero_fill) {
         memset0(e, t);
+    }
+    for t in tiles {
         if let Some(view) = &t.view {
             e.b.ins(format!("store ptr {}, ptr {}", t.ptr, view.base));
             e.b.ins(format!("store i32 {}, ptr {}", t.decl.cols, view.stride));

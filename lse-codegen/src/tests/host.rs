@@ -625,6 +625,40 @@ fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
     }
 }
 
+/// A tile is zero at the start of every workgroup wherever a statement could read it before
+/// a load writes it (`t`, loaded on even workgroups only), even when the same thread ran a
+/// workgroup that loaded it just before; a tile always loaded before use (`u`) is not
+/// zero-filled at all.
+#[test]
+fn tiles_read_before_any_load_are_zero_in_every_workgroup_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_ZERO_FILL_SRC);
+    let groups = 8usize;
+    let x: Vec<f32> = (0..groups * 32 + 1).map(|i| i as f32 + 1.0).collect();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let mut xs = x.clone();
+        let (mut y, mut z) = (vec![-1f32; groups * 32], vec![-1f32; groups * 32]);
+        let bufs = [raw(&mut xs), raw(&mut y), raw(&mut z)];
+        run(&lib, &bufs, &[], [groups as u32, 1, 1], 0, groups as u32);
+        for g in 0..groups {
+            let block = g * 32..g * 32 + 32;
+            let want: &[f32] = if g % 2 == 0 {
+                &x[block.clone()]
+            } else {
+                &[0.0; 32]
+            };
+            assert_eq!(y[block.clone()], *want, "{cpu} workgroup {g}: t");
+            assert_eq!(
+                z[block],
+                x[g * 32 + 1..g * 32 + 33],
+                "{cpu} workgroup {g}: u"
+            );
+        }
+    }
+    let ir = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4");
+    assert_eq!(ir.matches("call void @llvm.memset").count(), 1, "{ir}");
+}
+
 /// A tile load prefetches the window of its loop's next step only when that window's offset
 /// can be computed ahead safely: here it divides by `n - i`, which is 0 one step past the
 /// end, and every host level runs the loop without evaluating it (no division trap).

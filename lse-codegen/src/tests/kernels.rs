@@ -461,6 +461,23 @@ fn tile_loop_offsets(x: &[f32], y: &mut [f32], n: u32) {
 }
 "#;
 
+/// Tiles whose zeros a workgroup can see: `t` is loaded on even workgroups only, so an odd
+/// one stores its declared zeros; `u` is loaded before every use, so its zero fill cannot be
+/// seen (and the host skips it).
+pub const TILE_ZERO_FILL_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_zero_fill", version = 1, workgroup = 16)]
+fn tile_zero_fill(x: &[f32], y: &mut [f32], z: &mut [f32]) {
+    let t = tile::<f32, 2, 16>();
+    let u = tile::<f32, 2, 16>();
+    if group_id() % 2 == 0 {
+        tile_load(t, x, group_id() * 32, 16, 2, 16);
+    }
+    tile_store(t, y, group_id() * 32, 16, 2, 16);
+    tile_load(u, x, group_id() * 32 + 1, 16, 2, 16);
+    tile_store(u, z, group_id() * 32, 16, 2, 16);
+}
+"#;
+
 /// bf16 and f16 as value types: arithmetic, negation and comparisons on 16-bit values.
 pub const HALF_VALUES_SRC: &str = r#"
 #[loom::kernel(name = "test.half_values", version = 1, workgroup = 32)]
