@@ -4,7 +4,7 @@ use super::config::ModelConfig;
 use super::device_weights::{small, DeviceWeight};
 use super::error::Result;
 use super::kv_cache::KvCache;
-use super::linear::{linear, WeightMat};
+use super::linear::{linear, linear_same_x, WeightMat};
 use super::prefill::PrefillAttention;
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
@@ -75,9 +75,15 @@ pub fn forward(
     let mut p = dev.alloc(t * 2 * nh * hd)?;
     let mut k_raw = dev.alloc(t * nkv * hd)?;
     let mut v = dev.alloc(t * nkv * hd)?;
-    linear(dev, u, WeightMat::of(&w.q_proj), p.view_mut())?;
-    linear(dev, u, WeightMat::of(&w.k_proj), k_raw.view_mut())?;
-    linear(dev, u, WeightMat::of(&w.v_proj), v.view_mut())?;
+    linear_same_x(
+        dev,
+        u,
+        vec![
+            (WeightMat::of(&w.q_proj), p.view_mut()),
+            (WeightMat::of(&w.k_proj), k_raw.view_mut()),
+            (WeightMat::of(&w.v_proj), v.view_mut()),
+        ],
+    )?;
 
     let mut q = dev.alloc(t * nh * hd)?;
     let q_layout = HeadLayout {

@@ -7,7 +7,7 @@ use super::config::ModelConfig;
 use super::device_weights::{small, DeviceWeight};
 use super::error::Result;
 use super::kv_cache::LinearState;
-use super::linear::{linear, WeightMat};
+use super::linear::{linear, linear_same_x, WeightMat};
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
 use crate::ops::{self, GdnShape};
@@ -97,13 +97,19 @@ pub fn forward(
     let t = u.len() / cfg.hidden_size;
     let eps = cfg.rms_norm_eps as f32;
     let mut x = dev.alloc(t * cd)?;
-    linear(dev, u, WeightMat::of(&w.in_proj_qkv), x.view_mut())?;
     let mut z = dev.alloc(t * vd)?;
-    linear(dev, u, WeightMat::of(&w.in_proj_z), z.view_mut())?;
     let mut b = dev.alloc(t * hv)?;
     let mut a = dev.alloc(t * hv)?;
-    linear(dev, u, WeightMat::of(&w.in_proj_b), b.view_mut())?;
-    linear(dev, u, WeightMat::of(&w.in_proj_a), a.view_mut())?;
+    linear_same_x(
+        dev,
+        u,
+        vec![
+            (WeightMat::of(&w.in_proj_qkv), x.view_mut()),
+            (WeightMat::of(&w.in_proj_z), z.view_mut()),
+            (WeightMat::of(&w.in_proj_b), b.view_mut()),
+            (WeightMat::of(&w.in_proj_a), a.view_mut()),
+        ],
+    )?;
 
     let mut qkv = dev.alloc(t * cd)?;
     let mut conv_state = dev.alloc(st.conv.len())?;

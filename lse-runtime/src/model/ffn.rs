@@ -13,7 +13,7 @@
 use super::config::{ModelConfig, MoeConfig};
 use super::device_weights::DeviceWeight;
 use super::error::{ModelError, Result};
-use super::linear::{linear, WeightMat};
+use super::linear::{linear, linear_same_x, WeightMat};
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device};
 use crate::ops::{self, ExpertSlots};
@@ -46,8 +46,14 @@ impl Mlp {
         let i = self.gate.rows;
         let mut a = dev.alloc(t * i)?;
         let mut b = dev.alloc(t * i)?;
-        linear(dev, x, WeightMat::of(&self.gate), a.view_mut())?;
-        linear(dev, x, WeightMat::of(&self.up), b.view_mut())?;
+        linear_same_x(
+            dev,
+            x,
+            vec![
+                (WeightMat::of(&self.gate), a.view_mut()),
+                (WeightMat::of(&self.up), b.view_mut()),
+            ],
+        )?;
         ops::swiglu(dev, &mut a, &b)?;
         linear(dev, a.view(), WeightMat::of(&self.down), out)?;
         Ok(())
@@ -185,8 +191,11 @@ impl Moe {
             }
             let (g, u, _) = self.expert(e)?;
             let rows = xs.slice(r.start * h..r.end * h)?;
-            linear(dev, rows, g, a.slice_mut(r.start * im..r.end * im)?)?;
-            linear(dev, rows, u, b.slice_mut(r.start * im..r.end * im)?)?;
+            let (ya, yb) = (
+                a.slice_mut(r.start * im..r.end * im)?,
+                b.slice_mut(r.start * im..r.end * im)?,
+            );
+            linear_same_x(dev, rows, vec![(g, ya), (u, yb)])?;
         }
         ops::swiglu(dev, &mut a, &b)?;
         let mut ys = dev.alloc(n * h)?;

@@ -4,7 +4,7 @@
 use super::device_weights::DeviceWeight;
 use super::error::Result;
 use crate::device::{DevSlice, DevSliceMut, Device};
-use crate::ops::{self, Activations, GemmOut, WeightView};
+use crate::ops::{self, Activations, GemmJob, GemmOut, WeightView};
 
 /// A row-major weight matrix [n, k] inside a device weight, in its stored dtype.
 #[derive(Clone, Copy)]
@@ -52,5 +52,31 @@ pub fn linear(
     out: DevSliceMut<'_, f32>,
 ) -> Result<()> {
     ops::gemm(dev, x, w.k, w.view, w.n, out, GemmOut::Overwrite, w.act)?;
+    Ok(())
+}
+
+/// [`linear`] of one `x` by several weights (q, k and v; gate and up): the same results, with
+/// `x` quantized once for all the weights that take the integer GEMM
+/// ([`ops::gemm_same_x`]).
+pub fn linear_same_x<'a>(
+    dev: &Device,
+    x: DevSlice<'a, f32>,
+    products: Vec<(WeightMat<'a>, DevSliceMut<'a, f32>)>,
+) -> Result<()> {
+    // A weight of other columns than the first fails `gemm_same_x`'s shape check.
+    let Some(k) = products.first().map(|(w, _)| w.k) else {
+        return Ok(());
+    };
+    let jobs = products
+        .into_iter()
+        .map(|(w, y)| GemmJob {
+            w: w.view,
+            n: w.n,
+            y,
+            out: GemmOut::Overwrite,
+            act: w.act,
+        })
+        .collect();
+    ops::gemm_same_x(dev, x, k, jobs)?;
     Ok(())
 }

@@ -25,8 +25,9 @@ use lse_kernels::gemm_quant::{
 };
 
 use super::affine::AffineParams;
+use super::gemm_int;
 use super::lm_head::WeightView;
-use super::quant::QuantFormat;
+use super::quant::{Interleaved, QuantFormat};
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
@@ -84,8 +85,71 @@ pub fn gemm<'a>(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
-    const OP: &str = "gemm";
     let (x, w, y) = (x.into(), w.into(), y.into());
+    let m = check_shapes(x, k, w, n, &y)?;
+    if m == 0 {
+        return Ok(());
+    }
+    launch(dev, x, w, y, [m as u32, n as u32, k as u32], out, act)
+}
+
+/// One product of [`gemm_same_x`]: `y (=|+=) x · wᵀ` with `w` `[n, k]`, as [`gemm`] takes it.
+#[derive(Debug)]
+pub struct GemmJob<'a> {
+    pub w: WeightView<'a>,
+    pub n: usize,
+    pub y: DevSliceMut<'a, f32>,
+    pub out: GemmOut,
+    pub act: Activations,
+}
+
+/// [`gemm`] of one `x` (`[m, k]`) by several weights, with the same results, but `x` is
+/// quantized once per activation format for the weights that take the integer GEMM (q, k
+/// and v, or gate and up, share their input; llama.cpp quantizes it once too). Every job's
+/// shapes are checked before any product runs.
+pub fn gemm_same_x<'a>(
+    dev: &Device,
+    x: impl Into<DevSlice<'a, f32>>,
+    k: usize,
+    jobs: Vec<GemmJob<'a>>,
+) -> Result<(), OpError> {
+    let x = x.into();
+    let mut m = 0;
+    for j in &jobs {
+        m = check_shapes(x, k, j.w, j.n, &j.y)?;
+    }
+    if m == 0 {
+        return Ok(());
+    }
+    let mut quantized: Vec<(Activations, gemm_int::QuantizedRows)> = Vec::new();
+    for j in jobs {
+        let mnk = [m as u32, j.n as u32, k as u32];
+        let Some((format, w)) = integer_route(j.w, j.act, mnk)? else {
+            launch(dev, x, j.w, j.y, mnk, j.out, j.act)?;
+            continue;
+        };
+        let at = match quantized.iter().position(|(a, _)| *a == j.act) {
+            Some(at) => at,
+            None => {
+                quantized.push((j.act, gemm_int::quantize(dev, x, j.act, [mnk[0], mnk[2]])?));
+                quantized.len() - 1
+            }
+        };
+        gemm_int::launch_quantized(dev, &quantized[at].1, format, w, j.y, mnk[1], j.out)?;
+    }
+    Ok(())
+}
+
+/// `m` for `x` `[m, k]`, after checking that `w` holds `[n, k]`, `y` `[m, n]`, `k` and `n`
+/// are positive and every size is below 2^32.
+fn check_shapes(
+    x: DevSlice<'_, f32>,
+    k: usize,
+    w: WeightView<'_>,
+    n: usize,
+    y: &DevSliceMut<'_, f32>,
+) -> Result<usize, OpError> {
+    const OP: &str = "gemm";
     if k == 0 || n == 0 {
         return Err(OpError::Invalid {
             op: OP,
@@ -99,10 +163,28 @@ pub fn gemm<'a>(
     for (what, v) in [("m * k", m * k), ("n * k", n * k), ("m * n", m * n)] {
         to_u32(OP, what, v)?;
     }
-    if m == 0 {
-        return Ok(());
-    }
-    launch(dev, x, w, y, [m as u32, n as u32, k as u32], out, act)
+    Ok(m)
+}
+
+/// The integer GEMM's route for `w`: its format and interleaved words, when `w` is a
+/// quantized weight interleaved at load as `[n, k]` and `act` is what its integer GEMM
+/// takes; an error when a quantized weight's rows are not whole blocks of `k`.
+fn integer_route<'a>(
+    w: WeightView<'a>,
+    act: Activations,
+    [_, n, k]: [u32; 3],
+) -> Result<Option<(QuantFormat, Interleaved<'a>)>, OpError> {
+    let WeightView::Quant(q) = w else {
+        return Ok(None);
+    };
+    q.check_rows("gemm", "w", k as usize)?;
+    Ok(q.interleaved
+        .filter(|i| {
+            gemm_int::integer_gemm_activations(q.format) == Some(act)
+                && i.rows == n as usize
+                && i.cols == k as usize
+        })
+        .map(|i| (q.format, i)))
 }
 
 /// `y` = the rows of `x` (`[m, k]`) as llama.cpp quantizes them for `act` (`Q8_0`: blocks of
@@ -163,18 +245,9 @@ pub(super) fn launch(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
-    if let WeightView::Quant(q) = w {
-        q.check_rows("gemm", "w", k as usize)?;
-        match q.interleaved {
-            Some(i)
-                if super::gemm_int::integer_gemm_activations(q.format) == Some(act)
-                    && i.rows == n as usize
-                    && i.cols == k as usize =>
-            {
-                return super::gemm_int::launch(dev, x, q.format, i, y, [m, n, k], out);
-            }
-            _ => {}
-        }
+    if let Some((format, i)) = integer_route(w, act, [m, n, k])? {
+        let xq = gemm_int::quantize(dev, x, act, [m, k])?;
+        return gemm_int::launch_quantized(dev, &xq, format, i, y, n, out);
     }
     if let WeightView::Affine(q) = w {
         q.check_rows("gemm", "w", k as usize)?;

@@ -13,7 +13,7 @@ use lse_kernels::gemm_int::{
 
 use super::quant::{Interleaved, QuantFormat};
 use super::{to_u32, Activations, GemmOut, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device};
+use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
 
 /// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
 /// weight's rows are interleaved in groups of `COLS`.
@@ -73,23 +73,30 @@ pub fn interleave(
     Some(out)
 }
 
-/// `y (=|+=) x · wᵀ` for `x` `[m, k]` quantized as [`integer_gemm_activations`] says and `w`
-/// `[n, k]` of `format` interleaved by 64 rows, on shapes the caller checked (`k` a multiple
-/// of the block, every size below 2^32, `format` one with an integer GEMM, `w` of `n` rows of
-/// `k`).
-pub(super) fn launch(
+/// A row block's activations quantized for the integer GEMMs (`act_quant.q8_k_int` or
+/// `q8_0_int`): the 8-bit values in the kernels' tile order, one scale per block and the
+/// sums per 32 values. Made once, it serves every integer GEMM on the same rows (q, k and v;
+/// gate and up), as llama.cpp quantizes a shared input once.
+pub(super) struct QuantizedRows {
+    q: DeviceBuf<i32>,
+    d: DeviceBuf<f32>,
+    sums: DeviceBuf<f32>,
+    m: u32,
+    k: u32,
+}
+
+/// Quantizes `x` (`[m, k]`, checked by the caller) as `act` (Q8_0 or Q8_K, from
+/// [`integer_gemm_activations`]) for the integer GEMMs.
+pub(super) fn quantize(
     dev: &Device,
     x: DevSlice<'_, f32>,
-    format: QuantFormat,
-    w: Interleaved<'_>,
-    y: DevSliceMut<'_, f32>,
-    [m, n, k]: [u32; 3],
-    out: GemmOut,
-) -> Result<(), OpError> {
+    act: Activations,
+    [m, k]: [u32; 2],
+) -> Result<QuantizedRows, OpError> {
     const OP: &str = "gemm";
     // Q8_0 activations come in blocks of 32 with one sum each, Q8_K in blocks of 256 with a
     // sum per 32 values.
-    let q8_0 = format == QuantFormat::Q8_0;
+    let q8_0 = act == Activations::Q8_0;
     let (block, sums) = if q8_0 { (32, 1) } else { (256, 8) };
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / block", mu * ku / block)?;
@@ -116,9 +123,32 @@ pub(super) fn launch(
     } else {
         quantize!(q8_k_int)?;
     }
+    Ok(QuantizedRows {
+        q: xq,
+        d: xd,
+        sums: xs,
+        m,
+        k,
+    })
+}
+
+/// `y (=|+=) x · wᵀ` for the quantized rows `x` and the interleaved `format` weight `w`
+/// (`[n, x.k]`), `y` `[x.m, n]`, on shapes the caller checked; `x` must be quantized as
+/// [`integer_gemm_activations`] says for `format`.
+pub(super) fn launch_quantized(
+    dev: &Device,
+    x: &QuantizedRows,
+    format: QuantFormat,
+    w: Interleaved<'_>,
+    y: DevSliceMut<'_, f32>,
+    n: u32,
+    out: GemmOut,
+) -> Result<(), OpError> {
+    const OP: &str = "gemm";
+    let (m, k) = (x.m, x.k);
     let accumulate = u32::from(out == GemmOut::Accumulate);
     let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
-    let (xq, xd, xs, w) = (xq.view(), xd.view(), xs.view(), w.words);
+    let (xq, xd, xs, w) = (x.q.view(), x.d.view(), x.sums.view(), w.words);
     macro_rules! args {
         ($kernel:ident $(, $sums:ident)?) => {
             $kernel::Args { xq, xd, $($sums,)? w, y, m, n, k, accumulate }
@@ -206,6 +236,115 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `gemm_same_x` gives each product the bits `gemm` gives it alone, with the input
+    /// quantized once per format family (Q8_K for Q4_K and Q6_K, Q8_0 for Q8_0) and a bf16
+    /// weight beside them; a job whose shapes are wrong fails the call before any product
+    /// runs.
+    #[test]
+    fn products_of_one_input_give_the_bits_of_separate_gemms() {
+        use crate::ops::{gemm_same_x, GemmJob};
+        let dev = &cpu_side_devices()[0];
+        let (m, k) = (5, 512);
+        let x = values(m * k, 5, 1.0);
+        let quant = |format: QuantFormat, n: usize| {
+            let b = blocks(format, n, k, n as u64);
+            let packed = interleave(format, &b, 1, n, k).unwrap();
+            (
+                format,
+                bytemuck::pod_collect_to_vec::<u8, u32>(&b),
+                packed,
+                n,
+            )
+        };
+        let weights = [
+            quant(QuantFormat::Q4_K, 70),
+            quant(QuantFormat::Q8_0, 33),
+            quant(QuantFormat::Q6_K, 64),
+        ];
+        let views: Vec<(WeightView, usize, Activations)> = weights
+            .iter()
+            .map(|(format, w, packed, n)| {
+                let view = WeightView::Quant(QuantView {
+                    format: *format,
+                    words: DevSlice::from(&w[..]),
+                    len: n * k,
+                    interleaved: Some(Interleaved {
+                        words: DevSlice::from(&packed[..]),
+                        rows: *n,
+                        cols: k,
+                    }),
+                });
+                (view, *n, integer_gemm_activations(*format).unwrap())
+            })
+            .collect();
+        let wb: Vec<half::bf16> = values(20 * k, 6, 0.1)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let mut all = views.clone();
+        all.push((
+            WeightView::Bf16(DevSlice::from(&wb[..])),
+            20,
+            Activations::RoundedToWeight,
+        ));
+        let outs = [
+            GemmOut::Overwrite,
+            GemmOut::Accumulate,
+            GemmOut::Overwrite,
+            GemmOut::Accumulate,
+        ];
+        let init: Vec<Vec<f32>> = all.iter().map(|&(_, n, _)| values(m * n, 7, 1.0)).collect();
+        let want: Vec<Vec<f32>> = all
+            .iter()
+            .zip(&outs)
+            .zip(&init)
+            .map(|((&(w, n, act), &out), y0)| {
+                let mut y = y0.clone();
+                gemm(dev, &x[..], k, w, n, &mut y[..], out, act).unwrap();
+                y
+            })
+            .collect();
+        let mut got = init.clone();
+        let jobs = all
+            .iter()
+            .zip(&outs)
+            .zip(got.iter_mut())
+            .map(|((&(w, n, act), &out), y)| GemmJob {
+                w,
+                n,
+                y: DevSliceMut::from(&mut y[..]),
+                out,
+                act,
+            })
+            .collect();
+        gemm_same_x(dev, &x[..], k, jobs).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(bits(g), bits(w), "product {i}");
+        }
+
+        // The last job's `y` is one row short: nothing is written.
+        let mut got = init.clone();
+        let last = got.len() - 1;
+        let jobs = all
+            .iter()
+            .zip(got.iter_mut())
+            .enumerate()
+            .map(|(i, (&(w, n, act), y))| {
+                let len = if i == last { y.len() - n } else { y.len() };
+                GemmJob {
+                    w,
+                    n,
+                    y: DevSliceMut::from(&mut y[..len]),
+                    out: GemmOut::Overwrite,
+                    act,
+                }
+            })
+            .collect();
+        let err = gemm_same_x(dev, &x[..], k, jobs).unwrap_err().to_string();
+        assert_eq!(err, "gemm: y has 80 elements, expected 100");
+        assert_eq!(got, init);
     }
 
     /// Word `t` of block `sb` of row `g · 64 + c` of each matrix lands at

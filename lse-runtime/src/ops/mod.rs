@@ -41,7 +41,7 @@ pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
     MAX_BLOCK_SIZE,
 };
-pub use gemm::{gemm, quantize_activations, Activations, GemmOut};
+pub use gemm::{gemm, gemm_same_x, quantize_activations, Activations, GemmJob, GemmOut};
 pub use gemm_int::{integer_gemm_activations, interleave};
 pub use kv_write::{kv_write, KvCacheMut};
 pub use lm_head::{lm_head, lm_head_dev, lm_head_dev_act, HeadWeight, WeightView};
