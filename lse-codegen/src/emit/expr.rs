@@ -238,17 +238,44 @@ impl Emitter<'_> {
         )))
     }
 
+    /// Rust's `as` from f32 to i32 (`signed`) or u32: toward zero, NaN to 0, out of range to
+    /// the nearest end. Written with compares and selects around an in-range `fptosi` /
+    /// `fptoui`, which vectorise; the backend scalarised the vector forms of
+    /// `llvm.fpto*i.sat` lane by lane with branches.
+    fn saturating_to_int(&mut self, v: &str, signed: bool) -> String {
+        // The smallest value that saturates at the top, and the bottom end (as f32, exact).
+        let (top, bottom, max, conv) = if signed {
+            (
+                "0x41E0000000000000",
+                "0xC1E0000000000000",
+                "2147483647",
+                "fptosi",
+            )
+        } else {
+            ("0x41F0000000000000", "0.0", "-1", "fptoui")
+        };
+        let below = self.b.op(format!("fcmp olt float {v}, {bottom}"));
+        let floored = self
+            .b
+            .op(format!("select i1 {below}, float {bottom}, float {v}"));
+        let above = self.b.op(format!("fcmp oge float {v}, {top}"));
+        let nan = self.b.op(format!("fcmp uno float {v}, 0.0"));
+        let out = self.b.op(format!("or i1 {above}, {nan}"));
+        let in_range = self
+            .b
+            .op(format!("select i1 {out}, float 0.0, float {floored}"));
+        let int = self.b.op(format!("{conv} float {in_range} to i32"));
+        self.b
+            .op(format!("select i1 {above}, i32 {max}, i32 {int}"))
+    }
+
     fn cast(&mut self, a: &Expr, to: Ty) -> Lowered<String> {
         let v = self.expr(a)?;
         Ok(match (a.ty, to) {
             (x, y) if x == y => v,
             (Ty::I32 | Ty::U32, Ty::I32 | Ty::U32) => v,
-            (Ty::F32, Ty::I32) => self
-                .b
-                .call("i32", "llvm.fptosi.sat.i32.f32", &[("float", &v)]),
-            (Ty::F32, Ty::U32) => self
-                .b
-                .call("i32", "llvm.fptoui.sat.i32.f32", &[("float", &v)]),
+            (Ty::F32, Ty::I32) => self.saturating_to_int(&v, true),
+            (Ty::F32, Ty::U32) => self.saturating_to_int(&v, false),
             (Ty::I32, Ty::F32) => self.b.op(format!("sitofp i32 {v} to float")),
             (Ty::U32, Ty::F32) => self.b.op(format!("uitofp i32 {v} to float")),
             (Ty::Bool, Ty::I32 | Ty::U32) => self.b.op(format!("zext i1 {v} to i32")),

@@ -625,6 +625,48 @@ fn dot_operands_read_in_place_or_copied_match_the_reference_on_every_cpu() {
     }
 }
 
+/// f32 to i32 and u32 as Rust's `as` casts them (toward zero, NaN to 0, out of range to the
+/// nearest end), on every host level, the vector loop and its scalar remainder alike.
+#[test]
+fn float_to_int_casts_saturate_as_rust_does_on_every_cpu() {
+    let k = kernels::from_source(kernels::FLOAT_CASTS_SRC);
+    let mut x = vec![
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        -0.5,
+        -1.0,
+        0.99,
+        -2.7,
+        2_147_483_520.0,
+        2_147_483_648.0,
+        -2_147_483_648.0,
+        -2_147_483_904.0,
+        4_294_967_040.0,
+        4_294_967_296.0,
+        1.0e30,
+        -1.0e30,
+        f32::MIN_POSITIVE,
+    ];
+    x.extend((0..21).map(|j| (j as f32 - 10.0) * 3.3e8));
+    let n = x.len();
+    for cpu in HOST_CPUS {
+        let (lib, _) = load(&k, cpu);
+        let mut xs = x.clone();
+        let (mut i, mut u) = (vec![7i32; n], vec![7u32; n]);
+        let bufs = [raw(&mut xs), raw(&mut i), raw(&mut u)];
+        let groups = n.div_ceil(16) as u32;
+        run(&lib, &bufs, &[n as u64], [groups, 1, 1], 0, groups);
+        for (j, &v) in x.iter().enumerate() {
+            assert_eq!(i[j], v as i32, "{cpu} {v:e} as i32");
+            assert_eq!(u[j], v as u32, "{cpu} {v:e} as u32");
+        }
+    }
+}
+
 /// A tile is zero at the start of every workgroup wherever a statement could read it before
 /// a load writes it (`t`, loaded on even workgroups only), even when the same thread ran a
 /// workgroup that loaded it just before; a tile always loaded before use (`u`) is not

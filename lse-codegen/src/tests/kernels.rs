@@ -461,6 +461,18 @@ fn tile_loop_offsets(x: &[f32], y: &mut [f32], n: u32) {
 }
 "#;
 
+/// `as i32` and `as u32` of f32 values: Rust's saturating casts.
+pub const FLOAT_CASTS_SRC: &str = r#"
+#[loom::kernel(name = "test.float_casts", version = 1, workgroup = 16)]
+fn float_casts(x: &[f32], i: &mut [i32], u: &mut [u32], n: u32) {
+    let at = group_id() * group_size() + local_id();
+    if at < n {
+        i[at] = x[at] as i32;
+        u[at] = x[at] as u32;
+    }
+}
+"#;
+
 /// Tiles whose zeros a workgroup can see: `t` is loaded on even workgroups only, so an odd
 /// one stores its declared zeros; `u` is loaded before every use, so its zero fill cannot be
 /// seen (and the host skips it).
