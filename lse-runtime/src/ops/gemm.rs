@@ -106,7 +106,7 @@ pub struct GemmJob<'a> {
 /// [`gemm`] of one `x` (`[m, k]`) by several weights, with the same results, but `x` is
 /// quantized once per activation format for the weights that take the integer GEMM (q, k
 /// and v, or gate and up, share their input; llama.cpp quantizes it once too). Every job's
-/// shapes are checked before any product runs.
+/// shapes and block rows are checked before any product runs.
 pub fn gemm_same_x<'a>(
     dev: &Device,
     x: impl Into<DevSlice<'a, f32>>,
@@ -117,6 +117,7 @@ pub fn gemm_same_x<'a>(
     let mut m = 0;
     for j in &jobs {
         m = check_shapes(x, k, j.w, j.n, &j.y)?;
+        check_block_rows(j.w, k)?;
     }
     if m == 0 {
         return Ok(());
@@ -124,7 +125,7 @@ pub fn gemm_same_x<'a>(
     let mut quantized: Vec<(Activations, gemm_int::QuantizedRows)> = Vec::new();
     for j in jobs {
         let mnk = [m as u32, j.n as u32, k as u32];
-        let Some((format, w)) = integer_route(j.w, j.act, mnk)? else {
+        let Some((format, w)) = integer_route(j.w, j.act, mnk) else {
             launch(dev, x, j.w, j.y, mnk, j.out, j.act)?;
             continue;
         };
@@ -166,25 +167,33 @@ fn check_shapes(
     Ok(m)
 }
 
+/// That a block-format weight's rows of `k` values are whole blocks.
+fn check_block_rows(w: WeightView<'_>, k: usize) -> Result<(), OpError> {
+    match w {
+        WeightView::Quant(q) => q.check_rows("gemm", "w", k),
+        WeightView::Affine(q) => q.check_rows("gemm", "w", k),
+        _ => Ok(()),
+    }
+}
+
 /// The integer GEMM's route for `w`: its format and interleaved words, when `w` is a
 /// quantized weight interleaved at load as `[n, k]` and `act` is what its integer GEMM
-/// takes; an error when a quantized weight's rows are not whole blocks of `k`.
+/// takes.
 fn integer_route<'a>(
     w: WeightView<'a>,
     act: Activations,
     [_, n, k]: [u32; 3],
-) -> Result<Option<(QuantFormat, Interleaved<'a>)>, OpError> {
+) -> Option<(QuantFormat, Interleaved<'a>)> {
     let WeightView::Quant(q) = w else {
-        return Ok(None);
+        return None;
     };
-    q.check_rows("gemm", "w", k as usize)?;
-    Ok(q.interleaved
+    q.interleaved
         .filter(|i| {
             gemm_int::integer_gemm_activations(q.format) == Some(act)
                 && i.rows == n as usize
                 && i.cols == k as usize
         })
-        .map(|i| (q.format, i)))
+        .map(|i| (q.format, i))
 }
 
 /// `y` = the rows of `x` (`[m, k]`) as llama.cpp quantizes them for `act` (`Q8_0`: blocks of
@@ -245,12 +254,10 @@ pub(super) fn launch(
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
-    if let Some((format, i)) = integer_route(w, act, [m, n, k])? {
+    check_block_rows(w, k as usize)?;
+    if let Some((format, i)) = integer_route(w, act, [m, n, k]) {
         let xq = gemm_int::quantize(dev, x, act, [m, k])?;
         return gemm_int::launch_quantized(dev, &xq, format, i, y, n, out);
-    }
-    if let WeightView::Affine(q) = w {
-        q.check_rows("gemm", "w", k as usize)?;
     }
     if matches!(act, Activations::Q8_0 | Activations::Q8K) {
         let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;

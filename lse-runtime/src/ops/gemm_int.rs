@@ -345,6 +345,41 @@ mod tests {
         let err = gemm_same_x(dev, &x[..], k, jobs).unwrap_err().to_string();
         assert_eq!(err, "gemm: y has 80 elements, expected 100");
         assert_eq!(got, init);
+
+        // Rows of 128 values are not whole Q4_K blocks: refused before the bf16 product.
+        let (k, n) = (128, 4);
+        let x = values(m * k, 8, 1.0);
+        let wb: Vec<half::bf16> = vec![half::bf16::ONE; n * k];
+        let wq = vec![0u32; n * k];
+        let q4 = WeightView::Quant(QuantView {
+            format: QuantFormat::Q4_K,
+            words: DevSlice::from(&wq[..]),
+            len: n * k,
+            interleaved: None,
+        });
+        let (mut ya, mut yb) = (vec![-1f32; m * n], vec![-1f32; m * n]);
+        let jobs = vec![
+            GemmJob {
+                w: WeightView::Bf16(DevSlice::from(&wb[..])),
+                n,
+                y: DevSliceMut::from(&mut ya[..]),
+                out: GemmOut::Overwrite,
+                act: Activations::RoundedToWeight,
+            },
+            GemmJob {
+                w: q4,
+                n,
+                y: DevSliceMut::from(&mut yb[..]),
+                out: GemmOut::Overwrite,
+                act: Activations::Q8K,
+            },
+        ];
+        let err = gemm_same_x(dev, &x[..], k, jobs).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "gemm: w: a Q4_K weight needs rows of a multiple of 256 values, got 128"
+        );
+        assert!(ya.iter().chain(&yb).all(|&v| v == -1.0));
     }
 
     /// Word `t` of block `sb` of row `g · 64 + c` of each matrix lands at
