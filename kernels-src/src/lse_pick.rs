@@ -10,9 +10,9 @@
 //! block stays in L1 between its two visits): with the block's maximum in hand it rescales
 //! its running sum to the new running maximum (one `exp` per block), then adds the block's
 //! `exp(logit - max)` while it takes the next block's maximum, so the next block's loads
-//! from memory overlap this block's `exp`s (a pass for the maximum alone waited on memory). Two workgroup reductions combine the work-items: the row maximum, then
-//! the sum of each work-item's sum rescaled to it. A row whose every logit is -inf has
-//! `m = -inf` and sum 0.
+//! from memory overlap this block's `exp`s (a pass for the maximum alone waited on memory).
+//! Two workgroup reductions combine the work-items: the row maximum, then the sum of each
+//! work-item's sum rescaled to it. A row whose every logit is -inf has `m = -inf` and sum 0.
 
 use loom::kernel;
 

@@ -157,10 +157,10 @@ pub(super) fn allocate(
                 decl: d.clone(),
                 layout,
                 view: None,
-                zero_fill: true,
+                zero_fill: unwritten,
             };
             // A packed layout's padding rows are never written: they must stay zero.
-            t.zero_fill = unwritten || t.elems() != d.len();
+            t.zero_fill |= t.elems() != d.len();
             t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
             if v {
                 t.view = Some(View {

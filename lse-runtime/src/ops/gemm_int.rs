@@ -73,7 +73,7 @@ pub fn interleave(
     Some(out)
 }
 
-/// A row block's activations quantized for the integer GEMMs (`act_quant.q8_k_int` or
+/// The activation rows quantized for the integer GEMMs (`act_quant.q8_k_int` or
 /// `q8_0_int`): the 8-bit values in the kernels' tile order, one scale per block and the
 /// sums per 32 values. Made once, it serves every integer GEMM on the same rows (q, k and v;
 /// gate and up), as llama.cpp quantizes a shared input once.
