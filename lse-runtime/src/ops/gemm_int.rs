@@ -263,7 +263,7 @@ mod tests {
             quant(QuantFormat::Q8_0, 33),
             quant(QuantFormat::Q6_K, 64),
         ];
-        let views: Vec<(WeightView, usize, Activations)> = weights
+        let mut all: Vec<(WeightView, usize, Activations)> = weights
             .iter()
             .map(|(format, w, packed, n)| {
                 let view = WeightView::Quant(QuantView {
@@ -283,7 +283,6 @@ mod tests {
             .into_iter()
             .map(half::bf16::from_f32)
             .collect();
-        let mut all = views.clone();
         all.push((
             WeightView::Bf16(DevSlice::from(&wb[..])),
             20,
