@@ -24,12 +24,14 @@ mod gpu;
 mod hip;
 mod launch;
 mod pool;
+mod scratch;
 mod select;
 
 pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf};
 pub use launch::{Arg, LaunchError};
 pub use lse_dsl::rt::Elem;
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
+pub use scratch::Scratch;
 
 /// The x86-64 level whose host code this CPU runs (`x86-64`, `x86-64-v3` or `x86-64-v4`).
 pub fn host_cpu() -> &'static str {

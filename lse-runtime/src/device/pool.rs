@@ -9,6 +9,7 @@ use lse_dsl::rt::{HostEntry, KernelDef};
 use super::cuda::{self, CudaDevice};
 use super::gpu::GpuDevice;
 use super::hip::{self, HipDevice};
+use super::scratch::ScratchPool;
 use super::select;
 
 /// A `--pool` value.
@@ -69,6 +70,8 @@ pub struct Device {
     host_cpu: Option<&'static str>,
     /// For `hip:N` / `cuda:N`: the opened GPU (shared by clones).
     gpu: Option<Arc<GpuDevice>>,
+    /// Working buffers kept between ops (shared by clones).
+    scratch: ScratchPool,
 }
 
 /// Why a device could not be opened.
@@ -108,6 +111,7 @@ impl Device {
                 pool,
                 host_cpu: None,
                 gpu: None,
+                scratch: ScratchPool::default(),
             }),
             Pool::Host => {
                 select::check_host_cpu_env().map_err(DeviceOpenError::HostLevel)?;
@@ -115,6 +119,7 @@ impl Device {
                     pool,
                     host_cpu: Some(select::best_host_cpu()),
                     gpu: None,
+                    scratch: ScratchPool::default(),
                 })
             }
             Pool::Hip(n) => {
@@ -133,6 +138,7 @@ impl Device {
             pool,
             host_cpu: None,
             gpu: Some(Arc::new(dev)),
+            scratch: ScratchPool::default(),
         }
     }
 
@@ -164,7 +170,13 @@ impl Device {
             pool: Pool::Host,
             host_cpu: Some(order[wanted]),
             gpu: None,
+            scratch: ScratchPool::default(),
         })
+    }
+
+    /// The buffers [`Device::scratch`] keeps.
+    pub(super) fn scratch_pool(&self) -> &ScratchPool {
+        &self.scratch
     }
 
     pub fn pool(&self) -> Pool {

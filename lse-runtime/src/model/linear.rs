@@ -56,8 +56,8 @@ pub fn linear(
 }
 
 /// [`linear`] of one `x` by several weights (q, k and v; gate and up): the same results, with
-/// `x` quantized once for all the weights that take the integer GEMM
-/// ([`ops::gemm_same_x`]).
+/// `x` quantized once for all the weights that take the integer GEMM and transposed once for
+/// all the 16-bit ones that take `gemm.xwt` ([`ops::gemm_same_x`]).
 pub fn linear_same_x<'a>(
     dev: &Device,
     x: DevSlice<'a, f32>,

@@ -1,7 +1,8 @@
 //! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
-//! product into a buffer (`gemm.transpose_x_<ty>.v1`). A weight kept in a ggml block format
+//! input (`gemm.transpose_x_<ty>.v1`) into a buffer the device keeps between calls
+//! ([`Device::scratch`]). A weight kept in a ggml block format
 //! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
 //! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
 //! same f32 products, except that a K-quant weight against Q8_K activations
@@ -29,7 +30,7 @@ use super::gemm_int;
 use super::lm_head::WeightView;
 use super::quant::{Interleaved, QuantFormat};
 use super::{check_len, to_u32, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device};
+use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
 
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
@@ -104,9 +105,10 @@ pub struct GemmJob<'a> {
 }
 
 /// [`gemm`] of one `x` (`[m, k]`) by several weights, with the same results, but `x` is
-/// quantized once per activation format for the weights that take the integer GEMM (q, k
-/// and v, or gate and up, share their input; llama.cpp quantizes it once too). Every job's
-/// shapes and block rows are checked before any product runs.
+/// quantized once per activation format for the weights that take the integer GEMM, and
+/// transposed once per 16-bit type for those that take `gemm.xwt` (q, k and v, or gate and
+/// up, share their input; llama.cpp quantizes it once too). Every job's shapes and block
+/// rows are checked before any product runs.
 pub fn gemm_same_x<'a>(
     dev: &Device,
     x: impl Into<DevSlice<'a, f32>>,
@@ -123,22 +125,42 @@ pub fn gemm_same_x<'a>(
         return Ok(());
     }
     let mut quantized: Vec<(Activations, gemm_int::QuantizedRows)> = Vec::new();
+    let mut transposed: Vec<(XtType, TransposedX)> = Vec::new();
     for j in jobs {
         let mnk = [m as u32, j.n as u32, k as u32];
+        if let Some(ty) = transposed_route(j.w, j.act) {
+            let xt = once_per(&mut transposed, ty, || {
+                transpose(dev, x, ty, [mnk[0], mnk[2]])
+            })?;
+            launch_transposed(dev, xt, j.w, j.y, mnk, j.out)?;
+            continue;
+        }
         let Some((format, w)) = integer_route(j.w, j.act, mnk) else {
             launch(dev, x, j.w, j.y, mnk, j.out, j.act)?;
             continue;
         };
-        let at = match quantized.iter().position(|(a, _)| *a == j.act) {
-            Some(at) => at,
-            None => {
-                quantized.push((j.act, gemm_int::quantize(dev, x, j.act, [mnk[0], mnk[2]])?));
-                quantized.len() - 1
-            }
-        };
-        gemm_int::launch_quantized(dev, &quantized[at].1, format, w, j.y, mnk[1], j.out)?;
+        let xq = once_per(&mut quantized, j.act, || {
+            gemm_int::quantize(dev, x, j.act, [mnk[0], mnk[2]])
+        })?;
+        gemm_int::launch_quantized(dev, xq, format, w, j.y, mnk[1], j.out)?;
     }
     Ok(())
+}
+
+/// The value `made` holds for `key`, made by `make` the first time `key` is asked for.
+fn once_per<K: PartialEq, V>(
+    made: &mut Vec<(K, V)>,
+    key: K,
+    make: impl FnOnce() -> Result<V, OpError>,
+) -> Result<&V, OpError> {
+    let at = match made.iter().position(|(k, _)| *k == key) {
+        Some(at) => at,
+        None => {
+            made.push((key, make()?));
+            made.len() - 1
+        }
+    };
+    Ok(&made[at].1)
 }
 
 /// `m` for `x` `[m, k]`, after checking that `w` holds `[n, k]`, `y` `[m, n]`, `k` and `n`
@@ -194,6 +216,123 @@ fn integer_route<'a>(
                 && i.cols == k as usize
         })
         .map(|i| (q.format, i))
+}
+
+/// The 16-bit type `gemm.xwt` takes `xᵀ` in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum XtType {
+    Bf16,
+    F16,
+}
+
+/// `xᵀ` rounded to [`XtType`], written once by `gemm.transpose_x` and read by the products
+/// on it; in a buffer the device keeps between calls.
+enum TransposedX<'d> {
+    Bf16(Scratch<'d, bf16>),
+    F16(Scratch<'d, f16>),
+}
+
+/// The type `gemm.xwt` takes the activations in for `w` and `act`, when that GEMM runs the
+/// product (a 16-bit weight, activations rounded to it).
+fn transposed_route(w: WeightView<'_>, act: Activations) -> Option<XtType> {
+    match (w, act) {
+        (WeightView::Bf16(_), Activations::RoundedToWeight) => Some(XtType::Bf16),
+        (WeightView::F16(_), Activations::RoundedToWeight) => Some(XtType::F16),
+        _ => None,
+    }
+}
+
+/// `xᵀ` of `x` (`[m, k]`) in `ty`.
+fn transpose<'d>(
+    dev: &'d Device,
+    x: DevSlice<'_, f32>,
+    ty: XtType,
+    [m, k]: [u32; 2],
+) -> Result<TransposedX<'d>, OpError> {
+    let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
+    // Every element is written here before a product reads it.
+    let len = m as usize * k as usize;
+    Ok(match ty {
+        XtType::Bf16 => {
+            let mut xt = dev.scratch::<bf16>(len)?;
+            dev.launch(
+                grid,
+                transpose_x_bf16::Args {
+                    x,
+                    xt: xt.view_mut(),
+                    m,
+                    k,
+                },
+            )?;
+            TransposedX::Bf16(xt)
+        }
+        XtType::F16 => {
+            let mut xt = dev.scratch::<f16>(len)?;
+            dev.launch(
+                grid,
+                transpose_x_f16::Args {
+                    x,
+                    xt: xt.view_mut(),
+                    m,
+                    k,
+                },
+            )?;
+            TransposedX::F16(xt)
+        }
+    })
+}
+
+/// `y (=|+=) x · wᵀ` through `gemm.xwt` on `xt` = `xᵀ`, for a weight of `xt`'s type
+/// ([`transposed_route`]).
+fn launch_transposed(
+    dev: &Device,
+    xt: &TransposedX<'_>,
+    w: WeightView<'_>,
+    y: DevSliceMut<'_, f32>,
+    [m, n, k]: [u32; 3],
+    out: GemmOut,
+) -> Result<(), OpError> {
+    let grid = [m.div_ceil(XWT_ROWS), n.div_ceil(XWT_COLS), 1];
+    let accumulate = u32::from(out == GemmOut::Accumulate);
+    match (xt, w) {
+        (TransposedX::Bf16(xt), WeightView::Bf16(w)) => {
+            let xt = xt.view();
+            dev.launch(
+                grid,
+                gemm_xwt_bf16::Args {
+                    xt,
+                    w,
+                    y,
+                    m,
+                    n,
+                    k,
+                    accumulate,
+                },
+            )?
+        }
+        (TransposedX::F16(xt), WeightView::F16(w)) => {
+            let xt = xt.view();
+            dev.launch(
+                grid,
+                gemm_xwt_f16::Args {
+                    xt,
+                    w,
+                    y,
+                    m,
+                    n,
+                    k,
+                    accumulate,
+                },
+            )?
+        }
+        _ => {
+            return Err(OpError::Invalid {
+                op: "gemm",
+                message: "the transposed activations and the weight differ in type".into(),
+            })
+        }
+    }
+    Ok(())
 }
 
 /// `y` = the rows of `x` (`[m, k]`) as llama.cpp quantizes them for `act` (`Q8_0`: blocks of
@@ -288,41 +427,11 @@ pub(super) fn launch(
             )
         };
     }
-    // `xt = xᵀ` in the weight's type, then the product on it.
-    macro_rules! transposed {
-        ($transpose:ident, $kernel:ident, $ty:ty, $w:expr) => {{
-            let mut xt = dev.alloc::<$ty>(m as usize * k as usize)?;
-            let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
-            dev.launch(
-                grid,
-                $transpose::Args {
-                    x,
-                    xt: xt.view_mut(),
-                    m,
-                    k,
-                },
-            )?;
-            dev.launch(
-                [m.div_ceil(XWT_ROWS), n.div_ceil(XWT_COLS), 1],
-                $kernel::Args {
-                    xt: xt.view(),
-                    w: $w,
-                    y,
-                    m,
-                    n,
-                    k,
-                    accumulate,
-                },
-            )
-        }};
+    if let Some(ty) = transposed_route(w, act) {
+        let xt = transpose(dev, x, ty, [m, k])?;
+        return launch_transposed(dev, &xt, w, y, [m, n, k], out);
     }
     match (w, act) {
-        (WeightView::Bf16(w), Activations::RoundedToWeight) => {
-            transposed!(transpose_x_bf16, gemm_xwt_bf16, bf16, w)
-        }
-        (WeightView::F16(w), Activations::RoundedToWeight) => {
-            transposed!(transpose_x_f16, gemm_xwt_f16, f16, w)
-        }
         (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
         (WeightView::F16(w), _) => exact!(gemm_xwt_exact_f16, w),
         (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
@@ -385,4 +494,49 @@ pub(super) fn launch(
         }
     }?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{cpu_side_devices, test_values as values};
+
+    /// The transposed activations live in a buffer the device keeps between products
+    /// ([`Device::scratch`]): a product after a larger one, whose values are still there, gives
+    /// the bits of the same product on a device that has run nothing.
+    #[test]
+    fn a_product_after_a_larger_one_gives_the_bits_of_a_fresh_device() {
+        let (m, n, k) = (37, 70, 90);
+        let product = |dev: &Device, m: usize, k: usize, seed: u64| {
+            let x = values(m * k, seed, 1.0);
+            let w: Vec<bf16> = values(n * k, seed + 1, 0.1)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let mut y = vec![0.0f32; m * n];
+            gemm(
+                dev,
+                &x,
+                k,
+                WeightView::Bf16(DevSlice::from(&w[..])),
+                n,
+                &mut y,
+                GemmOut::Overwrite,
+                Activations::RoundedToWeight,
+            )
+            .unwrap();
+            y
+        };
+        for (fresh, dev) in cpu_side_devices().iter().zip(cpu_side_devices()) {
+            let want = product(fresh, m, k, 3);
+            product(&dev, 2 * m, 2 * k, 5);
+            let got = product(&dev, m, k, 3);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{}",
+                dev.arch()
+            );
+        }
+    }
 }

@@ -239,9 +239,9 @@ mod tests {
     }
 
     /// `gemm_same_x` gives each product the bits `gemm` gives it alone, with the input
-    /// quantized once per format family (Q8_K for Q4_K and Q6_K, Q8_0 for Q8_0) and a bf16
-    /// weight beside them; a job whose shapes are wrong fails the call before any product
-    /// runs.
+    /// quantized once per format family (Q8_K for Q4_K and Q6_K, Q8_0 for Q8_0) and
+    /// transposed once per 16-bit type (two bf16 weights and an f16 one beside them); a job
+    /// whose shapes are wrong fails the call before any product runs.
     #[test]
     fn products_of_one_input_give_the_bits_of_separate_gemms() {
         use crate::ops::{gemm_same_x, GemmJob};
@@ -279,21 +279,20 @@ mod tests {
                 (view, *n, integer_gemm_activations(*format).unwrap())
             })
             .collect();
-        let wb: Vec<half::bf16> = values(20 * k, 6, 0.1)
-            .into_iter()
-            .map(half::bf16::from_f32)
+        let sixteen_bit = |n: usize, seed: u64| values(n * k, seed, 0.1).into_iter();
+        let wb2: Vec<half::bf16> = sixteen_bit(24, 9).map(half::bf16::from_f32).collect();
+        let wh: Vec<half::f16> = sixteen_bit(12, 10).map(half::f16::from_f32).collect();
+        let wb: Vec<half::bf16> = sixteen_bit(20, 6).map(half::bf16::from_f32).collect();
+        let rounded = Activations::RoundedToWeight;
+        all.push((WeightView::Bf16(DevSlice::from(&wb2[..])), 24, rounded));
+        all.push((WeightView::F16(DevSlice::from(&wh[..])), 12, rounded));
+        all.push((WeightView::Bf16(DevSlice::from(&wb[..])), 20, rounded));
+        let outs: Vec<GemmOut> = (0..all.len())
+            .map(|i| match i % 2 {
+                0 => GemmOut::Overwrite,
+                _ => GemmOut::Accumulate,
+            })
             .collect();
-        all.push((
-            WeightView::Bf16(DevSlice::from(&wb[..])),
-            20,
-            Activations::RoundedToWeight,
-        ));
-        let outs = [
-            GemmOut::Overwrite,
-            GemmOut::Accumulate,
-            GemmOut::Overwrite,
-            GemmOut::Accumulate,
-        ];
         let init: Vec<Vec<f32>> = all.iter().map(|&(_, n, _)| values(m * n, 7, 1.0)).collect();
         let want: Vec<Vec<f32>> = all
             .iter()
