@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch's bf16 matmul on the shapes of `cargo bench -p lse-runtime --bench gemm`, for
 comparison in the same session: `y = x @ w.T` with x [M, K] and w [N, K] in bf16, GFLOP/s,
-the best of at least 3 runs, more while they take under a second (as the bench does). Run it from a virtual environment outside the repository that
-has torch, with the same thread count as the bench:
+the best of at least 3 runs, more while they take under a second (as the bench does). Two
+figures per shape: bf16 in and out (`torch.matmul` alone), and f32 in and out as LSE's
+GEMM takes them (x rounded to bf16 and y widened to f32 inside the timed call, as LSE's
+figure includes rounding and transposing x). Run it from a virtual environment outside the
+repository that has torch, with the same thread count as the bench:
 
     /path/to/venv/bin/python scripts/bench-torch-gemm.py --threads 2
 """
@@ -33,20 +36,31 @@ def main() -> int:
         return 1
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'shape':<30} {'M':>6} {'N':>7} {'K':>5}  {'bf16 -> bf16':>12} {'f32 -> f32':>12}")
     for name, m, n, k in SHAPES:
-        x = (torch.rand(m, k) * 2 - 1).to(torch.bfloat16)
+        x32 = torch.rand(m, k) * 2 - 1
+        x = x32.to(torch.bfloat16)
         w = ((torch.rand(n, k) * 2 - 1) * 0.05).to(torch.bfloat16)
-        torch.matmul(x, w.t())  # warm-up (oneDNN picks and caches its kernel)
-        best = float("inf")
-        start = time.perf_counter()
-        for rep in range(50):
-            if rep >= 3 and time.perf_counter() - start >= 1.0:
-                break
-            t = time.perf_counter()
-            torch.matmul(x, w.t())
-            best = min(best, time.perf_counter() - t)
-        print(f"{name:<30} {m:>6} {n:>7} {k:>5}  {2 * m * n * k / best / 1e9:10.1f} GFLOP/s")
+        bf16 = best_time(lambda: torch.matmul(x, w.t()))
+        f32 = best_time(lambda: torch.matmul(x32.to(torch.bfloat16), w.t()).float())
+        flop = 2 * m * n * k / 1e9
+        print(f"{name:<30} {m:>6} {n:>7} {k:>5}  {flop / bf16:12.1f} {flop / f32:12.1f}  GFLOP/s")
     return 0
+
+
+def best_time(run) -> float:
+    """The shortest of at least 3 runs of `run`, more while they add up to under a second,
+    after one untimed run (oneDNN picks and caches its kernel)."""
+    run()
+    best = float("inf")
+    start = time.perf_counter()
+    for rep in range(50):
+        if rep >= 3 and time.perf_counter() - start >= 1.0:
+            break
+        t = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 if __name__ == "__main__":

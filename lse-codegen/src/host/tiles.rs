@@ -1113,13 +1113,19 @@ impl HostPhases {
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
             .collect();
+        // One base pointer, the block's accumulators at constant offsets from it (addresses
+        // of their own, live across the K loop, were spilled and reloaded around it).
+        let first = e.b.op(format!("mul nuw i32 {m0}, {n}"));
+        let first = e.b.op(format!("add nuw i32 {first}, {}", v0 * 16));
+        let block = at(e, acc_elem, &pc, &first);
         let mut acc_ptrs = Vec::new();
         let mut init = Vec::new();
-        for row in &rows {
-            let base = e.b.op(format!("mul nuw i32 {row}, {n}"));
+        for r in 0..mr {
             for j in 0..nr {
-                let ix = e.b.op(format!("add nuw i32 {base}, {}", (v0 + j) * 16));
-                let p = at(e, acc_elem, &pc, &ix);
+                let p = e.b.op(format!(
+                    "getelementptr inbounds {acc_elem}, ptr {block}, i64 {}",
+                    r * n + j * 16
+                ));
                 init.push(match scale {
                     Some(_) => "zeroinitializer".to_string(),
                     None => e.b.op(format!("load {vt}, ptr {p}, align 64")),
