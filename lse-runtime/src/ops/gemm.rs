@@ -124,27 +124,31 @@ pub fn gemm_same_x<'a>(
     if m == 0 {
         return Ok(());
     }
-    let mut quantized: Vec<(Activations, gemm_int::QuantizedRows)> = Vec::new();
-    let mut transposed: Vec<(XtType, TransposedX)> = Vec::new();
+    let mut shared = SharedX::new(x);
     for j in jobs {
         let mnk = [m as u32, j.n as u32, k as u32];
-        if let Some(ty) = transposed_route(j.w, j.act) {
-            let xt = once_per(&mut transposed, ty, || {
-                transpose(dev, x, ty, [mnk[0], mnk[2]])
-            })?;
-            launch_transposed(dev, xt, j.w, j.y, mnk, j.out)?;
-            continue;
-        }
-        let Some((format, w)) = integer_route(j.w, j.act, mnk) else {
-            launch(dev, x, j.w, j.y, mnk, j.out, j.act)?;
-            continue;
-        };
-        let xq = once_per(&mut quantized, j.act, || {
-            gemm_int::quantize(dev, x, j.act, [mnk[0], mnk[2]])
-        })?;
-        gemm_int::launch_quantized(dev, xq, format, w, j.y, mnk[1], j.out)?;
+        launch_sharing(dev, &mut shared, j.w, j.y, mnk, j.out, j.act)?;
     }
     Ok(())
+}
+
+/// An input `x` and the forms of it that products by several weights share, each made the
+/// first time a product needs it: its rows quantized per activation format (the integer
+/// GEMMs) and `xᵀ` per 16-bit type (`gemm.xwt`).
+struct SharedX<'d, 'x> {
+    x: DevSlice<'x, f32>,
+    quantized: Vec<(Activations, gemm_int::QuantizedRows)>,
+    transposed: Vec<(XtType, TransposedX<'d>)>,
+}
+
+impl<'x> SharedX<'_, 'x> {
+    fn new(x: DevSlice<'x, f32>) -> Self {
+        SharedX {
+            x,
+            quantized: Vec::new(),
+            transposed: Vec::new(),
+        }
+    }
 }
 
 /// The value `made` holds for `key`, made by `make` the first time `key` is asked for.
@@ -389,14 +393,31 @@ pub(super) fn launch(
     x: DevSlice<'_, f32>,
     w: WeightView<'_>,
     y: DevSliceMut<'_, f32>,
+    mnk: [u32; 3],
+    out: GemmOut,
+    act: Activations,
+) -> Result<(), OpError> {
+    launch_sharing(dev, &mut SharedX::new(x), w, y, mnk, out, act)
+}
+
+/// [`launch`] on `shared.x`, taking its quantized rows or `xᵀ` from `shared` when an earlier
+/// product made them, and leaving there those this one makes.
+fn launch_sharing<'d>(
+    dev: &'d Device,
+    shared: &mut SharedX<'d, '_>,
+    w: WeightView<'_>,
+    y: DevSliceMut<'_, f32>,
     [m, n, k]: [u32; 3],
     out: GemmOut,
     act: Activations,
 ) -> Result<(), OpError> {
+    let x = shared.x;
     check_block_rows(w, k as usize)?;
     if let Some((format, i)) = integer_route(w, act, [m, n, k]) {
-        let xq = gemm_int::quantize(dev, x, act, [m, k])?;
-        return gemm_int::launch_quantized(dev, &xq, format, i, y, n, out);
+        let xq = once_per(&mut shared.quantized, act, || {
+            gemm_int::quantize(dev, x, act, [m, k])
+        })?;
+        return gemm_int::launch_quantized(dev, xq, format, i, y, n, out);
     }
     if matches!(act, Activations::Q8_0 | Activations::Q8K) {
         let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;
@@ -428,8 +449,8 @@ pub(super) fn launch(
         };
     }
     if let Some(ty) = transposed_route(w, act) {
-        let xt = transpose(dev, x, ty, [m, k])?;
-        return launch_transposed(dev, &xt, w, y, [m, n, k], out);
+        let xt = once_per(&mut shared.transposed, ty, || transpose(dev, x, ty, [m, k]))?;
+        return launch_transposed(dev, xt, w, y, [m, n, k], out);
     }
     match (w, act) {
         (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
