@@ -44,10 +44,13 @@
 //!   adds them times the columns' scales (`vpmulld`) to `acc`. Elsewhere an integer dot is
 //!   the element loop in wrapping i32.
 //! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
-//!   with `fma` on 16-lane vectors, 16-bit operands widened to f32 as they are read: 4 rows x
-//!   64 columns on x86-64-v4 (16 of its 32 zmm registers), 6 rows x 16 columns on the AVX2
-//!   levels (12 of their 16 ymm registers; a 4 x 64 block there spilled, and ran at a third of
-//!   the speed). Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n
+//!   with `fma` on 16-lane vectors: 4 rows x 64 columns on x86-64-v4 (16 of its 32 zmm
+//!   registers), 6 rows x 16 columns on the AVX2 levels (12 of their 16 ymm registers; a
+//!   4 x 64 block there spilled, and ran at a third of the speed). Its bf16 and f16 operand
+//!   tiles, when only dots read them and they load from buffers of their own type, are
+//!   stored widened to f32 (each element widened once per load, not once per register block
+//!   that reads it: the bf16 GEMM on AVX2 ran 2.8 to 4 times faster); other 16-bit operands
+//!   are widened as they are read. Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n
 //!   innermost (vectorised). Both add the products in increasing k with one rounding each,
 //!   the generated Rust's order, so they agree with it bit for bit.
 
@@ -82,6 +85,8 @@ pub(super) struct HostTile {
     /// element is written before anything reads it ([`read_before_written`]), so the zeros
     /// could not be seen.
     zero_fill: bool,
+    /// A 16-bit float tile stored as f32 ([`widened`]; `decl.elem` is then f32).
+    widened: bool,
 }
 
 /// A row-major tile read where its elements are: a load of a whole window points the view
@@ -132,6 +137,7 @@ pub(super) fn allocate(
     e: &mut Emitter,
     k: &Kernel,
     pair_dot: impl Fn(Ty) -> Option<Micro>,
+    fma: bool,
 ) -> Vec<HostTile> {
     let mut packed = vec![Layout::RowMajor; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
@@ -144,6 +150,7 @@ pub(super) fn allocate(
         }
         _ => {}
     });
+    let widened = widened(k, &packed, fma);
     let views = viewable(k);
     let unwritten = read_before_written(k);
     k.tiles
@@ -151,18 +158,23 @@ pub(super) fn allocate(
         .zip(packed)
         .zip(views)
         .zip(unwritten)
-        .map(|(((d, layout), v), unwritten)| {
+        .zip(widened)
+        .map(|((((d, layout), v), unwritten), wide)| {
             let mut t = HostTile {
                 ptr: String::new(),
                 decl: d.clone(),
                 layout,
                 view: None,
                 zero_fill: unwritten,
+                widened: wide,
             };
+            if wide {
+                t.decl.elem = Ty::F32;
+            }
             // A packed layout's padding rows are never written: they must stay zero.
             t.zero_fill |= t.elems() != d.len();
-            t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(d.elem)), 64);
-            if v {
+            t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(t.decl.elem)), 64);
+            if v && !wide {
                 t.view = Some(View {
                     base: e.alloca("ptr", 8),
                     stride: e.alloca("i32", 4),
@@ -190,6 +202,52 @@ fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
             _ => {}
         }
     }
+}
+
+/// Which 16-bit float tiles the host stores widened to f32: those used only as the `a` or
+/// `b` operand of dots that run on `fma` register blocks (no packed layout for them, an f32
+/// accumulator with a multiple of 16 columns, on a level with FMA) and loaded only from
+/// buffer windows of their own element type. Widening is exact (for bf16 a shift,
+/// [`widen_bits`]), so the dots compute the same results; but each element is widened once
+/// per load rather than each time a register block reads it, where a bf16 GEMM on AVX2
+/// widened (and quieted NaNs) inside its K loop and ran at a third of the f32 one's speed.
+fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
+    let half = |t: u32| matches!(k.tiles[t as usize].elem, Ty::Bf16 | Ty::F16);
+    let mut operand = vec![false; k.tiles.len()];
+    let mut other = vec![false; k.tiles.len()];
+    each_tile_op(&k.body, &mut |op| match op {
+        TileOp::Load { dst, from } => {
+            let own = matches!(
+                from.buffer().and_then(|p| k.params.get(p as usize)),
+                Some(Param::Buffer { elem, .. }) if *elem == k.tiles[*dst as usize].elem
+            );
+            other[*dst as usize] |= !own || from.quads;
+        }
+        TileOp::Dot { acc, a, b, scale } => {
+            let blocked = fma
+                && scale.is_none()
+                && a != b
+                && k.tiles[*acc as usize].elem == Ty::F32
+                && k.tiles[*acc as usize].cols.is_multiple_of(16)
+                && packed[*a as usize] == Layout::RowMajor
+                && packed[*b as usize] == Layout::RowMajor;
+            for t in [*a, *b] {
+                operand[t as usize] = true;
+                other[t as usize] |= !blocked || !half(t);
+            }
+            other[*acc as usize] = true;
+            if let Some(s) = scale {
+                other[*s as usize] = true;
+            }
+        }
+        _ => {
+            let (reads, writes) = tile_access(op);
+            for t in reads.into_iter().chain(writes) {
+                other[t as usize] = true;
+            }
+        }
+    });
+    operand.iter().zip(other).map(|(o, x)| *o && !x).collect()
 }
 
 /// Which tiles may be read in place ([`View`]): those used only as the `a` operand of dots
@@ -365,9 +423,15 @@ fn at(e: &mut Emitter, ty: &str, base: &str, ix: &str) -> String {
 
 /// 16 consecutive 32-bit units of a buffer of `src` at `p`, as `<16 x i32>`: with `widen`,
 /// 16 elements as f32 bits (f32 as they are, bf16 and f16 widened exactly as [`convert`]
-/// does); without, 16 words as they are (pairs of bf16).
-fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool) -> String {
+/// does, or for bf16 without `quiet` the bits shifted up, a signaling NaN left signaling);
+/// without, 16 words as they are (pairs of bf16).
+fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool, quiet: bool) -> String {
     match (src, widen) {
+        (Ty::Bf16, true) if !quiet => {
+            let h = e.b.op(format!("load <16 x i16>, ptr {p}, align 2"));
+            let w = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
+            e.b.op(format!("shl <16 x i32> {w}, {}", splat_const("i32", "16")))
+        }
         (Ty::F16, true) => {
             let h = e.b.op(format!("load <16 x half>, ptr {p}, align 2"));
             let f = e.b.op(format!("fpext <16 x half> {h} to <16 x float>"));
@@ -398,6 +462,15 @@ fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool) -> String {
         (Ty::F32, _) => e.b.op(format!("load <16 x i32>, ptr {p}, align 4")),
         _ => e.b.op(format!("load <16 x i32>, ptr {p}, align 2")),
     }
+}
+
+/// The f32 whose upper half is the bf16 bits `h` (an `i16`): its value, exactly, for every
+/// bf16 but a signaling NaN, which stays signaling (for a widened tile, whose only reader, a
+/// dot's `fma`, quiets it as it would the quiet NaN [`convert`] makes).
+fn widen_bits(e: &mut Emitter, h: &str) -> String {
+    let w = e.b.op(format!("zext i16 {h} to i32"));
+    let s = e.b.op(format!("shl i32 {w}, 16"));
+    e.b.op(format!("bitcast i32 {s} to float"))
 }
 
 /// A `<16 x ty>` constant with every lane `x`.
@@ -714,7 +787,7 @@ impl HostPhases {
         if !rows.is_multiple_of(16 * unit_rows) || !cols.is_multiple_of(16) {
             return false;
         }
-        let (src, widen) = (w.elem, layout == Layout::RowMajor);
+        let (src, widen, widened) = (w.elem, layout == Layout::RowMajor, tile.widened);
         let tile_ptr = tile.ptr.clone();
         let tile_ty = lty(elem);
         self.sequential_loop(e, cols / 16, |h, e, cb| {
@@ -742,7 +815,7 @@ impl HostPhases {
                             e.b.op(format!("load <16 x i32>, ptr {p}, align 4"))
                         } else {
                             let p = line(e, j);
-                            load_units(e, &p, src, widen)
+                            load_units(e, &p, src, widen, !widened)
                         }
                     })
                     .collect();
@@ -883,6 +956,10 @@ impl HostPhases {
             if store {
                 let v = h.read_raw(e, t, r, c);
                 e.window_write(w, r, c, &v, tile_elem);
+            } else if h.tiles[t].widened && w.elem == Ty::Bf16 {
+                let bits = e.window_read(w, r, c, Ty::Bf16);
+                let v = widen_bits(e, &bits);
+                h.write_raw(e, t, r, c, &v);
             } else {
                 let v = e.window_read(w, r, c, tile_elem);
                 h.write_raw(e, t, r, c, &v);
@@ -1153,7 +1230,7 @@ impl HostPhases {
                             e.b.op(format!("load <16 x float>, ptr {p}, align 64"))
                         }
                         (Micro::Fma, elem) => {
-                            let bits = load_units(e, &p, elem, true);
+                            let bits = load_units(e, &p, elem, true, true);
                             e.b.op(format!("bitcast <16 x i32> {bits} to <16 x float>"))
                         }
                     }

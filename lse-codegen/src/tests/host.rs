@@ -1130,6 +1130,150 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
     }
 }
 
+/// bf16 and f16 dot operands ([`kernels::TILE_HALF_DOT_SRC`]) with zeros, subnormals,
+/// infinities and NaNs (a signaling bf16 NaN among them), whole and ragged windows: on the
+/// levels with FMA the host stores them widened to f32 (their loads widen, the dots read f32),
+/// and every level agrees with the reference: bit for bit where no matrix instruction runs
+/// the bf16 dot, within `k 2^-24 sum |a_j b_j|` of an f64 product of the same operands where
+/// one does (`vdpbf16ps`, AMX), and NaN or infinite exactly where the reference is.
+#[test]
+fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile::{self, Window};
+    let k = kernels::from_source(kernels::TILE_HALF_DOT_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    let allocas = |cpu: &str, ty: &str| {
+        host_llvm_text(&w, cpu)
+            .matches(&format!("[1024 x {ty}]"))
+            .count()
+    };
+    // The four operand tiles are f32 arrays on the FMA levels only.
+    assert_eq!(
+        allocas("x86-64-v3", "float"),
+        allocas("x86-64", "float") + 4
+    );
+    // Operands: finite values with a few specials in rows 3, 5, 6 and 7 of `x` and column 2
+    // of `w` (a product of an infinity and a zero, a NaN, a signaling bf16 NaN, subnormals).
+    let value = |i: usize, seed: u32| {
+        ((i as u32 ^ seed).wrapping_mul(2_654_435_761) >> 9) as f32 / 4_194_304.0 - 2.0
+    };
+    let mut xb: Vec<u16> = (0..32 * 64)
+        .map(|i| bf16::from_f32(value(i, 1)).to_bits())
+        .collect();
+    let mut wb: Vec<u16> = (0..32 * 64)
+        .map(|i| bf16::from_f32(value(i, 2)).to_bits())
+        .collect();
+    let mut xh: Vec<u16> = (0..32 * 64)
+        .map(|i| f16::from_f32(value(i, 3)).to_bits())
+        .collect();
+    let mut wh: Vec<u16> = (0..64 * 32)
+        .map(|i| f16::from_f32(value(i, 4)).to_bits())
+        .collect();
+    xb[3 * 64 + 5] = 0x7f81; // a signaling NaN
+    xb[5 * 64 + 40] = bf16::INFINITY.to_bits();
+    wb[2 * 64 + 40] = 0; // times the infinity: NaN in y[5][2]
+    wb[2 * 64 + 7] = bf16::from_f32(-3e-39).to_bits();
+    xh[6 * 64 + 9] = f16::NEG_INFINITY.to_bits();
+    xh[7 * 64 + 11] = f16::from_f32(6e-8).to_bits();
+    wh[20 * 32 + 2] = f16::NAN.to_bits();
+    for (m, n) in [(32u32, 32u32), (7, 19)] {
+        let mut acc = vec![0f32; 1024];
+        let mut bound = vec![(0f64, 0f64); 1024];
+        for k0 in [0u32, 32] {
+            let window = |offset, stride, rows, cols, transposed| Window {
+                offset,
+                stride,
+                rows,
+                cols,
+                transposed,
+                quads: false,
+            };
+            let (mut a, mut b) = (vec![0f32; 1024], vec![0f32; 1024]);
+            let bf = |v: &[u16], i: u32| bf16::from_bits(v[i as usize]).to_f32();
+            let hf = |v: &[u16], i: u32| f16::from_bits(v[i as usize]).to_f32();
+            tile::load(
+                &mut a,
+                32,
+                window(k0, 64, m, 32, false),
+                |i| bf(&xb, i),
+                |v| v,
+            );
+            tile::load(
+                &mut b,
+                32,
+                window(k0, 64, 32, n, true),
+                |i| bf(&wb, i),
+                |v| v,
+            );
+            tile::dot(&mut acc, &a, &b, 32, 32);
+            let (mut c, mut d) = (vec![0f32; 1024], vec![0f32; 1024]);
+            tile::load(
+                &mut c,
+                32,
+                window(k0, 64, m, 32, false),
+                |i| hf(&xh, i),
+                |v| v,
+            );
+            tile::load(
+                &mut d,
+                32,
+                window(k0 * 32, 32, 32, n, false),
+                |i| hf(&wh, i),
+                |v| v,
+            );
+            tile::dot(&mut acc, &c, &d, 32, 32);
+            for (i, (exact, abs)) in bound.iter_mut().enumerate() {
+                for kk in 0..32 {
+                    for (p, q) in [(&a, &b), (&c, &d)] {
+                        let prod = p[i / 32 * 32 + kk] as f64 * q[kk * 32 + i % 32] as f64;
+                        *exact += prod;
+                        *abs += prod.abs();
+                    }
+                }
+            }
+        }
+        let mut want = vec![0f32; (m * 32) as usize];
+        let store_at = Window {
+            offset: 0,
+            stride: 32,
+            rows: m,
+            cols: n,
+            transposed: false,
+            quads: false,
+        };
+        tile::store(&acc, 32, store_at, |i, v| want[i as usize] = v);
+        assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| v.is_infinite()));
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut xb, mut wb, mut xh, mut wh) = (xb.clone(), wb.clone(), xh.clone(), wh.clone());
+            let mut y = vec![0f32; (m * 32) as usize];
+            let bufs = [
+                raw(&mut xb),
+                raw(&mut wb),
+                raw(&mut xh),
+                raw(&mut wh),
+                raw(&mut y),
+            ];
+            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
+            let matrix = cpu.ends_with("-bf16") || cpu.ends_with("-amx");
+            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
+                let at = format!("{cpu} m={m} n={n} y[{i}]: {got} vs {want}");
+                if !want.is_finite() {
+                    assert_eq!(got.is_nan(), want.is_nan(), "{at}");
+                    assert!(want.is_nan() || got == want, "{at}");
+                } else if !matrix {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{at}");
+                } else {
+                    let (exact, abs) = bound[i];
+                    let tol = 64.0 * 2f64.powi(-24) * abs;
+                    assert!((*got as f64 - exact).abs() <= tol, "{at}, exact {exact}");
+                }
+            }
+        }
+    }
+}
+
 /// Windows on a shared array are never prefetched (it is in the cache already), even in a
 /// loop whose next offset is safe to compute; the loads still copy the right rows.
 #[test]

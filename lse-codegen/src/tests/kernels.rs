@@ -667,6 +667,29 @@ fn tile_shared_bf16(q: &[u32], x: &[f32], y: &mut [f32], scale: f32, m: u32, n: 
 }
 "#;
 
+/// bf16 and f16 dot operands loaded from buffers of their own types, untransposed and
+/// transposed, whole or ragged (`m` rows of `y`, `n` columns): `y = xb wbᵀ + xh wh` over
+/// K = 64 in two steps of 32, `xb` and `xh` `[m, 64]`, `wb` `[n, 64]`, `wh` `[64, 32]`.
+pub const TILE_HALF_DOT_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_half_dot", version = 1, workgroup = 32)]
+fn tile_half_dot(xb: &[bf16], wb: &[bf16], xh: &[f16], wh: &[f16], y: &mut [f32], m: u32, n: u32) {
+    let a = tile::<bf16, 32, 32>();
+    let b = tile::<bf16, 32, 32>();
+    let c = tile::<f16, 32, 32>();
+    let d = tile::<f16, 32, 32>();
+    let acc = tile::<f32, 32, 32>();
+    for k0 in (0u32..64u32).step_by(32) {
+        tile_load(a, xb, k0, 64, m, 32);
+        tile_load_t(b, wb, k0, 64, 32, n);
+        tile_dot(acc, a, b);
+        tile_load(c, xh, k0, 64, m, 32);
+        tile_load(d, wh, k0 * 32, 32, 32, n);
+        tile_dot(acc, c, d);
+    }
+    tile_store(acc, y, 0, 32, m, n);
+}
+"#;
+
 /// Tile loads from a shared array in a loop, at offsets that depend on the loop variable:
 /// nothing to prefetch (`y` row `i` is `x` from element `16 * i`).
 pub const TILE_SHARED_LOOP_SRC: &str = r#"
