@@ -4,7 +4,9 @@ comparison in the same session: `y = x @ w.T` with x [M, K] and w [N, K] in bf16
 the best of at least 3 runs, more while they take under a second (as the bench does). Two
 figures per shape: bf16 in and out (`torch.matmul` alone), and f32 in and out as LSE's
 GEMM takes them (x rounded to bf16 and y widened to f32 inside the timed call, as LSE's
-figure includes rounding and transposing x). Run it from a virtual environment outside the
+figure includes rounding and transposing x). A third figure multiplies f32 `x` by the weight
+widened to f32 (an SGEMM: what PyTorch runs on a CPU without bf16 matrix instructions, where
+its bf16 matmul is far slower). Run it from a virtual environment outside the
 repository that has torch, with the same thread count as the bench:
 
     /path/to/venv/bin/python scripts/bench-torch-gemm.py --threads 2
@@ -36,15 +38,24 @@ def main() -> int:
         return 1
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'shape':<30} {'M':>6} {'N':>7} {'K':>5}  {'bf16 -> bf16':>12} {'f32 -> f32':>12}")
+    print(
+        f"{'shape':<30} {'M':>6} {'N':>7} {'K':>5}  {'bf16 -> bf16':>12} {'f32 -> f32':>12}"
+        f" {'f32 weights':>12}"
+    )
     for name, m, n, k in SHAPES:
         x32 = torch.rand(m, k) * 2 - 1
         x = x32.to(torch.bfloat16)
         w = ((torch.rand(n, k) * 2 - 1) * 0.05).to(torch.bfloat16)
         bf16 = best_time(lambda: torch.matmul(x, w.t()))
         f32 = best_time(lambda: torch.matmul(x32.to(torch.bfloat16), w.t()).float())
+        w32 = w.float()
+        sgemm = best_time(lambda: torch.matmul(x32, w32.t()))
+        del w32
         flop = 2 * m * n * k / 1e9
-        print(f"{name:<30} {m:>6} {n:>7} {k:>5}  {flop / bf16:12.1f} {flop / f32:12.1f}  GFLOP/s")
+        print(
+            f"{name:<30} {m:>6} {n:>7} {k:>5}  {flop / bf16:12.1f} {flop / f32:12.1f}"
+            f" {flop / sgemm:12.1f}  GFLOP/s"
+        )
     return 0
 
 
