@@ -1051,6 +1051,60 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
     }
 }
 
+/// Adds to each `(exact, abs)` of a 32 x 32 block the f64 sum and absolute sum of its
+/// products `a[i][kk] b[kk][j]` over 32 `kk` (32 x 32 row-major tiles).
+fn add_products(bound: &mut [(f64, f64)], a: &[f32], b: &[f32]) {
+    for (i, (exact, abs)) in bound.iter_mut().enumerate() {
+        for kk in 0..32 {
+            let p = a[i / 32 * 32 + kk] as f64 * b[kk * 32 + i % 32] as f64;
+            *exact += p;
+            *abs += p.abs();
+        }
+    }
+}
+
+/// The first `m` rows and `n` columns of the 32-column tile `acc` as stored to a 32-column
+/// `y` (its other elements 0).
+fn stored_block(acc: &[f32], m: u32, n: u32) -> Vec<f32> {
+    use lse_dsl::rt::tile::{self, Window};
+    let mut y = vec![0f32; (m * 32) as usize];
+    let at = Window {
+        offset: 0,
+        stride: 32,
+        rows: m,
+        cols: n,
+        transposed: false,
+        quads: false,
+    };
+    tile::store(acc, 32, at, |i, v| y[i as usize] = v);
+    y
+}
+
+/// Checks a float `tile_dot` result `y` of level `cpu` against the reference `want`: bit for
+/// bit on the levels without a bf16 matrix instruction, and everywhere within
+/// `64 2^-24 sum |a_j b_j|` of the f64 product `bound` (`(exact, abs)` per element); a NaN
+/// or an infinity in `want` must be in `y` too.
+fn assert_dot_matches(cpu: &str, case: &str, y: &[f32], want: &[f32], bound: &[(f64, f64)]) {
+    let matrix = cpu.ends_with("-bf16") || cpu.ends_with("-amx");
+    for (i, (got, want)) in y.iter().zip(want).enumerate() {
+        let at = format!("{cpu} {case} y[{i}]: {got} vs {want}");
+        if !want.is_finite() {
+            assert_eq!(got.is_nan(), want.is_nan(), "{at}");
+            assert!(want.is_nan() || got == want, "{at}");
+            continue;
+        }
+        // Outside the stored block `bound` may hold a NaN operand's products; `y` is 0 there.
+        let (exact, abs) = bound[i];
+        if !matrix || !exact.is_finite() {
+            assert_eq!(got.to_bits(), want.to_bits(), "{at}");
+        }
+        if exact.is_finite() {
+            let tol = 64.0 * 2f64.powi(-24) * abs;
+            assert!((*got as f64 - exact).abs() <= tol, "{at}, exact {exact}");
+        }
+    }
+}
+
 /// A dequantising bf16 GEMM block through a shared array ([`kernels::TILE_SHARED_BF16_SRC`]),
 /// whole and ragged: bit for bit the reference order on the levels without a matrix
 /// instruction for it, and within the bound `k 2^-24 sum |a_j b_j|` of an f64 product of the
@@ -1089,24 +1143,9 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
             };
             tile::load(&mut b, 32, at_b, |i| wq[i as usize], round);
             tile::dot(&mut acc, &a, &b, 32, 32);
-            for (i, (exact, abs)) in bound.iter_mut().enumerate() {
-                for kk in 0..32 {
-                    let p = a[i / 32 * 32 + kk] as f64 * b[kk * 32 + i % 32] as f64;
-                    *exact += p;
-                    *abs += p.abs();
-                }
-            }
+            add_products(&mut bound, &a, &b);
         }
-        let mut want = vec![0f32; (m * 32) as usize];
-        let store_at = Window {
-            offset: 0,
-            stride: 32,
-            rows: m,
-            cols: n,
-            transposed: false,
-            quads: false,
-        };
-        tile::store(&acc, 32, store_at, |i, v| want[i as usize] = v);
+        let want = stored_block(&acc, m, n);
         for cpu in HOST_CPUS {
             let (Some(lib), _) = load(&k, cpu) else {
                 continue;
@@ -1116,16 +1155,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
             let bufs = [raw(&mut qs), raw(&mut xs), raw(&mut y)];
             let scalars = [scale.to_bits() as u64, u64::from(m), u64::from(n)];
             run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
-            let matrix = cpu.ends_with("-bf16") || cpu.ends_with("-amx");
-            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
-                let at = format!("{cpu} m={m} n={n} y[{i}]: {got} vs {want}");
-                if !matrix {
-                    assert_eq!(got.to_bits(), want.to_bits(), "{at}");
-                }
-                let (exact, abs) = bound[i];
-                let tol = 64.0 * 2f64.powi(-24) * abs;
-                assert!((*got as f64 - exact).abs() <= tol, "{at}, exact {exact}");
-            }
+            assert_dot_matches(cpu, &format!("m={m} n={n}"), &y, &want, &bound);
         }
     }
 }
@@ -1152,22 +1182,21 @@ fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
         allocas("x86-64", "float") + 4
     );
     // Operands: finite values with a few specials in rows 3, 5, 6 and 7 of `x` and column 2
-    // of `w` (a product of an infinity and a zero, a NaN, a signaling bf16 NaN, subnormals).
-    let value = |i: usize, seed: u32| {
-        ((i as u32 ^ seed).wrapping_mul(2_654_435_761) >> 9) as f32 / 4_194_304.0 - 2.0
+    // of `w` (a product of an infinity and a zero, a NaN, a signaling bf16 NaN, subnormals);
+    // the finite ones in [-2, 2), from a seeded hash.
+    let values = |seed: u32, bits: fn(f32) -> u16| -> Vec<u16> {
+        (0..2048u32)
+            .map(|i| bits(((i ^ seed).wrapping_mul(2_654_435_761) >> 9) as f32 / 4_194_304.0 - 2.0))
+            .collect()
     };
-    let mut xb: Vec<u16> = (0..32 * 64)
-        .map(|i| bf16::from_f32(value(i, 1)).to_bits())
-        .collect();
-    let mut wb: Vec<u16> = (0..32 * 64)
-        .map(|i| bf16::from_f32(value(i, 2)).to_bits())
-        .collect();
-    let mut xh: Vec<u16> = (0..32 * 64)
-        .map(|i| f16::from_f32(value(i, 3)).to_bits())
-        .collect();
-    let mut wh: Vec<u16> = (0..64 * 32)
-        .map(|i| f16::from_f32(value(i, 4)).to_bits())
-        .collect();
+    let to_bf16: fn(f32) -> u16 = |v| bf16::from_f32(v).to_bits();
+    let to_f16: fn(f32) -> u16 = |v| f16::from_f32(v).to_bits();
+    let (mut xb, mut wb, mut xh, mut wh) = (
+        values(1, to_bf16),
+        values(2, to_bf16),
+        values(3, to_f16),
+        values(4, to_f16),
+    );
     xb[3 * 64 + 5] = 0x7f81; // a signaling NaN
     xb[5 * 64 + 40] = bf16::INFINITY.to_bits();
     wb[2 * 64 + 40] = 0; // times the infinity: NaN in y[5][2]
@@ -1187,60 +1216,23 @@ fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
                 transposed,
                 quads: false,
             };
-            let (mut a, mut b) = (vec![0f32; 1024], vec![0f32; 1024]);
             let bf = |v: &[u16], i: u32| bf16::from_bits(v[i as usize]).to_f32();
             let hf = |v: &[u16], i: u32| f16::from_bits(v[i as usize]).to_f32();
-            tile::load(
-                &mut a,
-                32,
-                window(k0, 64, m, 32, false),
-                |i| bf(&xb, i),
-                |v| v,
-            );
-            tile::load(
-                &mut b,
-                32,
-                window(k0, 64, 32, n, true),
-                |i| bf(&wb, i),
-                |v| v,
-            );
+            let loaded = |at: Window, read: &dyn Fn(u32) -> f32| {
+                let mut t = vec![0f32; 1024];
+                tile::load(&mut t, 32, at, read, |v| v);
+                t
+            };
+            let a = loaded(window(k0, 64, m, 32, false), &|i| bf(&xb, i));
+            let b = loaded(window(k0, 64, 32, n, true), &|i| bf(&wb, i));
+            let c = loaded(window(k0, 64, m, 32, false), &|i| hf(&xh, i));
+            let d = loaded(window(k0 * 32, 32, 32, n, false), &|i| hf(&wh, i));
             tile::dot(&mut acc, &a, &b, 32, 32);
-            let (mut c, mut d) = (vec![0f32; 1024], vec![0f32; 1024]);
-            tile::load(
-                &mut c,
-                32,
-                window(k0, 64, m, 32, false),
-                |i| hf(&xh, i),
-                |v| v,
-            );
-            tile::load(
-                &mut d,
-                32,
-                window(k0 * 32, 32, 32, n, false),
-                |i| hf(&wh, i),
-                |v| v,
-            );
             tile::dot(&mut acc, &c, &d, 32, 32);
-            for (i, (exact, abs)) in bound.iter_mut().enumerate() {
-                for kk in 0..32 {
-                    for (p, q) in [(&a, &b), (&c, &d)] {
-                        let prod = p[i / 32 * 32 + kk] as f64 * q[kk * 32 + i % 32] as f64;
-                        *exact += prod;
-                        *abs += prod.abs();
-                    }
-                }
-            }
+            add_products(&mut bound, &a, &b);
+            add_products(&mut bound, &c, &d);
         }
-        let mut want = vec![0f32; (m * 32) as usize];
-        let store_at = Window {
-            offset: 0,
-            stride: 32,
-            rows: m,
-            cols: n,
-            transposed: false,
-            quads: false,
-        };
-        tile::store(&acc, 32, store_at, |i, v| want[i as usize] = v);
+        let want = stored_block(&acc, m, n);
         assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| v.is_infinite()));
         for cpu in HOST_CPUS {
             let (Some(lib), _) = load(&k, cpu) else {
@@ -1256,20 +1248,7 @@ fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
                 raw(&mut y),
             ];
             run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
-            let matrix = cpu.ends_with("-bf16") || cpu.ends_with("-amx");
-            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
-                let at = format!("{cpu} m={m} n={n} y[{i}]: {got} vs {want}");
-                if !want.is_finite() {
-                    assert_eq!(got.is_nan(), want.is_nan(), "{at}");
-                    assert!(want.is_nan() || got == want, "{at}");
-                } else if !matrix {
-                    assert_eq!(got.to_bits(), want.to_bits(), "{at}");
-                } else {
-                    let (exact, abs) = bound[i];
-                    let tol = 64.0 * 2f64.powi(-24) * abs;
-                    assert!((*got as f64 - exact).abs() <= tol, "{at}, exact {exact}");
-                }
-            }
+            assert_dot_matches(cpu, &format!("m={m} n={n}"), &y, &want, &bound);
         }
     }
 }
