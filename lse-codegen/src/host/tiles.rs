@@ -49,10 +49,11 @@
 //!   4 x 64 block there spilled, and ran at a third of the speed). Its bf16 and f16 operand
 //!   tiles, when only dots read them and they load from buffers of their own type, are
 //!   stored widened to f32 (each element widened once per load, not once per register block
-//!   that reads it: the bf16 GEMM on AVX2 ran 2.8 to 4 times faster); other 16-bit operands
-//!   are widened as they are read. Every other `tile_dot` is `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n
-//!   innermost (vectorised). Both add the products in increasing k with one rounding each,
-//!   the generated Rust's order, so they agree with it bit for bit.
+//!   that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster); other 16-bit
+//!   operands are widened as they are read. Every other `tile_dot` is
+//!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
+//!   the products in increasing k with one rounding each, the generated Rust's order, so they
+//!   agree with it bit for bit.
 
 use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
