@@ -376,6 +376,9 @@ pub enum TileMem {
 /// outside that window read as 0 and are not written. All four are uniform `u32`
 /// expressions. A `quads` window (`tile_load_quads`, byte tiles only) holds four rows in each
 /// i32 word: `(r, c)` is byte `r % 4` (little-endian) of element `offset + (r / 4) * stride + c`.
+/// A `pairs` window (`tile_load_pairs`, `tile_store_pairs`, bf16 and f16 tiles on buffers of
+/// their type) interleaves each two rows in one memory row: `(r, c)` is element
+/// `offset + (r / 2) * stride + 2 * c + r % 2`, the operand layout of `vdpbf16ps`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TileWindow {
     pub mem: TileMem,
@@ -386,6 +389,8 @@ pub struct TileWindow {
     pub transposed: bool,
     #[serde(default)]
     pub quads: bool,
+    #[serde(default)]
+    pub pairs: bool,
 }
 
 impl TileWindow {

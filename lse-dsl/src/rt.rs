@@ -362,7 +362,8 @@ pub mod access {
 pub mod tile {
     /// Where a load or store goes: element `(r, c)` is buffer element
     /// `offset + r * stride + c` (`offset + c * stride + r` when `transposed`), for `r < rows`,
-    /// `c < cols`; in a `quads` window, byte `r % 4` of element `offset + (r / 4) * stride + c`.
+    /// `c < cols`; in a `quads` window, byte `r % 4` of element `offset + (r / 4) * stride + c`;
+    /// in a `pairs` window, element `offset + (r / 2) * stride + 2 * c + r % 2`.
     #[derive(Clone, Copy, Debug)]
     pub struct Window {
         pub offset: u32,
@@ -371,6 +372,7 @@ pub mod tile {
         pub cols: u32,
         pub transposed: bool,
         pub quads: bool,
+        pub pairs: bool,
     }
 
     impl Window {
@@ -380,10 +382,11 @@ pub mod tile {
             if r >= self.rows || c >= self.cols {
                 return None;
             }
-            let (major, minor) = match (self.transposed, self.quads) {
-                (true, _) => (c, r),
-                (false, true) => (r / 4, c),
-                (false, false) => (r, c),
+            let (major, minor) = match (self.transposed, self.quads, self.pairs) {
+                (true, _, _) => (c, r),
+                (false, true, _) => (r / 4, c),
+                (false, false, true) => (r / 2, 2 * c + r % 2),
+                (false, false, false) => (r, c),
             };
             Some(self.offset + major * self.stride + minor)
         }

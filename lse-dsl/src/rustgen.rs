@@ -630,7 +630,7 @@ impl Gen<'_> {
     /// A tile window as an `lse_dsl::rt::tile::Window` value (fields evaluated as item 0).
     fn window(&self, w: &TileWindow) -> TokenStream {
         let [offset, stride, rows, cols] = w.exprs().map(|e| self.uniform_expr(e));
-        let (transposed, quads) = (w.transposed, w.quads);
+        let (transposed, quads, pairs) = (w.transposed, w.quads, w.pairs);
         quote!(::lse_dsl::rt::tile::Window {
             offset: #offset,
             stride: #stride,
@@ -638,6 +638,7 @@ impl Gen<'_> {
             cols: #cols,
             transposed: #transposed,
             quads: #quads,
+            pairs: #pairs,
         })
     }
 

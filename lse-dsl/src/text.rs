@@ -226,15 +226,20 @@ impl Printer<'_> {
         match op {
             TileOp::Zero { dst } => format!("tile_zero({});", self.tile(*dst)),
             TileOp::Load { dst, from } => {
-                let t = match (from.transposed, from.quads) {
-                    (true, _) => "_t",
-                    (_, true) => "_quads",
+                let t = match (from.transposed, from.quads, from.pairs) {
+                    (true, _, _) => "_t",
+                    (_, true, _) => "_quads",
+                    (_, _, true) => "_pairs",
                     _ => "",
                 };
                 format!("tile_load{t}({}, {});", self.tile(*dst), window(from))
             }
             TileOp::Store { src, to } => {
-                let t = if to.transposed { "_t" } else { "" };
+                let t = match (to.transposed, to.pairs) {
+                    (true, _) => "_t",
+                    (_, true) => "_pairs",
+                    _ => "",
+                };
                 format!("tile_store{t}({}, {});", self.tile(*src), window(to))
             }
             TileOp::Dot { acc, a, b, scale } => {

@@ -26,6 +26,9 @@ pub(crate) struct WindowVals {
     pub transposed: bool,
     /// Four rows per i32 element, row `r` in byte `r % 4` ([`lse_dsl::ir::TileWindow::quads`]).
     pub quads: bool,
+    /// Two rows per memory row, row `r` at element `2 c + r % 2` of memory row `r / 2`
+    /// ([`lse_dsl::ir::TileWindow::pairs`]).
+    pub pairs: bool,
 }
 
 impl WindowVals {
@@ -85,6 +88,7 @@ impl Emitter<'_> {
             cols,
             transposed: w.transposed,
             quads: w.quads,
+            pairs: w.pairs,
         })
     }
 
@@ -128,17 +132,25 @@ impl Emitter<'_> {
     }
 
     /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, `(c, r)` for a
-    /// transposed window or `(r / 4, c)` for a quads window; no wrap-around (an index that
+    /// transposed window, `(r / 4, c)` for a quads window or `(r / 2, 2 c + r % 2)` for a pairs
+    /// window; no wrap-around (an index that
     /// would wrap is out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
-        let four;
-        let (major, minor) = match (w.transposed, w.quads) {
-            (true, _) => (c, r),
-            (false, true) => {
+        let (four, two, lane);
+        let (major, minor) = match (w.transposed, w.quads, w.pairs) {
+            (true, _, _) => (c, r),
+            (false, true, _) => {
                 four = self.b.op(format!("lshr i32 {r}, 2"));
                 (four.as_str(), c)
             }
-            (false, false) => (r, c),
+            (false, false, true) => {
+                two = self.b.op(format!("lshr i32 {r}, 1"));
+                let half = self.b.op(format!("and i32 {r}, 1"));
+                let col = self.b.op(format!("shl nuw i32 {c}, 1"));
+                lane = self.b.op(format!("or disjoint i32 {col}, {half}"));
+                (two.as_str(), lane.as_str())
+            }
+            (false, false, false) => (r, c),
         };
         let scaled = self.b.op(format!("mul nuw i32 {major}, {}", w.stride));
         let base = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
@@ -152,8 +164,8 @@ impl Emitter<'_> {
         ))
     }
 
-    /// The address `byte` bytes past the start of buffer line `line` of the window (a row,
-    /// or a column of a transposed window), with no promise that it lies in the buffer: for
+    /// The address `byte` bytes past the start of buffer line `line` of the window (a row, a
+    /// column of a transposed window, two rows of a pairs window), with no promise that it lies in the buffer: for
     /// prefetches, which may point past its end. Computed in 64 bits, so it cannot wrap.
     pub fn window_line_addr(&mut self, w: &WindowVals, line: &str, byte: u32) -> String {
         let off = self.b.op(format!("zext i32 {} to i64", w.offset));

@@ -18,6 +18,11 @@
 //!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
 //!   zero-padded, as for any tile, and the view points at the copy. A tile loaded from a
 //!   shared array is always copied (the work-items may write the array after the load).
+//!   Except on the AMX level, a pair-layout `b` operand (below) loaded only from pairs
+//!   windows (`tile_load_pairs`) of such buffers is read in place the same way: a pairs
+//!   window's memory rows are the layout's rows. A whole pairs window loaded into any other
+//!   16-bit tile (or one widened to f32), or stored from one, moves two rows per vector load
+//!   or store.
 //! - A load of a whole buffer window inside a uniform loop also prefetches, into L2, the window it
 //!   will load at the loop's next step (its offset evaluated with the loop variable advanced,
 //!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
@@ -26,7 +31,7 @@
 //!   of the next row of blocks.
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
-//!   directly, and then:
+//!   directly (or reads in place, from a pairs window), and then:
 //!   - on `x86-64-v4-amx`, when the shapes are multiples of 16 x 16 x 32, runs on AMX: 16 x 16
 //!     f32 accumulator tiles, 2 x 2 of them at a time with their A and B tiles (all 8 tile
 //!     registers), `tdpbf16ps` over every 32-wide K step, fully unrolled so every `x86_amx`
@@ -90,7 +95,8 @@ pub(super) struct HostTile {
     widened: bool,
 }
 
-/// A row-major tile read where its elements are: a load of a whole window points the view
+/// A tile read where its elements are (a row-major `a` operand, or a pair-layout `b` one with
+/// its pair rows as rows): a load of a whole window points the view
 /// at the window (no copy); a load of a partial window copies it, zero-padded, into the
 /// tile's stack array and points the view there. The two slots are stack variables that
 /// LLVM promotes to registers.
@@ -138,7 +144,7 @@ pub(super) fn allocate(
     e: &mut Emitter,
     k: &Kernel,
     pair_dot: impl Fn(Ty) -> Option<Micro>,
-    fma: bool,
+    (fma, pair_views): (bool, bool),
 ) -> Vec<HostTile> {
     let mut packed = vec![Layout::RowMajor; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
@@ -152,7 +158,7 @@ pub(super) fn allocate(
         _ => {}
     });
     let widened = widened(k, &packed, fma);
-    let views = viewable(k);
+    let views = viewable(k, &packed, pair_views);
     let unwritten = read_before_written(k);
     k.tiles
         .iter()
@@ -251,30 +257,37 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
     operand.iter().zip(other).map(|(o, x)| *o && !x).collect()
 }
 
-/// Which tiles may be read in place ([`View`]): those used only as the `a` operand of dots
-/// (with other `acc` and `b` tiles) and loaded only from untransposed windows of read-only
-/// buffers of the tile's own element type, so a whole window's elements are the tile's,
-/// unchanged for as long as the tile holds them. A tile loaded from a shared array never is:
-/// the work-items may write the array after the load.
-fn viewable(k: &Kernel) -> Vec<bool> {
+/// Which tiles may be read in place ([`View`]), unchanged for as long as they hold a window:
+/// those loaded only from read-only buffers of the tile's own element type (never a shared
+/// array: the work-items may write it between two loads) and used only as dot operands of
+/// one kind. A row-major `a` operand loads from plain windows (not transposed, not pairs),
+/// whose whole rows are the tile's; with `pair_views`, a [`Layout::Pairs`] `b` operand loads
+/// from pairs windows, whose memory rows are the tile's pair rows.
+fn viewable(k: &Kernel, packed: &[Layout], pair_views: bool) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
-            // Never a shared array: the work-items may write it between two loads.
-            let in_place = matches!(
+            let own_read_only = matches!(
                 from.buffer().and_then(|p| k.params.get(p as usize)),
                 Some(Param::Buffer { elem, access: Access::Read, .. })
                     if *elem == k.tiles[*dst as usize].elem
             );
-            if from.transposed || !in_place {
+            let rows_match = match packed[*dst as usize] {
+                Layout::RowMajor => !from.transposed && !from.pairs && !from.quads,
+                Layout::Pairs => pair_views && from.pairs,
+                Layout::Quads => false,
+            };
+            if !own_read_only || !rows_match {
                 other[*dst as usize] = true;
             }
         }
         TileOp::Dot { acc, a, b, scale } => {
             dotted[*a as usize] = true;
+            other[*a as usize] |= packed[*a as usize] != Layout::RowMajor;
+            dotted[*b as usize] = true;
+            other[*b as usize] |= packed[*b as usize] != Layout::Pairs;
             other[*acc as usize] = true;
-            other[*b as usize] = true;
             if let Some(s) = scale {
                 other[*s as usize] = true;
             }
@@ -665,9 +678,13 @@ impl HostPhases {
             if whole && w.transposed && self.transposed_blocks(e, t, w, store) {
                 return;
             }
+            if whole && w.pairs && self.pair_window_rows(e, t, w, store) {
+                return;
+            }
             if whole
                 && !store
                 && !w.transposed
+                && !w.pairs
                 && (self.paired_rows(e, t, w) || self.quad_rows(e, t, w))
             {
                 return;
@@ -701,20 +718,26 @@ impl HostPhases {
         let (base, stride) = if in_place {
             (e.window_elem_ptr(w, "0", "0"), w.stride.clone())
         } else {
-            (tile.ptr.clone(), tile.decl.cols.to_string())
+            let row = match tile.layout {
+                Layout::Pairs => 2 * tile.decl.cols,
+                _ => tile.decl.cols,
+            };
+            (tile.ptr.clone(), row.to_string())
         };
         e.b.ins(format!("store ptr {base}, ptr {}", view.base));
         e.b.ins(format!("store i32 {stride}, ptr {}", view.stride));
         in_place
     }
 
-    /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, or
-    /// a column of a transposed window) from its first byte to its last, 64 bytes at a time.
+    /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, a
+    /// column of a transposed window, two rows of a pairs window) from its first byte to its last, 64 bytes at a time.
     /// A prefetch past the buffer's end does nothing.
     fn prefetch_window(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
         let (lines, along) = if w.transposed {
             (cols, rows)
+        } else if w.pairs {
+            (rows.div_ceil(2), 2 * cols)
         } else {
             (rows, cols)
         };
@@ -879,6 +902,102 @@ impl HostPhases {
         true
     }
 
+    /// A whole pairs window of a 16-bit buffer loaded into (or, with `store`, stored from) tile
+    /// `t`, one memory row (two tile rows) at a time, 16 columns per step: into a
+    /// [`Layout::Pairs`] tile, whose rows are the memory's, a plain vector copy; into a
+    /// row-major 16-bit tile (or one [`widened`] to f32) one load split into the two rows; from
+    /// a row-major 16-bit tile the two rows' loads interleaved into one store. Returns false,
+    /// emitting nothing, for other tiles and shapes.
+    fn pair_window_rows(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, store: bool) -> bool {
+        let tile = &self.tiles[t];
+        let (rows, cols, elem, layout, widened) = (
+            tile.decl.rows,
+            tile.decl.cols,
+            tile.decl.elem,
+            tile.layout,
+            tile.widened,
+        );
+        let half = matches!(w.elem, Ty::Bf16 | Ty::F16);
+        let fits = match (store, layout) {
+            (_, Layout::Quads) => false,
+            (true, Layout::Pairs) => false,
+            (_, Layout::Pairs) => elem == w.elem,
+            (true, Layout::RowMajor) => elem == w.elem,
+            (false, Layout::RowMajor) => elem == w.elem || widened,
+        };
+        if !half || !fits || !rows.is_multiple_of(2) || !cols.is_multiple_of(16) {
+            return false;
+        }
+        let tile_ptr = tile.ptr.clone();
+        let lanes = |f: &dyn Fn(u32) -> u32, n: u32| -> String {
+            let v: Vec<String> = (0..n).map(|i| format!("i32 {}", f(i))).collect();
+            v.join(", ")
+        };
+        let interleave = lanes(&|i| if i % 2 == 0 { i / 2 } else { 16 + i / 2 }, 32);
+        let halves = [lanes(&|i| 2 * i, 16), lanes(&|i| 2 * i + 1, 16)];
+        let src = w.elem;
+        self.sequential_loop(e, rows / 2, |_, e, p| {
+            let r0 = e.b.op(format!("shl nuw i32 {p}, 1"));
+            let r1 = e.b.op(format!("or disjoint i32 {r0}, 1"));
+            for c0 in (0..cols).step_by(16) {
+                // Tile row 2p's element c0 and the memory row's pair at column c0.
+                let q = e.window_elem_ptr(w, &r0, &c0.to_string());
+                if layout == Layout::Pairs {
+                    let v = e.b.op(format!("load <32 x i16>, ptr {q}, align 2"));
+                    let row = e.b.op(format!("mul nuw i32 {p}, {}", 2 * cols));
+                    let ix = e.b.op(format!("add nuw i32 {row}, {}", 2 * c0));
+                    let d = at(e, "i16", &tile_ptr, &ix);
+                    e.b.ins(format!("store <32 x i16> {v}, ptr {d}, align 4"));
+                    continue;
+                }
+                let row_ptr = |e: &mut Emitter, r: &str, ty: &str| {
+                    let row = e.b.op(format!("mul nuw i32 {r}, {cols}"));
+                    let ix = e.b.op(format!("add nuw i32 {row}, {c0}"));
+                    at(e, ty, &tile_ptr, &ix)
+                };
+                if store {
+                    let [a, b] = [&r0, &r1].map(|r| {
+                        let d = row_ptr(e, r, "i16");
+                        e.b.op(format!("load <16 x i16>, ptr {d}, align 2"))
+                    });
+                    let v = e.b.op(format!(
+                        "shufflevector <16 x i16> {a}, <16 x i16> {b}, <32 x i32> <{interleave}>"
+                    ));
+                    e.b.ins(format!("store <32 x i16> {v}, ptr {q}, align 2"));
+                    continue;
+                }
+                let v = e.b.op(format!("load <32 x i16>, ptr {q}, align 2"));
+                for (r, lane) in [&r0, &r1].into_iter().zip(&halves) {
+                    let h = e.b.op(format!(
+                        "shufflevector <32 x i16> {v}, <32 x i16> poison, <16 x i32> <{lane}>"
+                    ));
+                    if widened {
+                        let f = match src {
+                            Ty::Bf16 => {
+                                let wide = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
+                                e.b.op(format!(
+                                    "shl <16 x i32> {wide}, {}",
+                                    splat_const("i32", "16")
+                                ))
+                            }
+                            _ => {
+                                let x = e.b.op(format!("bitcast <16 x i16> {h} to <16 x half>"));
+                                let f = e.b.op(format!("fpext <16 x half> {x} to <16 x float>"));
+                                e.b.op(format!("bitcast <16 x float> {f} to <16 x i32>"))
+                            }
+                        };
+                        let d = row_ptr(e, r, "float");
+                        e.b.ins(format!("store <16 x i32> {f}, ptr {d}, align 4"));
+                    } else {
+                        let d = row_ptr(e, r, "i16");
+                        e.b.ins(format!("store <16 x i16> {h}, ptr {d}, align 2"));
+                    }
+                }
+            }
+        });
+        true
+    }
+
     /// A whole untransposed window of i32 memory loaded into the [`Layout::Quads`] byte tile
     /// `t`, per four rows and 16 columns: from a quads window, whose words are the tile's, one
     /// vector copy; from one value per word, four vector loads narrowed to bytes and one
@@ -987,8 +1106,17 @@ impl HostPhases {
         if let Some(view) = &tile.view {
             let base = e.b.op(format!("load ptr, ptr {}", view.base));
             let stride = e.b.op(format!("load i32, ptr {}", view.stride));
-            let [r, c, stride] =
-                [r, c, stride.as_str()].map(|x| e.b.op(format!("zext i32 {x} to i64")));
+            let (r, c) = match tile.layout {
+                // Pair row r / 2, element 2 c + r % 2 of it.
+                Layout::Pairs => {
+                    let pair = e.b.op(format!("lshr i32 {r}, 1"));
+                    let odd = e.b.op(format!("and i32 {r}, 1"));
+                    let c2 = e.b.op(format!("shl nuw i32 {c}, 1"));
+                    (pair, e.b.op(format!("or disjoint i32 {c2}, {odd}")))
+                }
+                _ => (r.to_string(), c.to_string()),
+            };
+            let [r, c, stride] = [&r, &c, &stride].map(|x| e.b.op(format!("zext i32 {x} to i64")));
             let rs = e.b.op(format!("mul nuw i64 {r}, {stride}"));
             let ix = e.b.op(format!("add nuw i64 {rs}, {c}"));
             return e.b.op(format!(
@@ -1213,19 +1341,28 @@ impl HostPhases {
         }
         let per_lane = micro.per_lane();
         let a_elem = self.tiles[a].decl.elem;
+        // `b`'s base and distance between its rows of `per_lane` (a view's may be anywhere).
+        let (pb, b_row, b_align) = match &self.tiles[b].view {
+            Some(view) => {
+                let base = e.b.op(format!("load ptr, ptr {}", view.base));
+                let stride = e.b.op(format!("load i32, ptr {}", view.stride));
+                (base, stride, b_elem.size_bytes())
+            }
+            None => (pb, (per_lane * n).to_string(), 64),
+        };
         let out = e.carried_loop(k / per_lane, &vt, &init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
-                    let (row, col) = (per_lane * n, (v0 + j) * 16 * per_lane);
-                    let r = e.b.op(format!("mul nuw i32 {kk}, {row}"));
+                    let col = (v0 + j) * 16 * per_lane;
+                    let r = e.b.op(format!("mul nuw i32 {kk}, {b_row}"));
                     let ix = e.b.op(format!("add nuw i32 {r}, {col}"));
                     let p = at(e, lty(b_elem), &pb, &ix);
                     match (micro, b_elem) {
                         (Micro::Dpbf16, _) => {
-                            e.b.op(format!("load <32 x bfloat>, ptr {p}, align 64"))
+                            e.b.op(format!("load <32 x bfloat>, ptr {p}, align {b_align}"))
                         }
                         (Micro::Dpwssd | Micro::Dpbusd, _) => {
-                            e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
+                            e.b.op(format!("load <16 x i32>, ptr {p}, align {b_align}"))
                         }
                         (Micro::Fma, Ty::F32) => {
                             e.b.op(format!("load <16 x float>, ptr {p}, align 64"))

@@ -985,6 +985,7 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
         cols,
         transposed,
         quads: false,
+        pairs: false,
     };
     for (rows, cols) in [(16u32, 16u32), (5, 11), (16, 9), (3, 16)] {
         // The reference, statement by statement.
@@ -1075,6 +1076,7 @@ fn stored_block(acc: &[f32], m: u32, n: u32) -> Vec<f32> {
         cols: n,
         transposed: false,
         quads: false,
+        pairs: false,
     };
     tile::store(acc, 32, at, |i, v| y[i as usize] = v);
     y
@@ -1131,6 +1133,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
                 cols: 32,
                 transposed: false,
                 quads: false,
+                pairs: false,
             };
             tile::load(&mut a, 32, at_a, |i| x[i as usize], round);
             let at_b = Window {
@@ -1140,6 +1143,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
                 cols: n,
                 transposed: true,
                 quads: false,
+                pairs: false,
             };
             tile::load(&mut b, 32, at_b, |i| wq[i as usize], round);
             tile::dot(&mut acc, &a, &b, 32, 32);
@@ -1156,6 +1160,93 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
             let scalars = [scale.to_bits() as u64, u64::from(m), u64::from(n)];
             run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
             assert_dot_matches(cpu, &format!("m={m} n={n}"), &y, &want, &bound);
+        }
+    }
+}
+
+/// Pairs windows ([`kernels::TILE_PAIRS_SRC`]), whole and ragged, against the reference
+/// semantics on every level: the loads and stores move element `(r, c)` to and from
+/// `offset + (r / 2) * stride + 2 c + r % 2`, outside the window a load gives 0 and a store
+/// writes nothing, and dots on pairs-loaded operands (read in place on the AVX512-BF16 levels)
+/// give the products of the values loaded. Small integers make every sum exact, so each
+/// level's summation order gives the same bits.
+#[test]
+fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile::{self, Window};
+    let k = kernels::from_source(kernels::TILE_PAIRS_SRC);
+    let ir = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4-bf16");
+    assert!(ir.contains("dpbf16ps"), "{ir}");
+    let small = |i: usize, seed: usize| ((i * 7 + seed) % 7) as f32 - 3.0;
+    let xp: Vec<bf16> = (0..2048).map(|i| bf16::from_f32(small(i, 1))).collect();
+    let xa: Vec<bf16> = (0..1024).map(|i| bf16::from_f32(small(i / 3, 2))).collect();
+    let xh: Vec<f16> = (0..2048).map(|i| f16::from_f32(small(i / 5, 3))).collect();
+    let xc: Vec<f16> = (0..1024).map(|i| f16::from_f32(small(i / 2, 4))).collect();
+    for (rows, cols) in [(64u32, 32u32), (63, 19), (2, 16)] {
+        let pairs = |stride| Window {
+            offset: 0,
+            stride,
+            rows,
+            cols,
+            transposed: false,
+            quads: false,
+            pairs: true,
+        };
+        let plain = |stride, rows, cols| Window {
+            pairs: false,
+            rows,
+            cols,
+            ..pairs(stride)
+        };
+        let loaded = |w: Window, cols: u32, len: usize, read: &dyn Fn(u32) -> f32| {
+            let mut t = vec![0f32; len];
+            tile::load(&mut t, cols, w, read, |v| v);
+            t
+        };
+        let p = loaded(pairs(64), 32, 2048, &|i| xp[i as usize].to_f32());
+        let h = loaded(plain(32, rows, cols), 32, 2048, &|i| {
+            xh[i as usize].to_f32()
+        });
+        let mut want_yh = vec![f16::from_f32(99.0); 2048];
+        tile::store(&h, 32, pairs(64), |i, v| {
+            want_yh[i as usize] = f16::from_f32(v)
+        });
+        let a = loaded(plain(64, 16, 64), 64, 1024, &|i| xa[i as usize].to_f32());
+        let c = loaded(plain(64, 16, 64), 64, 1024, &|i| xc[i as usize].to_f32());
+        let d = loaded(pairs(64), 32, 2048, &|i| xh[i as usize].to_f32());
+        let (mut want_y, mut want_z) = (vec![0f32; 512], vec![0f32; 512]);
+        tile::dot(&mut want_y, &a, &p, 32, 64);
+        tile::dot(&mut want_z, &c, &d, 32, 64);
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut xp, mut xa, mut xh, mut xc) = (xp.clone(), xa.clone(), xh.clone(), xc.clone());
+            let mut yb = vec![bf16::from_f32(99.0); 2048];
+            let mut yh = vec![f16::from_f32(99.0); 2048];
+            let (mut y, mut z) = (vec![-1f32; 512], vec![-1f32; 512]);
+            let bufs = [
+                raw(&mut xp),
+                raw(&mut xa),
+                raw(&mut xh),
+                raw(&mut xc),
+                raw(&mut yb),
+                raw(&mut yh),
+                raw(&mut y),
+                raw(&mut z),
+            ];
+            run(
+                &lib,
+                &bufs,
+                &[u64::from(rows), u64::from(cols)],
+                [1, 1, 1],
+                0,
+                1,
+            );
+            let yb: Vec<f32> = yb.iter().map(|v| v.to_f32()).collect();
+            assert_eq!(yb, p, "{cpu} {rows} x {cols}: tile_load_pairs");
+            assert_eq!(yh, want_yh, "{cpu} {rows} x {cols}: tile_store_pairs");
+            assert_eq!(y, want_y, "{cpu} {rows} x {cols}: bf16 dot");
+            assert_eq!(z, want_z, "{cpu} {rows} x {cols}: f16 dot");
         }
     }
 }
@@ -1215,6 +1306,7 @@ fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
                 cols,
                 transposed,
                 quads: false,
+                pairs: false,
             };
             let bf = |v: &[u16], i: u32| bf16::from_bits(v[i as usize]).to_f32();
             let hf = |v: &[u16], i: u32| f16::from_bits(v[i as usize]).to_f32();

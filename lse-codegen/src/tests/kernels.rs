@@ -737,6 +737,38 @@ fn tile_int_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u
 }
 "#;
 
+/// Pairs windows (`rows` x `cols` of each 64 x 32 tile; whole at 64 x 32): `p` (bf16) loaded
+/// from the pairs window of `xp` and stored plainly to `yb`; `h` (f16) loaded plainly from `xh`
+/// and stored to the pairs window of `yh`; and two dots whose `b` operands come from pairs
+/// windows and are used by nothing else (read in place on the AVX512-BF16 levels, widened on
+/// the FMA levels): `y = a b` (bf16, `b` from `xp`) and `z = c d` (f16, `d` from `xh` read
+/// as pairs).
+pub const TILE_PAIRS_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_pairs", version = 1, workgroup = 32)]
+fn tile_pairs(xp: &[bf16], xa: &[bf16], xh: &[f16], xc: &[f16], yb: &mut [bf16], yh: &mut [f16], y: &mut [f32], z: &mut [f32], rows: u32, cols: u32) {
+    let p = tile::<bf16, 64, 32>();
+    let h = tile::<f16, 64, 32>();
+    let a = tile::<bf16, 16, 64>();
+    let b = tile::<bf16, 64, 32>();
+    let c = tile::<f16, 16, 64>();
+    let d = tile::<f16, 64, 32>();
+    let acc = tile::<f32, 16, 32>();
+    let acc2 = tile::<f32, 16, 32>();
+    tile_load_pairs(p, xp, 0, 64, rows, cols);
+    tile_store(p, yb, 0, 32, 64, 32);
+    tile_load(h, xh, 0, 32, rows, cols);
+    tile_store_pairs(h, yh, 0, 64, rows, cols);
+    tile_load(a, xa, 0, 64, 16, 64);
+    tile_load_pairs(b, xp, 0, 64, rows, cols);
+    tile_dot(acc, a, b);
+    tile_store(acc, y, 0, 32, 16, 32);
+    tile_load(c, xc, 0, 64, 16, 64);
+    tile_load_pairs(d, xh, 0, 64, rows, cols);
+    tile_dot(acc2, c, d);
+    tile_store(acc2, z, 0, 32, 16, 32);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

@@ -14,13 +14,15 @@ use crate::ir::{
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 18] = [
+pub(super) const TILE_STMTS: [&str; 20] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
     "tile_load_quads",
+    "tile_load_pairs",
     "tile_store",
     "tile_store_t",
+    "tile_store_pairs",
     "tile_dot",
     "tile_dot_scaled",
     "tile_add",
@@ -169,7 +171,8 @@ impl Cx {
             "tile_zero" | "tile_exp" => 1,
             "tile_dot" => 3,
             "tile_dot_scaled" => 4,
-            "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_store" | "tile_store_t" => 6,
+            "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_pairs" | "tile_store"
+            | "tile_store_t" | "tile_store_pairs" => 6,
             _ => 2,
         };
         if args.len() != want {
@@ -203,6 +206,16 @@ impl Cx {
                 let mut from = self.window(&args[1..], false, false, dst)?;
                 from.quads = true;
                 TileOp::Load { dst, from }
+            }
+            "tile_load_pairs" => {
+                let dst = self.tile_arg(args[0])?;
+                let from = self.pairs_window(name, &args[1..], false, dst)?;
+                TileOp::Load { dst, from }
+            }
+            "tile_store_pairs" => {
+                let src = self.tile_arg(args[0])?;
+                let to = self.pairs_window(name, &args[1..], true, src)?;
+                TileOp::Store { src, to }
             }
             "tile_store" | "tile_store_t" => {
                 let src = self.tile_arg(args[0])?;
@@ -476,7 +489,51 @@ impl Cx {
             cols,
             transposed,
             quads: false,
+            pairs: false,
         })
+    }
+
+    /// The window of `tile_load_pairs` or `tile_store_pairs` (`name`) on a bf16 or f16 tile:
+    /// a buffer of the tile's own type, two rows interleaved per memory row.
+    fn pairs_window(
+        &mut self,
+        name: &str,
+        args: &[&syn::Expr],
+        write: bool,
+        tile: TileId,
+    ) -> syn::Result<TileWindow> {
+        let (elem, tile_name) = {
+            let d = &self.tiles[tile as usize];
+            (d.elem, d.name.clone())
+        };
+        if !matches!(elem, Ty::Bf16 | Ty::F16) {
+            return err(
+                args[0].span(),
+                format!(
+                    "`{name}` takes bf16 or f16 tiles (two rows interleaved in each memory row), `{tile_name}` is {}",
+                    elem.rust_name()
+                ),
+            );
+        }
+        let mut w = self.window(args, false, write, tile)?;
+        let same = match w.mem {
+            TileMem::Buffer(p) => {
+                matches!(&self.params[p as usize], Param::Buffer { elem: b, .. } if *b == elem)
+            }
+            TileMem::Shared(_) => false,
+        };
+        if !same {
+            return err(
+                args[0].span(),
+                format!(
+                    "`{name}` reads and writes a buffer of the tile's type ({}), `{}` is not one",
+                    elem.rust_name(),
+                    text(args[0])
+                ),
+            );
+        }
+        w.pairs = true;
+        Ok(w)
     }
 
     /// The i32 buffer parameter (`&mut` for a store) or i32 shared array the window of an
@@ -676,6 +733,50 @@ mod tests {
         assert_eq!(k.tiles[2].elem, Ty::I32);
         let text = ir_text(&k);
         assert!(text.contains("tile_dot(acc#t2, a#t0, b#t1);"), "{text}");
+    }
+
+    #[test]
+    fn pairs_windows_move_half_tiles_on_buffers_of_their_type() {
+        let k = k("let a = tile::<bf16, 16, 16>();
+            let b = tile::<bf16, 16, 16>();
+            tile_load_pairs(a, h, 0, 32, n, 16);
+            tile_store_pairs(b, hout, 4, 32, 16, n);");
+        let text = ir_text(&k);
+        assert!(
+            text.contains("tile_load_pairs(a#t0, h, 0u32, 32u32, n, 16u32);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tile_store_pairs(b#t1, hout, 4u32, 32u32, 16u32, n);"),
+            "{text}"
+        );
+        let pairs: Vec<bool> = tile_ops(&k)
+            .iter()
+            .map(|op| match op {
+                TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => w.pairs,
+                op => panic!("{op:?}"),
+            })
+            .collect();
+        assert_eq!(pairs, [true, true]);
+    }
+
+    #[test]
+    fn pairs_windows_refuse_other_tiles_and_memory() {
+        let decls = "let g = shared::<f32>(256);
+            let a = tile::<bf16, 16, 16>();
+            let f = tile::<f32, 16, 16>();
+            let o = tile::<f16, 16, 16>();";
+        for (stmt, want) in [
+            ("tile_load_pairs(f, x, 0, 32, 16, 16);", "`tile_load_pairs` takes bf16 or f16 tiles (two rows interleaved in each memory row), `f` is f32"),
+            ("tile_load_pairs(a, x, 0, 32, 16, 16);", "`tile_load_pairs` reads and writes a buffer of the tile's type (bf16), `x` is not one"),
+            ("tile_load_pairs(a, g, 0, 32, 16, 16);", "`tile_load_pairs` reads and writes a buffer of the tile's type (bf16), `g` is not one"),
+            ("tile_store_pairs(o, h, 0, 32, 16, 16);", "read-only"),
+            ("tile_store_pairs(o, hout, 0, 32, 16, 16);", "`tile_store_pairs` reads and writes a buffer of the tile's type (f16), `hout` is not one"),
+            ("tile_load_pairs(a, h, 0, 32, 16);", "`tile_load_pairs` takes 6 arguments, found 5"),
+        ] {
+            let msg = e(&format!("{decls}\n{stmt}"));
+            assert!(msg.contains(want), "{stmt}: {msg}");
+        }
     }
 
     #[test]
