@@ -1,8 +1,8 @@
 //! The GEMM every projection uses: `y = x · wᵀ` (+ `y` when `accumulate` is 1), with `x`
 //! `[m, k]` activations, `w` `[n, k]` in its stored dtype and `y` `[m, n]` f32. `gemm.xwt`
-//! takes the activations transposed and in the weight's type (`xt` `[k, m]`, written once
-//! per GEMM by `gemm.transpose_x`); `gemm.xwt_exact` takes f32 activations against a 16-bit
-//! weight.
+//! takes the activations transposed and in the weight's type, in blocks of 64 rows of `x`
+//! with each two K interleaved (`xp`, see [`transpose_x`], written once per GEMM);
+//! `gemm.xwt_exact` takes f32 activations against a 16-bit weight.
 //!
 //! Both are written once with tiles (`LOOM.md`, "Tiles") and share one operand block per K
 //! step between two 64 x 64 accumulators, in 48 KiB of GPU shared memory (the most static
@@ -11,10 +11,13 @@
 //! accumulator lies past the matrix skips it.
 //!
 //! `gemm.xwt` computes blocks of `yᵀ = w · xᵀ`: its `a` operand is a block of weight rows as
-//! stored, which the host reads in place (no copy), and its `b` operand a block of `xᵀ` rows,
-//! a plain copy (on AVX512-BF16 levels a row interleave into the pair layout `vdpbf16ps`
-//! takes); nothing is transposed inside the K loop, and `y` is written transposed once at
-//! the end. `gemm.xwt_exact` computes blocks of `y` itself: its weight block is widened to
+//! stored, which the host reads in place (no copy), and its `b` operand a block of `xᵀ`
+//! loaded from a pairs window (`tile_load_pairs`) that is 8 KiB of contiguous memory: on
+//! AVX512-BF16 levels the operand layout of `vdpbf16ps`, read in place too (in `xᵀ` rows of
+//! the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
+//! reads missed; copying them into the pair layout cost 5 to 10%). Nothing is transposed,
+//! interleaved or copied inside the K loop on those levels, and `y` is written transposed
+//! once at the end. `gemm.xwt_exact` computes blocks of `y` itself: its weight block is widened to
 //! f32 and transposed every K step, the activations read in place. The host's AMX level runs
 //! the dots on AMX tiles; other levels and GPUs use the portable lowering.
 
@@ -25,9 +28,9 @@ use loom::kernel;
 /// together) read the same 128 weight rows, which come from cache after the first: the
 /// weight is the larger operand of every projection at M = 512. `accumulate` = 1 adds the
 /// product to `y` (a fused residual add); 0 overwrites `y`.
-#[kernel(name = "gemm.xwt", version = 4, workgroup = 64, elem = [bf16, f16])]
+#[kernel(name = "gemm.xwt", version = 5, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt<W>(
-    xt: &[W; k * m],
+    xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     w: &[W; n * k],
     y: &mut [f32; m * n],
     m: u32,
@@ -52,7 +55,15 @@ fn gemm_xwt<W>(
         }
     }
     for k0 in (0..k).step_by(BK) {
-        tile_load(b, xt, k0 * m + row0, m, k - k0, m - row0);
+        // Block row0 / 64 of `xp` (BM is its block of rows), pair row k0 / 2 of it.
+        tile_load_pairs(
+            b,
+            xp,
+            row0 * ((k + 1) / 2) * 2 + k0 * 64,
+            128,
+            k - k0,
+            m - row0,
+        );
         tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
         tile_dot(acc0, a, b);
         if col1 < n {
@@ -66,18 +77,26 @@ fn gemm_xwt<W>(
     }
 }
 
-/// `xt = xᵀ` converted to `W` (round to nearest even), for `x` `[m, k]` f32 and `xt`
-/// `[k, m]`: the activations of [`gemm_xwt`], rounded and transposed once per GEMM instead of
-/// once per column block of `y`. Grid: x = ceil(k / 64), y = ceil(m / 64).
-#[kernel(name = "gemm.transpose_x", version = 1, workgroup = 64, elem = [bf16, f16])]
-fn transpose_x<W>(x: &[f32; m * k], xt: &mut [W; k * m], m: u32, k: u32) {
+/// `xp` = `xᵀ` converted to `W` (round to nearest even), for `x` `[m, k]` f32, laid out
+/// `[ceil(m / 64), ceil(k / 2), 64, 2]`: `x[c][2i + j]` at `xp[c / 64][i][c % 64][j]`, so a
+/// block of 64 rows of `x` is contiguous with each two K interleaved (padding for an odd `k`
+/// or a last block of fewer than 64 rows is not written). The activations of [`gemm_xwt`],
+/// rounded and transposed once per GEMM instead of once per column block of `y`, in the
+/// layout its dots read. Grid: x = ceil(k / 64), y = ceil(m / 64).
+#[kernel(name = "gemm.transpose_x", version = 2, workgroup = 64, elem = [bf16, f16])]
+fn transpose_x<W>(
+    x: &[f32; m * k],
+    xp: &mut [W; (m + 63) / 64 * ((k + 1) / 2) * 128],
+    m: u32,
+    k: u32,
+) {
     let t = tile::<f32, 64, 64>();
     let r = tile::<W, 64, 64>();
     let k0 = group_id() * 64;
     let m0 = group_id_y() * 64;
     tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
     tile_copy(r, t);
-    tile_store(r, xt, k0 * m + m0, m, k - k0, m - m0);
+    tile_store_pairs(r, xp, m0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, m - m0);
 }
 
 /// [`gemm_xwt`] with f32 products: the weight is widened to f32 (exactly) and the

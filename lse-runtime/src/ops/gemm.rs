@@ -1,7 +1,8 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v4` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
+//! The LOOM GEMM (`gemm.xwt_<ty>.v5` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
-//! `gemm.xwt` takes the activations transposed and in the weight's type, written once per
-//! input (`gemm.transpose_x_<ty>.v1`) into a buffer the device keeps between calls
+//! `gemm.xwt` takes the activations transposed, in the weight's type and in blocks of 64 of
+//! their rows with pairs of K interleaved, written once per input
+//! (`gemm.transpose_x_<ty>.v2`) into a buffer the device keeps between calls
 //! ([`Device::scratch`]). A weight kept in a ggml block format
 //! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
 //! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
@@ -229,8 +230,8 @@ enum XtType {
     F16,
 }
 
-/// `xᵀ` rounded to [`XtType`], written once by `gemm.transpose_x` and read by the products
-/// on it; in a buffer the device keeps between calls.
+/// `xᵀ` rounded to [`XtType`] in `gemm.transpose_x`'s blocked pairs layout, written once by
+/// it and read by the products on it; in a buffer the device keeps between calls.
 enum TransposedX<'d> {
     Bf16(Scratch<'d, bf16>),
     F16(Scratch<'d, f16>),
@@ -254,8 +255,9 @@ fn transpose<'d>(
     [m, k]: [u32; 2],
 ) -> Result<TransposedX<'d>, OpError> {
     let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
-    // Every element is written here before a product reads it.
-    let len = m as usize * k as usize;
+    // Every element a product reads is written here (the padding of an odd `k` or of a last
+    // block of fewer than 64 rows is neither written nor read).
+    let len = (m as usize).div_ceil(64) * (k as usize).div_ceil(2) * 128;
     Ok(match ty {
         XtType::Bf16 => {
             let mut xt = dev.scratch::<bf16>(len)?;
@@ -263,7 +265,7 @@ fn transpose<'d>(
                 grid,
                 transpose_x_bf16::Args {
                     x,
-                    xt: xt.view_mut(),
+                    xp: xt.view_mut(),
                     m,
                     k,
                 },
@@ -276,7 +278,7 @@ fn transpose<'d>(
                 grid,
                 transpose_x_f16::Args {
                     x,
-                    xt: xt.view_mut(),
+                    xp: xt.view_mut(),
                     m,
                     k,
                 },
@@ -304,7 +306,7 @@ fn launch_transposed(
             dev.launch(
                 grid,
                 gemm_xwt_bf16::Args {
-                    xt,
+                    xp: xt,
                     w,
                     y,
                     m,
@@ -319,7 +321,7 @@ fn launch_transposed(
             dev.launch(
                 grid,
                 gemm_xwt_f16::Args {
-                    xt,
+                    xp: xt,
                     w,
                     y,
                     m,
