@@ -165,8 +165,9 @@ impl Emitter<'_> {
     }
 
     /// The address `byte` bytes past the start of buffer line `line` of the window (a row, a
-    /// column of a transposed window, two rows of a pairs window), with no promise that it lies in the buffer: for
-    /// prefetches, which may point past its end. Computed in 64 bits, so it cannot wrap.
+    /// column of a transposed window, two rows of a pairs window), with no promise that it
+    /// lies in the buffer: for prefetches, which may point past its end. Computed in 64 bits,
+    /// so it cannot wrap.
     pub fn window_line_addr(&mut self, w: &WindowVals, line: &str, byte: u32) -> String {
         let off = self.b.op(format!("zext i32 {} to i64", w.offset));
         let line = self.b.op(format!("zext i32 {line} to i64"));

@@ -730,8 +730,8 @@ impl HostPhases {
     }
 
     /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, a
-    /// column of a transposed window, two rows of a pairs window) from its first byte to its last, 64 bytes at a time.
-    /// A prefetch past the buffer's end does nothing.
+    /// column of a transposed window, two rows of a pairs window) from its first byte to its
+    /// last, 64 bytes at a time. A prefetch past the buffer's end does nothing.
     fn prefetch_window(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
         let (lines, along) = if w.transposed {
