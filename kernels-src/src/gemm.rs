@@ -17,9 +17,9 @@
 //! the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
 //! reads missed; copying them into the pair layout cost 5 to 10%). Nothing is transposed,
 //! interleaved or copied inside the K loop on those levels, and `y` is written transposed
-//! once at the end. `gemm.xwt_exact` computes blocks of `y` itself: its weight block is widened to
-//! f32 and transposed every K step, the activations read in place. The host's AMX level runs
-//! the dots on AMX tiles; other levels and GPUs use the portable lowering.
+//! once at the end. `gemm.xwt_exact` computes blocks of `y` itself: its weight block is
+//! widened to f32 and transposed every K step, the activations read in place. The host's AMX
+//! level runs the dots on AMX tiles; other levels and GPUs use the portable lowering.
 
 use loom::kernel;
 

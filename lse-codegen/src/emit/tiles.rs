@@ -133,8 +133,7 @@ impl Emitter<'_> {
 
     /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, `(c, r)` for a
     /// transposed window, `(r / 4, c)` for a quads window or `(r / 2, 2 c + r % 2)` for a pairs
-    /// window; no wrap-around (an index that
-    /// would wrap is out of bounds).
+    /// window; no wrap-around (an index that would wrap is out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
         let (four, two, lane);
         let (major, minor) = match (w.transposed, w.quads, w.pairs) {
