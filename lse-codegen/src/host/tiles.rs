@@ -64,7 +64,8 @@ use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{
-    Access, BinOp, Block, Expr, ExprKind, Kernel, Param, Stmt, TileDecl, TileOp, TileWindow, Ty,
+    Access, BinOp, Block, Expr, ExprKind, Kernel, Param, Stmt, TileDecl, TileId, TileOp,
+    TileWindow, Ty,
 };
 
 /// How a tile's elements are laid out in its stack array.
@@ -211,6 +212,15 @@ fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
     }
 }
 
+/// The access of the buffer window `from` loads tile `t` from, when that buffer holds the
+/// tile's own element type; `None` for a shared array or a buffer of another type.
+fn own_buffer_access(k: &Kernel, t: TileId, from: &TileWindow) -> Option<Access> {
+    match k.params.get(from.buffer()? as usize)? {
+        Param::Buffer { elem, access, .. } if *elem == k.tiles[t as usize].elem => Some(*access),
+        _ => None,
+    }
+}
+
 /// Which 16-bit float tiles the host stores widened to f32: those used only as the `a` or
 /// `b` operand of dots that run on `fma` register blocks (no packed layout for them, an f32
 /// accumulator with a multiple of 16 columns, on a level with FMA) and loaded only from
@@ -224,10 +234,7 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
-            let own = matches!(
-                from.buffer().and_then(|p| k.params.get(p as usize)),
-                Some(Param::Buffer { elem, .. }) if *elem == k.tiles[*dst as usize].elem
-            );
+            let own = own_buffer_access(k, *dst, from).is_some();
             other[*dst as usize] |= !own || from.quads;
         }
         TileOp::Dot { acc, a, b, scale } => {
@@ -268,11 +275,7 @@ fn viewable(k: &Kernel, packed: &[Layout], pair_views: bool) -> Vec<bool> {
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
-            let own_read_only = matches!(
-                from.buffer().and_then(|p| k.params.get(p as usize)),
-                Some(Param::Buffer { elem, access: Access::Read, .. })
-                    if *elem == k.tiles[*dst as usize].elem
-            );
+            let own_read_only = own_buffer_access(k, *dst, from) == Some(Access::Read);
             let rows_match = match packed[*dst as usize] {
                 Layout::RowMajor => !from.transposed && !from.pairs && !from.quads,
                 Layout::Pairs => pair_views && from.pairs,
@@ -443,13 +446,11 @@ fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool, quiet: bool) -> St
     match (src, widen) {
         (Ty::Bf16, true) if !quiet => {
             let h = e.b.op(format!("load <16 x i16>, ptr {p}, align 2"));
-            let w = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
-            e.b.op(format!("shl <16 x i32> {w}, {}", splat_const("i32", "16")))
+            widen_units(e, &h, src)
         }
         (Ty::F16, true) => {
-            let h = e.b.op(format!("load <16 x half>, ptr {p}, align 2"));
-            let f = e.b.op(format!("fpext <16 x half> {h} to <16 x float>"));
-            e.b.op(format!("bitcast <16 x float> {f} to <16 x i32>"))
+            let h = e.b.op(format!("load <16 x i16>, ptr {p}, align 2"));
+            widen_units(e, &h, src)
         }
         (Ty::Bf16, true) => {
             // A NaN gets its quiet bit set, as in `half::bf16::to_f32`.
@@ -476,6 +477,18 @@ fn load_units(e: &mut Emitter, p: &str, src: Ty, widen: bool, quiet: bool) -> St
         (Ty::F32, _) => e.b.op(format!("load <16 x i32>, ptr {p}, align 4")),
         _ => e.b.op(format!("load <16 x i32>, ptr {p}, align 2")),
     }
+}
+
+/// 16 bf16 or f16 values (`h`, a `<16 x i16>` of their bits) as f32 bits, `<16 x i32>`:
+/// f16 widened exactly, bf16 shifted up (a signaling NaN left signaling, as [`widen_bits`]).
+fn widen_units(e: &mut Emitter, h: &str, src: Ty) -> String {
+    if src == Ty::F16 {
+        let x = e.b.op(format!("bitcast <16 x i16> {h} to <16 x half>"));
+        let f = e.b.op(format!("fpext <16 x half> {x} to <16 x float>"));
+        return e.b.op(format!("bitcast <16 x float> {f} to <16 x i32>"));
+    }
+    let w = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
+    e.b.op(format!("shl <16 x i32> {w}, {}", splat_const("i32", "16")))
 }
 
 /// The f32 whose upper half is the bf16 bits `h` (an `i16`): its value, exactly, for every
@@ -972,20 +985,7 @@ impl HostPhases {
                         "shufflevector <32 x i16> {v}, <32 x i16> poison, <16 x i32> <{lane}>"
                     ));
                     if widened {
-                        let f = match src {
-                            Ty::Bf16 => {
-                                let wide = e.b.op(format!("zext <16 x i16> {h} to <16 x i32>"));
-                                e.b.op(format!(
-                                    "shl <16 x i32> {wide}, {}",
-                                    splat_const("i32", "16")
-                                ))
-                            }
-                            _ => {
-                                let x = e.b.op(format!("bitcast <16 x i16> {h} to <16 x half>"));
-                                let f = e.b.op(format!("fpext <16 x half> {x} to <16 x float>"));
-                                e.b.op(format!("bitcast <16 x float> {f} to <16 x i32>"))
-                            }
-                        };
+                        let f = widen_units(e, &h, src);
                         let d = row_ptr(e, r, "float");
                         e.b.ins(format!("store <16 x i32> {f}, ptr {d}, align 4"));
                     } else {

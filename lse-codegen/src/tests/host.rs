@@ -5,6 +5,7 @@ use super::kernels;
 use crate::{compile_host, host_llvm_text};
 use half::{bf16, f16};
 use lse_dsl::ir::{Kernel, Stmt};
+use lse_dsl::rt::tile::Window;
 use lse_dsl::rt::{host_symbol, HostEntry, RawBuf, HOST_CPUS};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 use std::ffi::CString;
@@ -71,6 +72,19 @@ fn load_wil(k: &Kernel, w: &WilKernel, cpu: &str) -> (Option<Lib>, crate::Compil
         }),
         c,
     )
+}
+
+/// A plain (not quads, not pairs) tile window of the reference semantics.
+fn window(offset: u32, stride: u32, rows: u32, cols: u32, transposed: bool) -> Window {
+    Window {
+        offset,
+        stride,
+        rows,
+        cols,
+        transposed,
+        quads: false,
+        pairs: false,
+    }
 }
 
 fn raw<T>(v: &mut [T]) -> RawBuf {
@@ -969,7 +983,7 @@ fn codes_and_values(n: usize) -> (Vec<u32>, Vec<f32>) {
 /// the dot operand loaded from `wq` keeps its values after the work-items overwrite `wq`.
 #[test]
 fn shared_array_windows_match_the_reference_on_every_cpu() {
-    use lse_dsl::rt::tile::{self, Window};
+    use lse_dsl::rt::tile;
     let k = kernels::from_source(kernels::TILE_SHARED_SRC);
     let text = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4");
     assert!(
@@ -978,15 +992,6 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
     );
     let (q, x) = codes_and_values(512);
     let scale = 0.375f32;
-    let win = |offset, stride, rows, cols, transposed| Window {
-        offset,
-        stride,
-        rows,
-        cols,
-        transposed,
-        quads: false,
-        pairs: false,
-    };
     for (rows, cols) in [(16u32, 16u32), (5, 11), (16, 9), (3, 16)] {
         // The reference, statement by statement.
         let mut wq: Vec<f32> = q.iter().map(|&c| (c as f32 - 8.0) * scale).collect();
@@ -995,14 +1000,14 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
         tile::load(
             &mut a,
             16,
-            win(0, 16, 8, cols, false),
+            window(0, 16, 8, cols, false),
             |i| wq[i as usize],
             |v| v,
         );
         tile::load(
             &mut b,
             16,
-            win(256, 16, rows, cols, false),
+            window(256, 16, rows, cols, false),
             |i| wq[i as usize],
             |v| v,
         );
@@ -1011,16 +1016,16 @@ fn shared_array_windows_match_the_reference_on_every_cpu() {
         tile::load(
             &mut b,
             16,
-            win(1, 17, rows, cols, true),
+            window(1, 17, rows, cols, true),
             |i| wq[i as usize],
             |v| v,
         );
         tile::dot(&mut acc, &a, &b, 16, 16);
         let want_y = acc.clone();
-        tile::store(&acc, 16, win(3, 20, rows, cols, false), |i, v| {
+        tile::store(&acc, 16, window(3, 20, rows, cols, false), |i, v| {
             staged[i as usize] = v
         });
-        tile::store(&b, 16, win(200, 16, rows, cols, true), |i, v| {
+        tile::store(&b, 16, window(200, 16, rows, cols, true), |i, v| {
             staged[i as usize] = v
         });
         assert!(staged.contains(&-1.0), "a window leaves elements unwritten");
@@ -1067,17 +1072,9 @@ fn add_products(bound: &mut [(f64, f64)], a: &[f32], b: &[f32]) {
 /// The first `m` rows and `n` columns of the 32-column tile `acc` as stored to a 32-column
 /// `y` (its other elements 0).
 fn stored_block(acc: &[f32], m: u32, n: u32) -> Vec<f32> {
-    use lse_dsl::rt::tile::{self, Window};
+    use lse_dsl::rt::tile;
     let mut y = vec![0f32; (m * 32) as usize];
-    let at = Window {
-        offset: 0,
-        stride: 32,
-        rows: m,
-        cols: n,
-        transposed: false,
-        quads: false,
-        pairs: false,
-    };
+    let at = window(0, 32, m, n, false);
     tile::store(acc, 32, at, |i, v| y[i as usize] = v);
     y
 }
@@ -1113,7 +1110,7 @@ fn assert_dot_matches(cpu: &str, case: &str, y: &[f32], want: &[f32], bound: &[(
 /// same bf16 operands on every level this CPU runs (`vdpbf16ps`, AMX); every level compiles.
 #[test]
 fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
-    use lse_dsl::rt::tile::{self, Window};
+    use lse_dsl::rt::tile;
     let k = kernels::from_source(kernels::TILE_SHARED_BF16_SRC);
     let (q, x) = codes_and_values(32 * 64);
     let scale = 0.3f32;
@@ -1126,25 +1123,9 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
             let wq: Vec<f32> = (0..1024usize)
                 .map(|i| w[i / 32 * 64 + k0 as usize + i % 32])
                 .collect();
-            let at_a = Window {
-                offset: k0,
-                stride: 64,
-                rows: m,
-                cols: 32,
-                transposed: false,
-                quads: false,
-                pairs: false,
-            };
+            let at_a = window(k0, 64, m, 32, false);
             tile::load(&mut a, 32, at_a, |i| x[i as usize], round);
-            let at_b = Window {
-                offset: 0,
-                stride: 32,
-                rows: 32,
-                cols: n,
-                transposed: true,
-                quads: false,
-                pairs: false,
-            };
+            let at_b = window(0, 32, 32, n, true);
             tile::load(&mut b, 32, at_b, |i| wq[i as usize], round);
             tile::dot(&mut acc, &a, &b, 32, 32);
             add_products(&mut bound, &a, &b);
@@ -1172,7 +1153,7 @@ fn shared_array_operands_of_a_bf16_dot_match_the_reference_on_every_cpu() {
 /// level's summation order gives the same bits.
 #[test]
 fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
-    use lse_dsl::rt::tile::{self, Window};
+    use lse_dsl::rt::tile;
     let k = kernels::from_source(kernels::TILE_PAIRS_SRC);
     let ir = host_llvm_text(&lse_dsl::wil::transform(&k), "x86-64-v4-bf16");
     assert!(ir.contains("dpbf16ps"), "{ir}");
@@ -1183,20 +1164,10 @@ fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
     let xc: Vec<f16> = (0..1024).map(|i| f16::from_f32(small(i / 2, 4))).collect();
     for (rows, cols) in [(64u32, 32u32), (63, 19), (2, 16)] {
         let pairs = |stride| Window {
-            offset: 0,
-            stride,
-            rows,
-            cols,
-            transposed: false,
-            quads: false,
             pairs: true,
+            ..window(0, stride, rows, cols, false)
         };
-        let plain = |stride, rows, cols| Window {
-            pairs: false,
-            rows,
-            cols,
-            ..pairs(stride)
-        };
+        let plain = |stride, rows, cols| window(0, stride, rows, cols, false);
         let loaded = |w: Window, cols: u32, len: usize, read: &dyn Fn(u32) -> f32| {
             let mut t = vec![0f32; len];
             tile::load(&mut t, cols, w, read, |v| v);
@@ -1259,7 +1230,7 @@ fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
 /// one does (`vdpbf16ps`, AMX), and NaN or infinite exactly where the reference is.
 #[test]
 fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
-    use lse_dsl::rt::tile::{self, Window};
+    use lse_dsl::rt::tile;
     let k = kernels::from_source(kernels::TILE_HALF_DOT_SRC);
     let w = lse_dsl::wil::transform(&k);
     let allocas = |cpu: &str, ty: &str| {
@@ -1299,15 +1270,6 @@ fn widened_half_dot_operands_match_the_reference_on_every_cpu() {
         let mut acc = vec![0f32; 1024];
         let mut bound = vec![(0f64, 0f64); 1024];
         for k0 in [0u32, 32] {
-            let window = |offset, stride, rows, cols, transposed| Window {
-                offset,
-                stride,
-                rows,
-                cols,
-                transposed,
-                quads: false,
-                pairs: false,
-            };
             let bf = |v: &[u16], i: u32| bf16::from_bits(v[i as usize]).to_f32();
             let hf = |v: &[u16], i: u32| f16::from_bits(v[i as usize]).to_f32();
             let loaded = |at: Window, read: &dyn Fn(u32) -> f32| {
