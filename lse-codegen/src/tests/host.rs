@@ -765,6 +765,73 @@ fn loop_windows_whose_next_offset_could_trap_are_not_prefetched() {
     }
 }
 
+/// Whether host IR prefetches any line for writing.
+fn prefetches_for_write(ir: &str) -> bool {
+    ir.lines()
+        .any(|l| l.contains("@llvm.prefetch.p0(ptr") && l.contains(", i32 1, i32 2, i32 1)"))
+}
+
+/// Tile stores right after a loop have their lines prefetched during it, and store the same
+/// values on every host level whatever the loop's trip count (none, one, several, a range no
+/// multiple of the step) and whether their `if` is taken; a store at an offset the loop
+/// moves is not prefetched.
+#[test]
+fn stores_after_a_loop_are_prefetched_during_it_and_store_the_same_values() {
+    let k = kernels::from_source(kernels::TILE_STORE_AHEAD_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    let groups = 2usize;
+    for cpu in HOST_CPUS {
+        assert!(prefetches_for_write(&host_llvm_text(&w, cpu)), "{cpu}");
+        let (Some(lib), _) = load(&k, cpu) else {
+            continue;
+        };
+        for (kk, n) in [(0u32, 17u32), (3, 16), (4, 17), (8, 17), (9, 16), (23, 17)] {
+            let x: Vec<f32> = (0..(kk as usize + groups + 16) * 16)
+                .map(|i| (i % 97) as f32 * 0.37 - 11.0)
+                .collect();
+            let (mut xs, mut y, mut z) = (x.clone(), vec![-1f32; 512], vec![-1f32; 512]);
+            let bufs = [raw(&mut xs), raw(&mut y), raw(&mut z)];
+            let scalars = [u64::from(n), u64::from(kk)];
+            run(
+                &lib,
+                &bufs,
+                &scalars,
+                [groups as u32, 1, 1],
+                0,
+                groups as u32,
+            );
+            for g in 0..groups {
+                let mut acc = [0f32; 256];
+                for k0 in (3..kk as usize).step_by(5) {
+                    let from = (k0 + g) * 16;
+                    for (a, v) in acc.iter_mut().zip(&x[from..from + 256]) {
+                        *a += v;
+                    }
+                }
+                for r in 0..16 {
+                    for c in 0..16 {
+                        let (at, want) = (g * 256, acc[r * 16 + c]);
+                        let ctx = format!("{cpu} k={kk} n={n} group {g} ({r}, {c})");
+                        assert_eq!(y[at + c * 16 + r], want, "y {ctx}");
+                        let z_want = if n > 16 { want } else { -1.0 };
+                        assert_eq!(z[at + r * 16 + c], z_want, "z {ctx}");
+                    }
+                }
+            }
+        }
+    }
+    let moved = kernels::from_source(kernels::TILE_STORE_MOVED_SRC);
+    let moved = lse_dsl::wil::transform(&moved);
+    for cpu in HOST_CPUS {
+        let ir = host_llvm_text(&moved, cpu);
+        assert!(
+            ir.contains("@llvm.prefetch.p0"),
+            "{cpu}: the loads prefetch"
+        );
+        assert!(!prefetches_for_write(&ir), "{cpu}: {ir}");
+    }
+}
+
 /// Values that exercise 16-bit rounding: zeros, infinities, NaN, subnormals, the largest
 /// finite values, ties, and a spread of ordinary numbers (as f32, rounded by the caller).
 fn half_operands(n: usize) -> Vec<f32> {
