@@ -1,6 +1,6 @@
-//! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v1`,
+//! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v2`,
 //! `deltanet.gates.v2`, `deltanet.delta_prep.v2` with `deltanet.delta_rule.v2`,
-//! `deltanet.gated_norm.v1`), in the order the layer runs them: conv + SiLU + q/k norms,
+//! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
 use lse_kernels::deltanet::{
@@ -140,7 +140,7 @@ pub fn deltanet_conv<'a>(
     out: impl Into<DevSliceMut<'a, f32>>,
     new_state: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
-    const OP: &str = "deltanet.conv.v1";
+    const OP: &str = "deltanet.conv.v2";
     let (w, state, x) = (w.into(), state.into(), x.into());
     let (out, new_state) = (out.into(), new_state.into());
     let cd = shape.check(OP)?;
@@ -159,8 +159,8 @@ pub fn deltanet_conv<'a>(
         });
     }
     let grid = [
-        to_u32(OP, "t", t)?,
         to_u32(OP, "2 hk + hv", 2 * shape.hk + shape.hv)?,
+        to_u32(OP, "t", t)?,
         1,
     ];
     let args = conv::Args {
@@ -313,7 +313,7 @@ pub fn deltanet_gated_norm<'a>(
     y: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (o, z, w, y) = (o.into(), z.into(), w.into(), y.into());
-    const OP: &str = "deltanet.gated_norm.v1";
+    const OP: &str = "deltanet.gated_norm.v2";
     let dv = w.len();
     let row = hv
         .checked_mul(dv)
@@ -330,7 +330,7 @@ pub fn deltanet_gated_norm<'a>(
     if t == 0 {
         return Ok(());
     }
-    let grid = [t as u32, hv as u32, 1];
+    let grid = [hv as u32, t as u32, 1];
     let args = gated_norm::Args {
         o,
         z,
