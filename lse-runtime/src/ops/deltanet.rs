@@ -1,5 +1,5 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v2`,
-//! `deltanet.gates.v2`, `deltanet.delta_prep.v2` with `deltanet.delta_rule.v2`,
+//! `deltanet.gates.v2`, `deltanet.delta_prep.v3` with `deltanet.delta_rule.v2`,
 //! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
@@ -235,7 +235,7 @@ pub fn deltanet_gates<'a>(
 /// conv_dim]`, q and k normalised), the result of the recurrence `S = e^g S; S += k (β (v -
 /// Sᵀk))ᵀ; o = Sᵀq`.
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
-/// every chunk at once (`deltanet.delta_prep.v2`, into `64 · 64 + 128` floats of scratch per
+/// every chunk at once (`deltanet.delta_prep.v3`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
 /// (`deltanet.delta_rule.v2`).
 pub fn delta_rule_chunked<'a>(
