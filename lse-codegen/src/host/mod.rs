@@ -13,7 +13,6 @@
 
 mod remat;
 mod split;
-mod store_ahead;
 mod tiles;
 
 use crate::emit::{
@@ -220,8 +219,8 @@ impl TargetStmts for HostPhases {
 
 impl HostPhases {
     fn phases(&mut self, e: &mut Emitter, phases: &[Phase]) -> Lowered<()> {
-        for (i, p) in phases.iter().enumerate() {
-            self.phase(e, p, &phases[i + 1..])?;
+        for p in phases {
+            self.phase(e, p)?;
         }
         Ok(())
     }
@@ -344,9 +343,7 @@ impl HostPhases {
         v
     }
 
-    /// Lowers phase `p`; `rest` are the phases after it (a loop prefetches what the stores
-    /// among them write, see [`store_ahead`]).
-    fn phase(&mut self, e: &mut Emitter, p: &Phase, rest: &[Phase]) -> Lowered<()> {
+    fn phase(&mut self, e: &mut Emitter, p: &Phase) -> Lowered<()> {
         match p {
             Phase::Region(block) => {
                 // Index-like lets are written at their uses first: a uniform loop bound
@@ -379,13 +376,8 @@ impl HostPhases {
                 // Bounds and the loop variable are read as work-item 0; regions inside set
                 // their own work-item id.
                 let saved = std::mem::replace(&mut e.lid, "0".into());
-                let bounds = [start, end, step];
-                let ahead = store_ahead::stores_ahead(*var, bounds, body, rest);
                 self.loops.push((*var, step.clone()));
-                let r = e.for_loop(*var, start, end, step, &mut |e| {
-                    self.prefetch_stores_ahead(e, *var, bounds, &ahead)?;
-                    self.phases(e, body)
-                });
+                let r = e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body));
                 self.loops.pop();
                 e.lid = saved;
                 r

@@ -28,8 +28,7 @@
 //!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
 //!   cache lines each per step, were 64 streams the hardware prefetcher does not follow, and
 //!   the loads waited on memory. The dot's register blocks prefetch into L1 the in-place rows
-//!   of the next row of blocks. A store right after such a loop has its window prefetched
-//!   during the loop, a share of its lines each step ([`super::store_ahead`]).
+//!   of the next row of blocks.
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
 //!   directly (or reads in place, from a pairs window), and then:
@@ -743,54 +742,30 @@ impl HostPhases {
         in_place
     }
 
-    /// Prefetches (into L2) window `w` of tile `t`'s shape: each of its buffer lines
-    /// ([`Self::window_lines`]). A prefetch past the buffer's end does nothing.
+    /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, a
+    /// column of a transposed window, two rows of a pairs window) from its first byte to its
+    /// last, 64 bytes at a time. A prefetch past the buffer's end does nothing.
     fn prefetch_window(&mut self, e: &mut Emitter, t: usize, w: &WindowVals) {
-        let lines = self.window_lines(t, w);
-        self.sequential_loop(e, lines, |h, e, line| h.prefetch_line(e, t, w, line, false));
-    }
-
-    /// How many buffer lines window `w` of tile `t`'s shape has: its rows, the columns of a
-    /// transposed window, the pairs of rows of a pairs window.
-    pub(super) fn window_lines(&self, t: usize, w: &WindowVals) -> u32 {
         let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
-        if w.transposed {
-            cols
+        let (lines, along) = if w.transposed {
+            (cols, rows)
         } else if w.pairs {
-            rows.div_ceil(2)
+            (rows.div_ceil(2), 2 * cols)
         } else {
-            rows
-        }
-    }
-
-    /// Prefetches (into L2; for writing with `write`) buffer line `line` of window `w` of
-    /// tile `t`'s shape, from its first byte to its last, 64 bytes at a time.
-    pub(super) fn prefetch_line(
-        &mut self,
-        e: &mut Emitter,
-        t: usize,
-        w: &WindowVals,
-        line: &str,
-        write: bool,
-    ) {
-        let (rows, cols) = (self.tiles[t].decl.rows, self.tiles[t].decl.cols);
-        let along = if w.transposed {
-            rows
-        } else if w.pairs {
-            2 * cols
-        } else {
-            cols
+            (rows, cols)
         };
         let span = along * w.elem.size_bytes();
-        e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
         // The line's last byte too: a line that starts inside a cache line ends in the next.
-        for b in (0..span).step_by(64).chain([span - 1]) {
-            let p = e.window_line_addr(w, line, b);
-            e.b.ins(format!(
-                "call void @llvm.prefetch.p0(ptr {p}, i32 {}, i32 2, i32 1)",
-                u8::from(write)
-            ));
-        }
+        let touches: Vec<u32> = (0..span).step_by(64).chain([span - 1]).collect();
+        e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
+        self.sequential_loop(e, lines, |_, e, line| {
+            for &b in &touches {
+                let p = e.window_line_addr(w, line, b);
+                e.b.ins(format!(
+                    "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 2, i32 1)"
+                ));
+            }
+        });
     }
 
     /// The offset the window `from` will have one step later of the innermost enclosing

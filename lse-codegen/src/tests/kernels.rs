@@ -708,40 +708,6 @@ fn tile_shared_loop(x: &[f32], y: &mut [f32], n: u32) {
 }
 "#;
 
-/// Tile stores right after a loop, whose windows the host prefetches during it: a sum of
-/// blocks of `x` over a range that is no multiple of its step (empty when `k <= 3`), stored
-/// transposed to `y` and, under an `if`, to `z`.
-pub const TILE_STORE_AHEAD_SRC: &str = r#"
-#[loom::kernel(name = "test.tile_store_ahead", version = 1, workgroup = 16)]
-fn tile_store_ahead(x: &[f32], y: &mut [f32], z: &mut [f32], n: u32, k: u32) {
-    let t = tile::<f32, 16, 16>();
-    let acc = tile::<f32, 16, 16>();
-    let row0 = group_id() * 16;
-    for k0 in (3..k).step_by(5) {
-        tile_load(t, x, (k0 + group_id()) * 16, 16, 16, 16);
-        tile_add(acc, t);
-    }
-    tile_store_t(acc, y, row0 * 16, 16, 16, 16);
-    if n > 16 {
-        tile_store(acc, z, row0 * 16, 16, 16, n);
-    }
-}
-"#;
-
-/// A tile store after a loop at an offset the loop moves: not prefetched during the loop.
-pub const TILE_STORE_MOVED_SRC: &str = r#"
-#[loom::kernel(name = "test.tile_store_moved", version = 1, workgroup = 16)]
-fn tile_store_moved(x: &[f32], y: &mut [f32], k: u32) {
-    let t = tile::<f32, 16, 16>();
-    let mut at = 0u32;
-    for k0 in 0..k {
-        tile_load(t, x, k0 * 16, 16, 16, 16);
-        at = at + 16;
-    }
-    tile_store(t, y, at, 16, 16, 16);
-}
-"#;
-
 /// An i16 dot into i32 over two K steps of 64: `a` from an i32 buffer, `b` from an i32
 /// shared array the work-items fill (row `k`, column `c`) and `bt` the same values read
 /// transposed from the buffer; then the i32 sums as f32 and as they are.
