@@ -143,10 +143,7 @@ impl Emitter<'_> {
                 (four.as_str(), c)
             }
             (false, false, true) => {
-                two = self.b.op(format!("lshr i32 {r}, 1"));
-                let half = self.b.op(format!("and i32 {r}, 1"));
-                let col = self.b.op(format!("shl nuw i32 {c}, 1"));
-                lane = self.b.op(format!("or disjoint i32 {col}, {half}"));
+                (two, lane) = self.pair_coords(r, c);
                 (two.as_str(), lane.as_str())
             }
             (false, false, false) => (r, c),
@@ -161,6 +158,16 @@ impl Emitter<'_> {
             w.ptr_ty,
             w.base
         ))
+    }
+
+    /// Where element `(r, c)` of a two-rows-in-one layout lies (a pairs window, or a pair-layout
+    /// tile): memory row `r / 2`, element `2 c + r % 2` of it.
+    pub fn pair_coords(&mut self, r: &str, c: &str) -> (String, String) {
+        let pair = self.b.op(format!("lshr i32 {r}, 1"));
+        let odd = self.b.op(format!("and i32 {r}, 1"));
+        let c2 = self.b.op(format!("shl nuw i32 {c}, 1"));
+        let lane = self.b.op(format!("or disjoint i32 {c2}, {odd}"));
+        (pair, lane)
     }
 
     /// The address `byte` bytes past the start of buffer line `line` of the window (a row, a

@@ -1107,13 +1107,7 @@ impl HostPhases {
             let base = e.b.op(format!("load ptr, ptr {}", view.base));
             let stride = e.b.op(format!("load i32, ptr {}", view.stride));
             let (r, c) = match tile.layout {
-                // Pair row r / 2, element 2 c + r % 2 of it.
-                Layout::Pairs => {
-                    let pair = e.b.op(format!("lshr i32 {r}, 1"));
-                    let odd = e.b.op(format!("and i32 {r}, 1"));
-                    let c2 = e.b.op(format!("shl nuw i32 {c}, 1"));
-                    (pair, e.b.op(format!("or disjoint i32 {c2}, {odd}")))
-                }
+                Layout::Pairs => e.pair_coords(r, c),
                 _ => (r.to_string(), c.to_string()),
             };
             let [r, c, stride] = [&r, &c, &stride].map(|x| e.b.op(format!("zext i32 {x} to i64")));
@@ -1131,12 +1125,9 @@ impl HostPhases {
                 e.b.op(format!("add nuw i32 {rc}, {c}"))
             }
             Layout::Pairs => {
-                let pair = e.b.op(format!("lshr i32 {r}, 1"));
-                let odd = e.b.op(format!("and i32 {r}, 1"));
+                let (pair, lane) = e.pair_coords(r, c);
                 let row = e.b.op(format!("mul nuw i32 {pair}, {}", 2 * cols));
-                let c2 = e.b.op(format!("shl nuw i32 {c}, 1"));
-                let a = e.b.op(format!("add nuw i32 {row}, {c2}"));
-                e.b.op(format!("add nuw i32 {a}, {odd}"))
+                e.b.op(format!("add nuw i32 {row}, {lane}"))
             }
             Layout::Quads => {
                 let four = e.b.op(format!("lshr i32 {r}, 2"));
