@@ -21,7 +21,7 @@ pub(crate) fn module_text(k: &Kernel, arch: &str, data_layout: &str) -> Result<S
         params,
         mut globals,
         wg,
-    } = gpu::prologue(k, "ptr addrspace(5)")?;
+    } = gpu::prologue(k, "ptr addrspace(5)", false)?;
     e.lid = e.b.call("i32", "llvm.amdgcn.workitem.id.x", &[]);
     for d in 0..3 {
         let axis = ["x", "y", "z"][d];

@@ -3,7 +3,10 @@
 //! Buffers are `ptr addrspace(1)` parameters (noalias; readonly when read-only), scalars by
 //! value, both in declaration order. The kernel is marked with `!nvvm.annotations`
 //! (`kernel`, `reqntidx` = workgroup size; not also `maxntidx`, which ptxas rejects). Work-item and group ids come from the
-//! `llvm.nvvm.read.ptx.sreg.*` intrinsics; shared arrays are `addrspace(3)` globals; a
+//! `llvm.nvvm.read.ptx.sreg.*` intrinsics; shared arrays and tiles are `addrspace(3)`
+//! globals, or, past the 48 KiB of static shared memory ptxas allows, offsets in one `extern`
+//! block of dynamic shared memory that the launch sizes
+//! (`KernelDef::nvidia_dynamic_shared_bytes`); a
 //! barrier is `llvm.nvvm.barrier0` (`bar.sync 0`, which orders CTA memory). Collectives use
 //! the same shared-memory tree as AMDGPU ([`crate::amdgpu::GpuSync`]). `exp`/`log` on f32 go
 //! through [`crate::math`], as on every target (NVPTX could not select the LLVM intrinsics).
@@ -39,7 +42,7 @@ pub(crate) fn module_text(k: &Kernel, sm: &str, data_layout: &str) -> Result<Str
         params,
         mut globals,
         wg,
-    } = gpu::prologue(k, "ptr")?;
+    } = gpu::prologue(k, "ptr", k.nvidia_dynamic_shared_bytes() > 0)?;
     e.lid = e.b.call("i32", "llvm.nvvm.read.ptx.sreg.tid.x", &[]);
     for d in 0..3 {
         let axis = ["x", "y", "z"][d];

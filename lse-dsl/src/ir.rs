@@ -295,6 +295,62 @@ impl Kernel {
             .map(|s| s.elem.size_bytes() * s.len)
             .sum()
     }
+
+    /// The kernel's shared arrays, then its tiles, laid out one after the other in one block
+    /// of workgroup memory, each at a multiple of 16 bytes.
+    pub fn workgroup_block(&self) -> WorkgroupBlock {
+        let mut bytes = 0;
+        let mut place = |size: u32| {
+            let at = bytes;
+            bytes = (at + size).next_multiple_of(16);
+            at
+        };
+        let shared = self
+            .shared
+            .iter()
+            .map(|s| place(s.elem.size_bytes() * s.len))
+            .collect();
+        let tiles = self
+            .tiles
+            .iter()
+            .map(|t| place(t.elem.size_bytes() * t.len()))
+            .collect();
+        WorkgroupBlock {
+            shared,
+            tiles,
+            bytes,
+        }
+    }
+
+    /// Bytes of dynamic shared memory an NVIDIA launch of the kernel gives it: its
+    /// [`Kernel::workgroup_block`] when that is over [`NVIDIA_STATIC_SHARED_BYTES`] (ptxas
+    /// refuses more static shared memory, so the PTX declares the block `extern` and the
+    /// launch sizes it), else 0 (the arrays and tiles are static).
+    pub fn nvidia_dynamic_shared_bytes(&self) -> u32 {
+        let bytes = self.workgroup_block().bytes;
+        if bytes > NVIDIA_STATIC_SHARED_BYTES {
+            bytes
+        } else {
+            0
+        }
+    }
+}
+
+/// The most static shared memory an NVIDIA block may declare. Up to the front end's limit
+/// (64 KiB, the smallest AMDGPU LDS), a kernel past it takes its arrays and tiles as dynamic
+/// shared memory on NVIDIA GPUs ([`Kernel::nvidia_dynamic_shared_bytes`]).
+pub const NVIDIA_STATIC_SHARED_BYTES: u32 = 48 * 1024;
+
+/// Byte offsets of a kernel's shared arrays and tiles in one block of workgroup memory
+/// ([`Kernel::workgroup_block`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkgroupBlock {
+    /// Indexed by [`SharedId`].
+    pub shared: Vec<u32>,
+    /// Indexed by [`TileId`].
+    pub tiles: Vec<u32>,
+    /// The block's size: past the last one, rounded up to 16.
+    pub bytes: u32,
 }
 
 pub type Block = Vec<Stmt>;

@@ -203,6 +203,9 @@ pub struct KernelDef {
     pub workgroup_size: u32,
     /// Shared memory bytes declared by the kernel.
     pub shared_bytes: u32,
+    /// Bytes of dynamic shared memory an NVIDIA launch gives the kernel (its shared arrays
+    /// and tiles when they pass the 48 KiB of static shared memory ptxas allows; else 0).
+    pub nvidia_dynamic_shared_bytes: u32,
     pub params: &'static [ParamInfo],
     pub cpu: CpuEntry,
     pub host: &'static [HostVariant],

@@ -122,6 +122,22 @@ fn ptx_entry_params(ptx: &str, name: &str, what: &str) -> Vec<String> {
         .collect()
 }
 
+/// Bytes of the static `.shared` arrays `ptx` declares (`.shared .align A .b8 name[N];`).
+fn ptx_static_shared_bytes(ptx: &str, what: &str) -> u64 {
+    ptx.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(".shared "))
+        .map(|l| {
+            let n = l.rsplit_once('[').and_then(|(_, n)| n.strip_suffix("];"));
+            n.and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{what}: unexpected `{l}`"))
+        })
+        .sum()
+}
+
+/// Every kernel's PTX: the ABI, barriers and memory accesses it needs, and at most 48 KiB of
+/// static shared memory (what ptxas accepts); a kernel with more workgroup memory declares
+/// it `extern` (dynamic, sized by the launch) instead.
 #[test]
 fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
     for k in lse_kernels::ALL {
@@ -161,6 +177,13 @@ fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
             if k.shared_bytes > 0 {
                 assert!(ptx.contains(".shared"), "{what}: no .shared");
             }
+            let static_shared = ptx_static_shared_bytes(ptx, &what);
+            assert!(
+                static_shared <= 48 * 1024,
+                "{what}: {static_shared} bytes of static shared memory; ptxas allows 48 KiB"
+            );
+            let dynamic = ptx.contains(".extern .shared");
+            assert_eq!(dynamic, k.nvidia_dynamic_shared_bytes > 0, "{what}");
             assert!(ptx.contains("ld.global"), "{what}: no ld.global");
             assert!(ptx.contains("st.global"), "{what}: no st.global");
             assert!(m.llvm_ir.contains("nvptx64-nvidia-cuda"), "{what}");

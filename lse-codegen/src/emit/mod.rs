@@ -52,6 +52,9 @@ pub(crate) struct Emitter<'k> {
     pub scalars: Vec<Option<String>>,
     /// Indexed by SharedId: the array's base pointer value.
     pub shared: Vec<String>,
+    /// Indexed by TileId, on GPUs: the tile's shared-memory address (the host lowering keeps
+    /// its own).
+    pub tiles: Vec<String>,
     /// The current work-item id value (`i32`).
     pub lid: String,
     pub group_id: [String; 3],
@@ -83,6 +86,7 @@ impl<'k> Emitter<'k> {
             bufs: vec![None; k.params.len()],
             scalars: vec![None; k.params.len()],
             shared: Vec::new(),
+            tiles: Vec::new(),
             lid: "0".into(),
             group_id: ["0".into(), "0".into(), "0".into()],
             num_groups: ["1".into(), "1".into(), "1".into()],

@@ -1,8 +1,8 @@
 //! What the two GPU lowerings (AMDGPU and NVPTX) share: the workgroup-size check, the kernel
 //! parameter list (buffers as `noalias` global pointers, `readonly` when the kernel only reads
-//! them, scalars by value, all in declaration order), shared arrays as addrspace(3) globals,
-//! and one private slot per kernel variable. Tiles: [`tiles`]; `tile_dot` on matrix units:
-//! [`matrix`].
+//! them, scalars by value, all in declaration order), shared arrays and tiles as addrspace(3)
+//! globals (or offsets in one block of dynamic shared memory), and one private slot per kernel
+//! variable. Tiles: [`tiles`]; `tile_dot` on matrix units: [`matrix`].
 
 pub(crate) mod matrix;
 pub(crate) mod subgroup;
@@ -24,10 +24,17 @@ pub(crate) struct GpuKernel<'k> {
     pub wg: u32,
 }
 
-/// Starts a GPU kernel; `private_ptr` is the pointer type of the target's allocas.
+/// The `extern` shared-memory block of a kernel whose arrays and tiles are dynamic shared
+/// memory (NVPTX past its static limit: [`Kernel::nvidia_dynamic_shared_bytes`]).
+const DYNAMIC_SHARED: &str = "@loom_dynamic_shared";
+
+/// Starts a GPU kernel; `private_ptr` is the pointer type of the target's allocas. With
+/// `dynamic_shared`, the shared arrays and tiles lie in one `extern` block of dynamic shared
+/// memory at the offsets of [`Kernel::workgroup_block`]; else each is a global of its own.
 pub(crate) fn prologue<'k>(
     k: &'k Kernel,
     private_ptr: &'static str,
+    dynamic_shared: bool,
 ) -> Result<GpuKernel<'k>, String> {
     let wg = k.workgroup_size;
     if wg == 0 || !wg.is_power_of_two() || wg > 1024 {
@@ -59,15 +66,29 @@ pub(crate) fn prologue<'k>(
         }
     }
     let mut globals = String::new();
-    for (i, s) in k.shared.iter().enumerate() {
+    if dynamic_shared {
+        // One `extern` block, sized by the launch; each array and tile a constant offset in it.
         globals.push_str(&format!(
-            "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
-            s.len,
-            lty(s.elem)
+            "{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
         ));
-        e.shared.push(format!("@loom_shared_{i}"));
+        let block = k.workgroup_block();
+        let at = |off: &u32| {
+            format!("getelementptr inbounds (i8, ptr addrspace(3) {DYNAMIC_SHARED}, i32 {off})")
+        };
+        e.shared = block.shared.iter().map(at).collect();
+        e.tiles = block.tiles.iter().map(at).collect();
+    } else {
+        for (i, s) in k.shared.iter().enumerate() {
+            globals.push_str(&format!(
+                "@loom_shared_{i} = internal addrspace(3) global [{} x {}] undef, align 4\n",
+                s.len,
+                lty(s.elem)
+            ));
+            e.shared.push(format!("@loom_shared_{i}"));
+        }
+        globals.push_str(&tiles::globals(k));
+        e.tiles = (0..k.tiles.len() as u32).map(tiles::global).collect();
     }
-    globals.push_str(&tiles::globals(k));
     for l in &k.locals {
         let loc = e.scalar_var(l.ty);
         e.vars.push(loc);

@@ -10,8 +10,8 @@ use super::matrix::{self, MatrixUnit};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered};
 use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
 
-/// The name of tile `t`'s shared-memory array.
-fn global(t: u32) -> String {
+/// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
+pub(super) fn global(t: u32) -> String {
     format!("@loom_tile_{t}")
 }
 
@@ -272,7 +272,7 @@ fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
     let ty = lty(e.k.tiles[t as usize].elem);
     e.b.op(format!(
         "getelementptr inbounds {ty}, ptr addrspace(3) {}, i32 {i}",
-        global(t)
+        e.tiles[t as usize]
     ))
 }
 

@@ -612,6 +612,26 @@ fn whole_subgroup(x: &[f32], sub: &mut [f32], whole: &mut [f32], rev: &mut [f32]
 /// dotted (a tile keeps the values it was loaded with), `b` is reloaded transposed from the
 /// new `wq` and dotted again; `acc` goes to `y` and, through windows of `rows x cols`, to
 /// `staged` (and `b` transposed), which the work-items copy to `back`.
+/// A shared array and tiles that together take 56 KiB: over the 48 KiB of static shared
+/// memory an NVIDIA block may declare, so NVPTX gives them as dynamic shared memory.
+pub const WIDE_WORKGROUP_MEMORY_SRC: &str = r#"
+#[loom::kernel(name = "test.wide_workgroup_memory", version = 1, workgroup = 64)]
+fn wide_workgroup_memory(x: &[f32], w: &[f32], y: &mut [f32], n: u32) {
+    let staged = shared::<f32>(2048);
+    let a = tile::<f32, 64, 64>();
+    let b = tile::<f32, 64, 64>();
+    let acc = tile::<f32, 64, 64>();
+    let lid = local_id();
+    for j in 0u32..32u32 {
+        staged[j * 64 + lid] = x[j * 64 + lid] * 2.0;
+    }
+    tile_load(a, staged, 0, 64, 32, 64);
+    tile_load(b, w, 0, n, 64, n);
+    tile_dot(acc, a, b);
+    tile_store(acc, y, 0, n, 64, n);
+}
+"#;
+
 pub const TILE_SHARED_SRC: &str = r#"
 #[loom::kernel(name = "test.tile_shared", version = 1, workgroup = 16)]
 fn tile_shared(q: &[u32], x: &[f32], y: &mut [f32], back: &mut [f32], scale: f32, rows: u32, cols: u32) {

@@ -229,3 +229,37 @@ fn byte_tiles_ptx() {
         );
     }
 }
+
+/// Shared arrays and tiles over 48 KiB (ptxas refuses more static shared memory) lie in one
+/// `extern` block of dynamic shared memory, the size the launch gives
+/// (`Kernel::nvidia_dynamic_shared_bytes`), with no static array of their own; a kernel within
+/// 48 KiB keeps its static arrays and needs no dynamic memory.
+#[test]
+fn workgroup_memory_past_48_kib_is_dynamic_shared_memory() {
+    let wide = super::kernels::from_source(super::kernels::WIDE_WORKGROUP_MEMORY_SRC);
+    assert_eq!(wide.nvidia_dynamic_shared_bytes(), 8192 + 3 * 16384);
+    let small = super::kernels::tile_ops();
+    assert_eq!(small.nvidia_dynamic_shared_bytes(), 0);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&wide, sm);
+        let shared: Vec<&str> = ptx
+            .lines()
+            .filter(|l| l.contains(".shared .align"))
+            .collect();
+        assert_eq!(
+            shared,
+            [".extern .shared .align 16 .b8 loom_dynamic_shared[];"],
+            "{sm}: {ptx}"
+        );
+        assert!(
+            ptx.contains("ld.shared") && ptx.contains("st.shared"),
+            "{sm}"
+        );
+        let ptx = check_ptx(&small, sm);
+        assert!(!ptx.contains(".extern .shared"), "{sm}: {ptx}");
+        assert!(
+            ptx.contains(".shared .align 16 .b8 loom_tile_0"),
+            "{sm}: {ptx}"
+        );
+    }
+}

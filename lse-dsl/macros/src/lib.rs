@@ -65,6 +65,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
     let fn_name = &k.fn_name;
     let wg = Literal::u32_suffixed(k.workgroup_size);
     let shared_bytes = Literal::u32_suffixed(k.shared_bytes());
+    let nvidia_dynamic = Literal::u32_suffixed(k.nvidia_dynamic_shared_bytes());
     let params = param_infos(k);
     let launcher = launcher::tokens(k);
     let docs = item_fn.attrs.iter().filter(|a| a.path().is_ident("doc"));
@@ -89,6 +90,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
                 rust_src: #rust_src,
                 workgroup_size: #wg,
                 shared_bytes: #shared_bytes,
+                nvidia_dynamic_shared_bytes: #nvidia_dynamic,
                 params: &[#(#params),*],
                 cpu: #fn_ident,
                 host: #host,

@@ -249,3 +249,35 @@ fn declared_lengths_change_the_ir_text_and_hash_but_not_the_lowering() {
     );
     assert_ne!(crate::text::ir_hash(&a), crate::text::ir_hash(&b));
 }
+
+/// The workgroup block puts the shared arrays, then the tiles, one after the other at
+/// multiples of 16 bytes; NVIDIA needs dynamic shared memory only past 48 KiB.
+#[test]
+fn the_workgroup_block_lays_arrays_then_tiles_at_multiples_of_16() {
+    let src = r#"
+#[kernel(name = "test.block", version = 1, workgroup = 16)]
+fn block(x: &[f32], y: &mut [f32]) {
+    let s = shared::<f32>(3);
+    let t = tile::<bf16, 3, 3>();
+    let u = tile::<f32, 64, 64>();
+    let v = tile::<f32, 64, 64>();
+    let w = tile::<f32, 64, 63>();
+    let lid = local_id();
+    s[lid % 3] = x[lid];
+    tile_load(t, x, 0, 3, 3, 3);
+    tile_load(u, x, 0, 64, 1, 1);
+    tile_load(v, x, 0, 64, 1, 1);
+    tile_load(w, x, 0, 64, 1, 1);
+    tile_store(u, y, 0, 64, 1, 1);
+}
+"#;
+    let k = &kernels_in_file(src).unwrap()[0];
+    let block = k.workgroup_block();
+    assert_eq!(block.shared, [0]);
+    assert_eq!(block.tiles, [16, 48, 48 + 16384, 48 + 2 * 16384]);
+    assert_eq!(block.bytes, 48 + 2 * 16384 + 64 * 63 * 4);
+    assert_eq!(k.nvidia_dynamic_shared_bytes(), 0);
+    let mut wider = k.clone();
+    wider.tiles[3].cols = 64;
+    assert_eq!(wider.nvidia_dynamic_shared_bytes(), 48 + 3 * 16384);
+}

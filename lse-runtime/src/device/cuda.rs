@@ -25,6 +25,8 @@ const ATTR_CC_MAJOR: i32 = 75;
 const ATTR_CC_MINOR: i32 = 76;
 const JIT_ERROR_LOG_BUFFER: i32 = 5;
 const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: i32 = 6;
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
 /// The driver entry points LSE uses (C signatures from `cuda.h`).
@@ -42,6 +44,7 @@ struct Api {
         unsafe extern "C" fn(*mut Ptr, *const c_void, u32, *mut i32, *mut Ptr) -> Res,
     module_get_function: unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> Res,
     module_unload: unsafe extern "C" fn(Ptr) -> Res,
+    func_set_attribute: unsafe extern "C" fn(Ptr, i32, i32) -> Res,
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> Res,
     memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> Res,
     memcpy_dtoh: unsafe extern "C" fn(Ptr, u64, usize) -> Res,
@@ -87,6 +90,7 @@ impl Api {
                 module_load_data_ex: symbol(lib, "cuModuleLoadDataEx")?,
                 module_get_function: symbol(lib, "cuModuleGetFunction")?,
                 module_unload: symbol(lib, "cuModuleUnload")?,
+                func_set_attribute: symbol(lib, "cuFuncSetAttribute")?,
                 mem_alloc: symbol(lib, "cuMemAlloc_v2")?,
                 memcpy_htod: symbol(lib, "cuMemcpyHtoD_v2")?,
                 memcpy_dtoh: symbol(lib, "cuMemcpyDtoH_v2")?,
@@ -238,7 +242,8 @@ impl CudaDevice {
 
 /// Device memory: `cuMemAlloc_v2`, `cuMemsetD8_v2`, `cuMemcpyHtoD_v2` (synchronous),
 /// `cuMemcpyDtoH_v2`, `cuMemFree_v2`; launches: `cuLaunchKernel` with one parameter slot per
-/// argument, timed with CUDA events.
+/// argument and the kernel's dynamic shared memory (past 48 KiB after `cuFuncSetAttribute`
+/// at load), timed with CUDA events.
 impl Runtime for CudaDevice {
     /// The PTX architecture this device runs (`sm_80` or `sm_90`).
     fn arch(&self) -> &str {
@@ -348,10 +353,28 @@ impl Runtime for CudaDevice {
                 (self.api.module_get_function)(&mut f, m, name.as_ptr()),
             )
         };
-        if let Err(e) = got {
+        let got = got.map_err(|e| format!("{e} (entry {})", kernel.fn_name));
+        // A block may take over 48 KiB of dynamic shared memory only once the function opts in.
+        let dynamic = kernel.nvidia_dynamic_shared_bytes;
+        let sized = got.and_then(|()| match dynamic {
+            0 => Ok(()),
+            // SAFETY: `f` is the function just found; the attribute takes a byte count.
+            bytes => unsafe {
+                self.api.check(
+                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                    (self.api.func_set_attribute)(
+                        f,
+                        FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        bytes as i32,
+                    ),
+                )
+            }
+            .map_err(|e| format!("{}: {e} ({bytes} bytes)", kernel.id)),
+        });
+        if let Err(e) = sized {
             // SAFETY: unloading the module loaded above, which nothing else references.
             unsafe { (self.api.module_unload)(m) };
-            return Err(format!("{e} (entry {})", kernel.fn_name));
+            return Err(e);
         }
         Ok((m, f))
     }
@@ -387,7 +410,7 @@ impl Runtime for CudaDevice {
                     kernel.workgroup_size,
                     1,
                     1,
-                    0,
+                    kernel.nvidia_dynamic_shared_bytes,
                     ptr::null_mut(),
                     params.as_mut_ptr(),
                     ptr::null_mut(),
