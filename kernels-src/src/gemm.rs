@@ -5,10 +5,11 @@
 //! `gemm.xwt_exact` takes f32 activations against a 16-bit weight.
 //!
 //! Both are written once with tiles (`LOOM.md`, "Tiles") and share one operand block per K
-//! step between two 64 x 64 accumulators, in 48 KiB of GPU shared memory (the most static
-//! shared memory an NVIDIA block may have). Partial blocks at the
-//! edges are zero-padded by the loads and clipped by the stores; a workgroup whose second
-//! accumulator lies past the matrix skips it.
+//! step between two 64 x 64 accumulators: `gemm.xwt` in 48 KiB of GPU shared memory (K steps
+//! of 64), `gemm.xwt_exact` in 64 KiB (K steps of 64 f32 values; an NVIDIA launch gives it
+//! as dynamic shared memory, past the 48 KiB a block may declare statically). Partial blocks
+//! at the edges are zero-padded by the loads and clipped by the stores; a workgroup whose
+//! second accumulator lies past the matrix skips it.
 //!
 //! `gemm.xwt` computes blocks of `yᵀ = w · xᵀ`: its `a` operand is a block of weight rows as
 //! stored, which the host reads in place (no copy), and its `b` operand a block of `xᵀ`
@@ -103,9 +104,11 @@ fn transpose_x<W>(
 /// activations stay f32, so every product is rounded once by `fma`, as an f32 SGEMM on the
 /// widened weight computes it. The model's projections use it: rounding activations to
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM"). A workgroup owns
-/// 128 x 64 of `y`. Grid: x = ceil(m / 128) row blocks, y = ceil(n / 64) column blocks (row
+/// 128 x 64 of `y`; K steps of 64 (with v3's 32, within 48 KiB, the host's register blocks
+/// loaded and stored their accumulators twice as often, and it ran about 5% slower at M =
+/// 512). Grid: x = ceil(m / 128) row blocks, y = ceil(n / 64) column blocks (row
 /// blocks fastest, for the reason [`gemm_xwt`] gives).
-#[kernel(name = "gemm.xwt_exact", version = 3, workgroup = 64, elem = [bf16, f16, f32])]
+#[kernel(name = "gemm.xwt_exact", version = 4, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
     x: &[f32; m * k],
     w: &[W; n * k],
@@ -117,7 +120,7 @@ fn gemm_xwt_exact<W>(
 ) {
     const BM: u32 = 64;
     const BN: u32 = 64;
-    const BK: u32 = 32;
+    const BK: u32 = 64;
     let a = tile::<f32, BM, BK>();
     let b = tile::<f32, BK, BN>();
     let acc0 = tile::<f32, BM, BN>();

@@ -1,4 +1,4 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v5` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v3` for
+//! The LOOM GEMM (`gemm.xwt_<ty>.v5` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v4` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed, in the weight's type and in blocks of 64 of
 //! their rows with pairs of K interleaved, written once per input
