@@ -1,4 +1,4 @@
-//! `deltanet.delta_rule.v2`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
+//! `deltanet.delta_rule.v3`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
 //! 64 tokens), continuing from and updating the recurrent state of every value head, from
 //! the per-chunk matrices [`super::delta_prep`] formed.
 //!
@@ -30,7 +30,7 @@ use loom::kernel;
 /// `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped order: value head `h`
 /// reads key head `h / (hv / hk)`), else `h = y * hk + z` (llama.cpp's tiled order, which its
 /// GGUF converter writes: value head `h` reads key head `h % hk`).
-#[kernel(name = "deltanet.delta_rule", version = 2, workgroup = 64)]
+#[kernel(name = "deltanet.delta_rule", version = 3, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32; t * cd],
     beta: &[f32; t * num_groups_y() * num_groups_z()],
@@ -97,16 +97,20 @@ fn delta_rule(
                 out[((c0 + i) * hv + h) * dv + c] = o;
             }
         }
-        for d in 0..dk {
+        // Two rows of `S` per pass (the second only when `dk` has it): their chains over the
+        // chunk's rows are independent, and one alone waited on each `fma`'s latency.
+        for d in (0..dk).step_by(2) {
+            let e = min(d + 1, dk - 1);
             let mut x = decay[db + n - 1] * s[d * DVB + local_id()];
+            let mut y = decay[db + n - 1] * s[e * DVB + local_id()];
             for i in 0..n {
-                x = fma(
-                    decay[db + CH + i] * qkv[(c0 + i) * cd + kk + d],
-                    vn[i * DVB + local_id()],
-                    x,
-                );
+                let w = decay[db + CH + i];
+                let u = vn[i * DVB + local_id()];
+                x = fma(w * qkv[(c0 + i) * cd + kk + d], u, x);
+                y = fma(w * qkv[(c0 + i) * cd + kk + e], u, y);
             }
             s[d * DVB + local_id()] = x;
+            s[e * DVB + local_id()] = y;
         }
     }
     for d in 0..dk {
