@@ -97,8 +97,9 @@ fn delta_rule(
                 out[((c0 + i) * hv + h) * dv + c] = o;
             }
         }
-        // Two rows of `S` per pass (the second only when `dk` has it): their chains over the
-        // chunk's rows are independent, and one alone waited on each `fma`'s latency.
+        // Two rows of `S` per pass (with an odd `dk` the last pass computes its last row
+        // twice): their chains over the chunk's rows are independent, and one alone waited on
+        // each `fma`'s latency.
         for d in (0..dk).step_by(2) {
             let e = min(d + 1, dk - 1);
             let mut x = decay[db + n - 1] * s[d * DVB + local_id()];
