@@ -606,12 +606,6 @@ fn whole_subgroup(x: &[f32], sub: &mut [f32], whole: &mut [f32], rev: &mut [f32]
 }
 "#;
 
-/// Tile windows on f32 shared arrays (`q` holds 512 codes, `x` 512 values; `y` is 8 x 16,
-/// `back` 512): the work-items dequantise `q` into `wq` (and fill `staged` with -1), `a` and
-/// `b` are loaded from `wq`, then the work-items overwrite `wq` with `x` before `a` is
-/// dotted (a tile keeps the values it was loaded with), `b` is reloaded transposed from the
-/// new `wq` and dotted again; `acc` goes to `y` and, through windows of `rows x cols`, to
-/// `staged` (and `b` transposed), which the work-items copy to `back`.
 /// A shared array and tiles that together take 56 KiB: over the 48 KiB of static shared
 /// memory an NVIDIA block may declare, so NVPTX gives them as dynamic shared memory.
 pub const WIDE_WORKGROUP_MEMORY_SRC: &str = r#"
@@ -632,6 +626,12 @@ fn wide_workgroup_memory(x: &[f32], w: &[f32], y: &mut [f32], n: u32) {
 }
 "#;
 
+/// Tile windows on f32 shared arrays (`q` holds 512 codes, `x` 512 values; `y` is 8 x 16,
+/// `back` 512): the work-items dequantise `q` into `wq` (and fill `staged` with -1), `a` and
+/// `b` are loaded from `wq`, then the work-items overwrite `wq` with `x` before `a` is
+/// dotted (a tile keeps the values it was loaded with), `b` is reloaded transposed from the
+/// new `wq` and dotted again; `acc` goes to `y` and, through windows of `rows x cols`, to
+/// `staged` (and `b` transposed), which the work-items copy to `back`.
 pub const TILE_SHARED_SRC: &str = r#"
 #[loom::kernel(name = "test.tile_shared", version = 1, workgroup = 16)]
 fn tile_shared(q: &[u32], x: &[f32], y: &mut [f32], back: &mut [f32], scale: f32, rows: u32, cols: u32) {
