@@ -1,7 +1,9 @@
 //! Offline checks of every AMDGPU code object of every kernel, for every target arch: no GPU
 //! needed. The ELF header names the arch and the HSA ABI, the notes describe the kernel with
 //! the arguments LOOM declared, the kernel descriptor exists, and the scoring kernels use no
-//! scratch memory. Also: the build script and the proc-macro lowered the same IR.
+//! scratch memory. Every kernel's PTX has the structure a CUDA launch needs and assembles with
+//! NVIDIA's `ptxas` without spills. Also: the build script and the proc-macro lowered the
+//! same IR.
 
 use lse_codegen::inspect_code_object;
 use lse_dsl::rt::ParamKind;
@@ -189,6 +191,64 @@ fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
             assert!(m.llvm_ir.contains("nvptx64-nvidia-cuda"), "{what}");
         }
     }
+}
+
+/// `N` in the first `N bytes <what>` of `ptxas -v`'s report.
+fn ptxas_bytes(report: &str, what: &str) -> Option<u64> {
+    let at = report.find(&format!(" bytes {what}"))?;
+    report[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Every kernel's PTX assembles with NVIDIA's `ptxas` for its arch (what the driver does when
+/// it loads the module, so PTX that ptxas rejects would fail every launch on a GPU), with no
+/// registers spilled to local memory. `ptxas` comes from `$LSE_PTXAS`, which
+/// `scripts/fetch-ptxas.sh` fetches and `scripts/env.sh` sets; without it the test says so
+/// and checks nothing.
+#[test]
+fn every_kernel_assembles_with_ptxas_without_spills() {
+    let Some(ptxas) = std::env::var_os("LSE_PTXAS") else {
+        eprintln!("LSE_PTXAS is not set (scripts/fetch-ptxas.sh): PTX not assembled");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let jobs: Vec<(&lse_dsl::rt::KernelDef, &lse_dsl::rt::PtxModule)> = lse_kernels::ALL
+        .iter()
+        .flat_map(|k| k.ptx.iter().map(move |m| (*k, m)))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for chunk in jobs.chunks(jobs.len().div_ceil(threads)) {
+            let (ptxas, dir) = (&ptxas, dir.path());
+            s.spawn(move || {
+                for (k, m) in chunk {
+                    let what = format!("{} {}", k.id, m.arch);
+                    let stem = dir.join(format!("{}.{}", k.id, m.arch));
+                    let (ptx, cubin) = (stem.with_extension("ptx"), stem.with_extension("cubin"));
+                    std::fs::write(&ptx, m.ptx).unwrap();
+                    let out = std::process::Command::new(ptxas)
+                        .arg(format!("-arch={}", m.arch))
+                        .arg("-v")
+                        .arg(&ptx)
+                        .arg("-o")
+                        .arg(&cubin)
+                        .output()
+                        .unwrap_or_else(|e| panic!("running LSE_PTXAS={ptxas:?}: {e}"));
+                    let report = String::from_utf8_lossy(&out.stderr);
+                    assert!(out.status.success(), "{what}: ptxas failed:\n{report}");
+                    assert!(cubin.exists(), "{what}: ptxas wrote no cubin");
+                    for spill in ["spill stores", "spill loads"] {
+                        let bytes = ptxas_bytes(&report, spill)
+                            .unwrap_or_else(|| panic!("{what}: no `{spill}` in:\n{report}"));
+                        assert_eq!(bytes, 0, "{what}: {bytes} bytes of {spill}:\n{report}");
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// The GEMM's matrix instructions are where the host levels promise them, checked in the
