@@ -302,7 +302,7 @@ impl Kernel {
         let mut bytes = 0;
         let mut place = |size: u32| {
             let at = bytes;
-            bytes = (at + size).next_multiple_of(16);
+            bytes = at + size.next_multiple_of(WORKGROUP_ALIGN);
             at
         };
         let shared = self
@@ -335,6 +335,10 @@ impl Kernel {
         }
     }
 }
+
+/// Alignment of each shared array and tile in a kernel's workgroup memory
+/// ([`Kernel::workgroup_block`]); each takes its size rounded up to it.
+pub const WORKGROUP_ALIGN: u32 = 16;
 
 /// The most static shared memory an NVIDIA block may declare. Up to the front end's limit
 /// (64 KiB, the smallest AMDGPU LDS), a kernel past it takes its arrays and tiles as dynamic

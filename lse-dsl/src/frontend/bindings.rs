@@ -8,7 +8,7 @@ use super::cx::{Binding, Cx, Site};
 use super::fold::eval;
 use super::syntax::{err, strip, text};
 use super::types::{named_ty, type_text};
-use crate::ir::{Block, Expr, ExprKind, SharedArray, SharedId, Stmt, Ty};
+use crate::ir::{Block, Expr, ExprKind, SharedArray, SharedId, Stmt, Ty, WORKGROUP_ALIGN};
 
 /// Most shared memory a kernel may declare (the smallest LDS among the targets).
 const MAX_SHARED_BYTES: u32 = 64 * 1024;
@@ -191,7 +191,7 @@ impl Cx {
         extra: u64,
         span: proc_macro2::Span,
     ) -> syn::Result<()> {
-        let total = self.shared_bytes() as u64 + self.tile_bytes() as u64 + extra;
+        let total = self.workgroup_bytes() + extra.next_multiple_of(u64::from(WORKGROUP_ALIGN));
         if total > MAX_SHARED_BYTES as u64 {
             return err(
                 span,
@@ -337,6 +337,16 @@ mod tests {
         assert!(msg.contains("only allowed at the top level"), "{msg}");
         assert!(e("let t = shared::<bf16>(4);").contains("T one of f32, i32 or u32"));
         assert!(e("let t = shared::<f32>(20000);").contains("the limit is 65536"));
+        // 4 + 65532 bytes, but each array starts at a multiple of 16.
+        let msg = e("let a = shared::<f32>(1); let b = shared::<f32>(16383);");
+        assert!(
+            msg.contains("take 65552 bytes; the limit is 65536"),
+            "{msg}"
+        );
+        let at_limit = crate::frontend::tests::k(
+            "let a = shared::<f32>(4); let b = shared::<f32>(16380); a[0] = 0.0; b[0] = 0.0;",
+        );
+        assert_eq!(at_limit.workgroup_block().bytes, 65536);
         assert!(e("const A: u32 = 1 / 0;").contains("divides by zero"));
     }
 }

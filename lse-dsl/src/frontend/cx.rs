@@ -13,6 +13,7 @@ use proc_macro2::Span;
 
 use crate::ir::{
     Block, Local, Param, ParamId, SharedArray, SharedId, Stmt, TileDecl, TileId, Ty, VarId,
+    WORKGROUP_ALIGN,
 };
 
 /// What a name refers to inside the kernel body.
@@ -116,19 +117,15 @@ impl Cx {
         self.scopes.iter().rev().find_map(|s| s.get(name))
     }
 
-    /// Bytes of the tiles declared so far.
-    pub fn tile_bytes(&self) -> u32 {
-        self.tiles
-            .iter()
-            .map(|t| t.len() * t.elem.size_bytes())
-            .sum()
-    }
-
-    /// Bytes of the shared arrays declared so far.
-    pub fn shared_bytes(&self) -> u32 {
-        self.shared
-            .iter()
-            .map(|s| s.elem.size_bytes() * s.len)
+    /// Bytes of workgroup memory the shared arrays and tiles declared so far take, laid out
+    /// as [`crate::ir::Kernel::workgroup_block`] lays them (each at a multiple of
+    /// [`WORKGROUP_ALIGN`]).
+    pub fn workgroup_bytes(&self) -> u64 {
+        let arrays = self.shared.iter().map(|s| s.elem.size_bytes() * s.len);
+        let tiles = self.tiles.iter().map(|t| t.len() * t.elem.size_bytes());
+        arrays
+            .chain(tiles)
+            .map(|b| u64::from(b).next_multiple_of(u64::from(WORKGROUP_ALIGN)))
             .sum()
     }
 
