@@ -4,32 +4,38 @@
 //! with each two K interleaved (`xp`, see [`transpose_x`], written once per GEMM);
 //! `gemm.xwt_exact` takes f32 activations against a 16-bit weight.
 //!
-//! Both are written once with tiles (`LOOM.md`, "Tiles") and share one operand block per K
-//! step between two 64 x 64 accumulators: `gemm.xwt` in 48 KiB of GPU shared memory (K steps
-//! of 64), `gemm.xwt_exact` in 64 KiB (K steps of 64 f32 values; an NVIDIA launch gives it
-//! as dynamic shared memory, past the 48 KiB a block may declare statically). Partial blocks
-//! at the edges are zero-padded by the loads and clipped by the stores; a workgroup whose
-//! second accumulator lies past the matrix skips it.
+//! Both are written once with tiles (`LOOM.md`, "Tiles"). `gemm.xwt` runs one 64 x 64
+//! accumulator per workgroup over K steps of 128 (48 KiB of GPU shared memory);
+//! `gemm.xwt_exact` shares one operand block per K step between two 64 x 64 accumulators in
+//! 64 KiB (K steps of 64 f32 values; an NVIDIA launch gives it as dynamic shared memory, past
+//! the 48 KiB a block may declare statically). Partial blocks at the edges are zero-padded by
+//! the loads and clipped by the stores; a workgroup whose second accumulator lies past the
+//! matrix skips it.
 //!
 //! `gemm.xwt` computes blocks of `yᵀ = w · xᵀ`: its `a` operand is a block of weight rows as
 //! stored, which the host reads in place (no copy), and its `b` operand a block of `xᵀ`
-//! loaded from a pairs window (`tile_load_pairs`) that is 8 KiB of contiguous memory: on
+//! loaded from a pairs window (`tile_load_pairs`) that is 16 KiB of contiguous memory: on
 //! AVX512-BF16 levels the operand layout of `vdpbf16ps`, read in place too (in `xᵀ` rows of
 //! the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
 //! reads missed; copying them into the pair layout cost 5 to 10%). Nothing is transposed,
 //! interleaved or copied inside the K loop on those levels, and `y` is written transposed
-//! once at the end. `gemm.xwt_exact` computes blocks of `y` itself: its weight block is
-//! widened to f32 and transposed every K step, the activations read in place. The host's AMX
-//! level runs the dots on AMX tiles; other levels and GPUs use the portable lowering.
+//! once at the end. Its K loop is only the two loads and the dot, so where every step's
+//! blocks are whole the host runs it fused: each register block of the dot goes through the
+//! whole K with its accumulators in registers (`lse-codegen/src/host/tiles/fused.rs`).
+//! `gemm.xwt_exact` computes blocks of `y` itself: its weight block is widened to f32 and
+//! transposed every K step, the activations read in place. The host's AMX level runs the
+//! dots on AMX tiles; other levels and GPUs use the portable lowering.
 
 use loom::kernel;
 
-/// Grid: x = ceil(m / 64) row blocks of `y`, y = ceil(n / 128) column blocks. Row blocks run
+/// Grid: x = ceil(m / 64) row blocks of `y`, y = ceil(n / 64) column blocks. Row blocks run
 /// fastest, so consecutive workgroups (a host thread's run of them, or GPU blocks scheduled
-/// together) read the same 128 weight rows, which come from cache after the first: the
+/// together) read the same 64 weight rows, which come from cache after the first: the
 /// weight is the larger operand of every projection at M = 512. `accumulate` = 1 adds the
-/// product to `y` (a fused residual add); 0 overwrites `y`.
-#[kernel(name = "gemm.xwt", version = 5, workgroup = 64, elem = [bf16, f16])]
+/// product to `y` (a fused residual add); 0 overwrites `y`. v6: one accumulator and K steps
+/// of 128; v5's two accumulators shared each step's `xᵀ` block, but their loop was more than
+/// the two loads and one dot that the host's fused K loop takes.
+#[kernel(name = "gemm.xwt", version = 6, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt<W>(
     xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     w: &[W; n * k],
@@ -41,19 +47,14 @@ fn gemm_xwt<W>(
 ) {
     const BM: u32 = 64;
     const BN: u32 = 64;
-    const BK: u32 = 64;
+    const BK: u32 = 128;
     let a = tile::<W, BN, BK>();
     let b = tile::<W, BK, BM>();
-    let acc0 = tile::<f32, BN, BM>();
-    let acc1 = tile::<f32, BN, BM>();
+    let acc = tile::<f32, BN, BM>();
     let row0 = group_id() * BM;
-    let col0 = group_id_y() * (2 * BN);
-    let col1 = col0 + BN;
+    let col0 = group_id_y() * BN;
     if accumulate == 1 {
-        tile_load_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
-        if col1 < n {
-            tile_load_t(acc1, y, row0 * n + col1, n, n - col1, m - row0);
-        }
+        tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
     for k0 in (0..k).step_by(BK) {
         // Block row0 / 64 of `xp` (BM is its block of rows), pair row k0 / 2 of it.
@@ -66,16 +67,9 @@ fn gemm_xwt<W>(
             m - row0,
         );
         tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-        tile_dot(acc0, a, b);
-        if col1 < n {
-            tile_load(a, w, col1 * k + k0, k, n - col1, k - k0);
-            tile_dot(acc1, a, b);
-        }
+        tile_dot(acc, a, b);
     }
-    tile_store_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
-    if col1 < n {
-        tile_store_t(acc1, y, row0 * n + col1, n, n - col1, m - row0);
-    }
+    tile_store_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
 }
 
 /// `xp` = `xᵀ` converted to `W` (round to nearest even), for `x` `[m, k]` f32, laid out

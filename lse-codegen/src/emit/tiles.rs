@@ -190,12 +190,13 @@ impl Emitter<'_> {
         ))
     }
 
-    /// A sequential loop `iv = 0..n` (n >= 1) carrying values of type `ty` from `init`:
-    /// `body` (straight-line code, no branches) maps the iteration's values to the next ones;
-    /// returns the values after the last iteration.
+    /// A sequential loop `iv = 0..n` (`n` an `i32` constant or value, at least 1) carrying
+    /// values of type `ty` from `init`: `body` maps the iteration's values to the next ones
+    /// (it may hold loops of its own: the values flow from the block it ends in); returns the
+    /// values after the last iteration.
     pub fn carried_loop(
         &mut self,
-        n: u32,
+        n: impl std::fmt::Display,
         ty: &str,
         init: &[String],
         body: impl FnOnce(&mut Self, &str, &[String]) -> Vec<String>,

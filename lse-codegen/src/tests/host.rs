@@ -1222,6 +1222,71 @@ fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
     }
 }
 
+/// A dot's K loop ([`kernels::TILE_FUSED_K_SRC`]) run in one pass per register block where
+/// every step's windows are whole (whole K steps, `n` and `m` filling the tiles) and as
+/// written elsewhere (a partial last step, short rows or columns, no steps) gives the
+/// reference's sums on every level. Small integers make every sum exact, so any order gives
+/// the same bits. With a constant step the AVX512-BF16 levels emit the dot twice (fused and
+/// as written), with a run-time step once.
+#[test]
+fn fused_k_loops_match_the_reference_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_FUSED_K_SRC);
+    let dots = |k: &Kernel| {
+        host_llvm_text(&lse_dsl::wil::transform(k), "x86-64-v4-bf16")
+            .matches("call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(")
+            .count()
+    };
+    let runtime_step = kernels::from_source(
+        &kernels::TILE_FUSED_K_SRC.replace("step_by(32)", "step_by(m / m * 32)"),
+    );
+    assert_eq!(dots(&k), 2 * dots(&runtime_step));
+    let small = |i: usize, seed: usize| ((i * 5 + seed) % 9) as f32 - 4.0;
+    let kmax = 160;
+    let w: Vec<bf16> = (0..16 * kmax)
+        .map(|i| bf16::from_f32(small(i, 1)))
+        .collect();
+    let x: Vec<f32> = (0..kmax * 32).map(|i| small(i / 3, 2)).collect();
+    let y0: Vec<f32> = (0..16 * 32).map(|i| small(i, 3) * 10.0).collect();
+    for (n, m, kk) in [
+        (16, 32, 96),
+        (16, 32, 160),
+        (16, 32, 32),
+        (16, 32, 100),
+        (11, 32, 96),
+        (16, 20, 64),
+        (16, 32, 0),
+        (16, 32, 1),
+    ] {
+        let w: Vec<bf16> = w[..16 * kk].to_vec();
+        // xp[(k / 2)][c][k % 2] = x[k][c]
+        let mut xp = vec![bf16::ZERO; kmax * 32];
+        for kr in 0..kk {
+            for c in 0..32 {
+                xp[(kr / 2) * 64 + 2 * c + kr % 2] = bf16::from_f32(x[kr * 32 + c]);
+            }
+        }
+        let mut want = y0.clone();
+        for r in 0..n {
+            for c in 0..m {
+                let dot: f32 = (0..kk)
+                    .map(|j| w[r * kk + j].to_f32() * x[j * 32 + c])
+                    .sum();
+                want[r * 32 + c] += dot;
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut xp, mut w, mut y) = (xp.clone(), w.clone(), y0.clone());
+            let bufs = [raw(&mut xp), raw(&mut w), raw(&mut y)];
+            let scalars = [m as u64, n as u64, kk as u64];
+            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+            assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}");
+        }
+    }
+}
+
 /// bf16 and f16 dot operands ([`kernels::TILE_HALF_DOT_SRC`]) with zeros, subnormals,
 /// infinities and NaNs (a signaling bf16 NaN among them), whole and ragged windows: on the
 /// levels with FMA the host stores them widened to f32 (their loads widen, the dots read f32),

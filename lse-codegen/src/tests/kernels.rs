@@ -789,6 +789,26 @@ fn tile_pairs(xp: &[bf16], xa: &[bf16], xh: &[f16], xc: &[f16], yb: &mut [bf16],
 }
 "#;
 
+/// A GEMM's K loop in steps of 32: `acc` (16 x 32, from `y` `[n][m]`) plus `w` (`[n][k]`
+/// bf16) times `xp` (`[k / 2][32][2]`, the pairs of a `[k][32]` bf16), each step's operands
+/// loaded (read in place where whole) and dotted, then stored back into `y`. The host fuses
+/// the loop into the dot's register blocks where every step's windows are whole.
+pub const TILE_FUSED_K_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_fused_k", version = 1, workgroup = 32)]
+fn tile_fused_k(xp: &[bf16], w: &[bf16], y: &mut [f32], m: u32, n: u32, k: u32) {
+    let a = tile::<bf16, 16, 32>();
+    let b = tile::<bf16, 32, 32>();
+    let acc = tile::<f32, 16, 32>();
+    tile_load(acc, y, 0, 32, n, m);
+    for k0 in (0..k).step_by(32) {
+        tile_load_pairs(b, xp, k0 * 32, 64, k - k0, m);
+        tile_load(a, w, k0, k, n, k - k0);
+        tile_dot(acc, a, b);
+    }
+    tile_store(acc, y, 0, 32, n, m);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

@@ -40,9 +40,9 @@ const EXACT_COLS: u32 = 64;
 /// `gemm.xwt_mlx*`: `4 * BM` and `BN`).
 const QUANT_ROWS: u32 = 256;
 const QUANT_COLS: u32 = 32;
-/// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `2 * BN`).
+/// Rows and columns of `y` per workgroup of `gemm.xwt` (its `BM` and `BN`).
 const XWT_ROWS: u32 = 64;
-const XWT_COLS: u32 = 128;
+const XWT_COLS: u32 = 64;
 /// Rows and columns of `x` per workgroup of `gemm.transpose_x`.
 const TRANSPOSE_BLOCK: u32 = 64;
 

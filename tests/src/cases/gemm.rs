@@ -146,6 +146,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (4, 3584, 1024),
             (4, 1024, 3584),
             (100, 4, 16),
+            // Whole K steps and whole blocks, where the host fuses the K loop (the 0.8B
+            // model's 1024 x 3584 on 64 rows; 130 x 200 x 384 has partial edge blocks too).
+            (64, 1024, 3584),
+            (130, 200, 384),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -156,11 +160,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 act: Activations::RoundedToWeight,
             }));
         }
-        for m in [33, 200] {
+        for (m, n, k) in [(33, 65, 130), (200, 65, 130), (128, 192, 256)] {
             out.push(Box::new(GemmCase {
                 m,
-                n: 65,
-                k: 130,
+                n,
+                k,
                 dtype,
                 out: GemmOut::Accumulate,
                 act: Activations::RoundedToWeight,

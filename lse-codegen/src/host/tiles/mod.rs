@@ -38,7 +38,9 @@
 //!     value lives in one basic block (LLVM inserts `ldtilecfg`);
 //!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
 //!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
-//!     4 rows and each broadcast A pair by 4 vectors.
+//!     4 rows and each broadcast A pair by 4 vectors. A K loop of only the two operands' loads
+//!     (both read in place) and such a dot runs each register block through all of its steps
+//!     ([`fused`]), its accumulators in registers throughout.
 //! - `tile_dot` of i16 tiles on the levels with AVX512-VNNI stores its `b` operand in the
 //!   same pair layout (an i32 window's rows truncated to i16 and interleaved as they load) and
 //!   runs `vpdpwssd` in the same register blocks into i32 accumulators: exact products,
@@ -59,6 +61,8 @@
 //!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
 //!   the products in increasing k with one rounding each, the generated Rust's order, so they
 //!   agree with it bit for bit.
+
+mod fused;
 
 use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
@@ -549,6 +553,20 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     ))
 }
 
+/// What one register block's pass over K reads ([`HostPhases::k_pass`]).
+#[derive(Clone, Copy)]
+struct KPass<'p> {
+    /// The `a` and `b` tiles.
+    tiles: [usize; 2],
+    /// The block's rows of `a` (`i32` values).
+    rows: &'p [String],
+    /// Its first column vector (16 columns each) and how many.
+    cols: (u32, u32),
+    micro: Micro,
+    /// The accumulators' vector type.
+    vt: &'p str,
+}
+
 impl HostPhases {
     /// The pair instruction `tile_dot` of `elem` operands may use on this level, if any.
     pub(super) fn pair_dot(&self, elem: Ty) -> Option<Micro> {
@@ -591,14 +609,14 @@ impl HostPhases {
                 if packed && self.amx && amx_shape(dc, da) {
                     self.amx_dot(e, acc, a, b)
                 } else if let (true, Some(micro)) = (packed, pair_dot) {
-                    self.blocked_dot(e, [acc, a, b], scale, micro)
+                    self.blocked_dot(e, [acc, a, b], scale, micro, None)?
                 } else if self.fma
                     && dc.elem == Ty::F32
                     && self.tiles[b].layout == Layout::RowMajor
                     && self.tiles[a].layout == Layout::RowMajor
                     && dc.cols.is_multiple_of(16)
                 {
-                    self.blocked_dot(e, [acc, a, b], None, Micro::Fma)
+                    self.blocked_dot(e, [acc, a, b], None, Micro::Fma, None)?
                 } else {
                     self.loop_dot(e, [acc, a, b], scale)
                 }
@@ -1255,7 +1273,8 @@ impl HostPhases {
         tiles: [usize; 3],
         scale: Option<usize>,
         micro: Micro,
-    ) {
+        steps: Option<&fused::Steps>,
+    ) -> Lowered<()> {
         let [acc, _, _] = tiles;
         // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
         // vector each, 6 where 16 registers hold half of one.
@@ -1273,26 +1292,35 @@ impl HostPhases {
             Micro::Fma => "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
         });
         let mr = mr_max.min(m);
+        let mut result = Ok(());
         self.sequential_loop(e, m / mr, |h, e, mb| {
             let m0 = e.b.op(format!("mul nuw i32 {mb}, {mr}"));
-            h.prefetch_view_rows(e, tiles[1], &m0, mr);
+            if steps.is_none() {
+                h.prefetch_view_rows(e, tiles[1], &m0, mr);
+            }
             for &(v0, nr) in &groups {
-                h.reg_block(e, tiles, scale, &m0, (mr, v0, nr), micro);
+                let r = h.reg_block(e, tiles, scale, &m0, (mr, v0, nr), micro, steps);
+                result = result.clone().and(r);
             }
         });
+        result?;
         let rest = m % mr;
         if rest > 0 {
             for &(v0, nr) in &groups {
                 let m0 = (m - rest).to_string();
-                self.reg_block(e, tiles, scale, &m0, (rest, v0, nr), micro);
+                self.reg_block(e, tiles, scale, &m0, (rest, v0, nr), micro, steps)?;
             }
         }
+        Ok(())
     }
 
     /// Rows `m0..m0 + mr` x column vectors `v0..v0 + nr` (16 columns each) of `acc += a b`:
     /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps` and
-    /// `vpdpwssd`, fours for `vpdpbusd`). With `scale` they start at zero and, after the
-    /// last step, are multiplied by the columns' scales and added to `acc`.
+    /// `vpdpwssd`, fours for `vpdpbusd`), and with `steps` over every step of the enclosing
+    /// loop too ([`FusedDot`]), each pointing the operands' views at its windows first. With
+    /// `scale` they start at zero and, after the last step, are multiplied by the columns'
+    /// scales and added to `acc`.
+    #[allow(clippy::too_many_arguments)]
     fn reg_block(
         &mut self,
         e: &mut Emitter,
@@ -1301,12 +1329,12 @@ impl HostPhases {
         m0: &str,
         (mr, v0, nr): (u32, u32, u32),
         micro: Micro,
-    ) {
-        let (n, k) = (self.tiles[acc].decl.cols, self.tiles[a].decl.cols);
-        let b_elem = self.tiles[b].decl.elem;
+        steps: Option<&fused::Steps>,
+    ) -> Lowered<()> {
+        let n = self.tiles[acc].decl.cols;
         let acc_elem = lty(self.tiles[acc].decl.elem);
         let vt = format!("<16 x {acc_elem}>");
-        let (pc, pb) = (self.tiles[acc].ptr.clone(), self.tiles[b].ptr.clone());
+        let pc = self.tiles[acc].ptr.clone();
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
             .collect();
@@ -1330,6 +1358,68 @@ impl HostPhases {
                 acc_ptrs.push(p);
             }
         }
+        let pass = KPass {
+            tiles: [a, b],
+            rows: &rows,
+            cols: (v0, nr),
+            micro,
+            vt: &vt,
+        };
+        let out = match steps {
+            None => self.k_pass(e, &pass, &init),
+            Some(steps) => {
+                let mut result = Ok(());
+                let out = e.carried_loop(&steps.trips, &vt, &init, |e, i, cur| {
+                    result = result.clone().and(self.point_step(e, steps, i));
+                    if v0 == 0 {
+                        self.prefetch_view_rows(e, a, m0, mr);
+                    }
+                    self.k_pass(e, &pass, cur)
+                });
+                result?;
+                out
+            }
+        };
+        let out = match scale {
+            Some(s) => {
+                let ps = self.tiles[s].ptr.clone();
+                let scales: Vec<String> = (0..nr)
+                    .map(|j| {
+                        let p = at(e, "i32", &ps, &((v0 + j) * 16).to_string());
+                        e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
+                    })
+                    .collect();
+                out.iter()
+                    .zip(&acc_ptrs)
+                    .enumerate()
+                    .map(|(i, (v, p))| {
+                        let f = &scales[i % nr as usize];
+                        let scaled = e.b.op(format!("mul <16 x i32> {v}, {f}"));
+                        let old = e.b.op(format!("load {vt}, ptr {p}, align 64"));
+                        e.b.op(format!("add <16 x i32> {old}, {scaled}"))
+                    })
+                    .collect()
+            }
+            None => out,
+        };
+        for (p, v) in acc_ptrs.iter().zip(out) {
+            e.b.ins(format!("store {vt} {v}, ptr {p}, align 64"));
+        }
+        Ok(())
+    }
+
+    /// One pass of a register block over the K of `a` and `b` as their views or stack arrays
+    /// hold them now: the accumulators `init` in, the updated ones out.
+    fn k_pass(&self, e: &mut Emitter, pass: &KPass<'_>, init: &[String]) -> Vec<String> {
+        let KPass {
+            tiles: [a, b],
+            rows,
+            cols: (v0, nr),
+            micro,
+            vt,
+        } = *pass;
+        let k = self.tiles[a].decl.cols;
+        let b_elem = self.tiles[b].decl.elem;
         let per_lane = micro.per_lane();
         let a_elem = self.tiles[a].decl.elem;
         // `b`'s base and distance between its rows of `per_lane` (a view's may be anywhere).
@@ -1339,9 +1429,12 @@ impl HostPhases {
                 let stride = e.b.op(format!("load i32, ptr {}", view.stride));
                 (base, stride, b_elem.size_bytes())
             }
-            None => (pb, (per_lane * n).to_string(), 64),
+            None => {
+                let row = per_lane * self.tiles[b].decl.cols;
+                (self.tiles[b].ptr.clone(), row.to_string(), 64)
+            }
         };
-        let out = e.carried_loop(k / per_lane, &vt, &init, |e, kk, cur| {
+        e.carried_loop(k / per_lane, vt, init, |e, kk, cur| {
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
                     let col = (v0 + j) * 16 * per_lane;
@@ -1410,32 +1503,7 @@ impl HostPhases {
                 }
             }
             next
-        });
-        let out = match scale {
-            Some(s) => {
-                let ps = self.tiles[s].ptr.clone();
-                let scales: Vec<String> = (0..nr)
-                    .map(|j| {
-                        let p = at(e, "i32", &ps, &((v0 + j) * 16).to_string());
-                        e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
-                    })
-                    .collect();
-                out.iter()
-                    .zip(&acc_ptrs)
-                    .enumerate()
-                    .map(|(i, (v, p))| {
-                        let f = &scales[i % nr as usize];
-                        let scaled = e.b.op(format!("mul <16 x i32> {v}, {f}"));
-                        let old = e.b.op(format!("load {vt}, ptr {p}, align 64"));
-                        e.b.op(format!("add <16 x i32> {old}, {scaled}"))
-                    })
-                    .collect()
-            }
-            None => out,
-        };
-        for (p, v) in acc_ptrs.iter().zip(out) {
-            e.b.ins(format!("store {vt} {v}, ptr {p}, align 64"));
-        }
+        })
     }
 
     /// For a [`View`] tile `t`: prefetches into L1 rows `m0 + mr .. m0 + 2 mr` of it (those

@@ -1,0 +1,205 @@
+//! A GEMM's K loop in one pass per register block. A uniform `for` loop whose body only loads
+//! the two operands of one register-blocked pair dot (`vdpbf16ps`, `vpdpwssd`, `vpdpbusd`)
+//! from buffer windows, both read in place ([`super::View`]), runs as the dot's register
+//! blocks with the loop's steps inside each: a block's accumulators stay in registers over the
+//! whole K instead of being loaded and stored around every step (a tenth of the bf16 GEMM's
+//! time at K steps of 64). The products and their order per element are the loop's, so the
+//! results are the same.
+//!
+//! The views need every step's windows whole (a partial window is a zero-padded copy, which
+//! a step would have to make while the other steps' blocks read theirs): a scalar pass over
+//! the steps checks that first, and the loop runs as written when one is not.
+
+use super::{HostPhases, Micro};
+use crate::emit::{Emitter, Lowered, WindowVals};
+use crate::host::remat::pure;
+use lse_dsl::ir::{Expr, ExprKind, Kernel, TileMem, TileOp, TileWindow, Ty, VarId};
+use lse_dsl::wil::Phase;
+
+/// A loop body [`HostPhases::fused_dot`] accepts: `acc += a b` on `micro`, after the loads.
+pub(in crate::host) struct FusedDot {
+    acc: usize,
+    a: usize,
+    b: usize,
+    micro: Micro,
+    /// The loop's constant step.
+    step: u32,
+    /// The body's loads: the tile each points and its window.
+    loads: Vec<(usize, TileWindow)>,
+}
+
+/// The steps a fused dot's register blocks run through (`i32` values of the emitted code).
+pub(super) struct Steps {
+    var: VarId,
+    /// The loop variable's first value.
+    start: String,
+    step: u32,
+    /// How many steps (at least 1).
+    pub(super) trips: String,
+    loads: Vec<(usize, TileWindow)>,
+}
+
+impl HostPhases {
+    /// The dot `body` holds when a uniform `for` loop with it and a constant `step` may run
+    /// fused (the module doc): loads of `a` and `b` from buffer windows whose expressions
+    /// read no memory and cannot trap (the check evaluates them ahead of the loop), each
+    /// operand loaded once and read in place, then the dot.
+    pub(in crate::host) fn fused_dot(
+        &self,
+        k: &Kernel,
+        var: VarId,
+        step: &Expr,
+        body: &[Phase],
+    ) -> Option<FusedDot> {
+        let ExprKind::Const(step) = step.kind else {
+            return None;
+        };
+        if step == 0 {
+            return None;
+        }
+        if k.locals.get(var as usize)?.ty != Ty::U32 {
+            return None;
+        }
+        let (
+            Phase::Tile(TileOp::Dot {
+                acc,
+                a,
+                b,
+                scale: None,
+            }),
+            loads,
+        ) = body.split_last()?
+        else {
+            return None;
+        };
+        let [acc, a, b] = [*acc, *a, *b].map(|t| t as usize);
+        let (da, db) = (&self.tiles[a], &self.tiles[b]);
+        let micro = self.pair_dot(da.decl.elem)?;
+        let packed = super::pairs_shape(&self.tiles[acc].decl, &da.decl)
+            && db.layout == micro.b_layout()
+            && da.layout == super::Layout::RowMajor;
+        let amx = self.amx && super::amx_shape(&self.tiles[acc].decl, &da.decl);
+        if !packed
+            || amx
+            || da.view.is_none()
+            || db.view.is_none()
+            || a == b
+            || acc == a
+            || acc == b
+        {
+            return None;
+        }
+        let mut windows = Vec::new();
+        for phase in loads {
+            let Phase::Tile(TileOp::Load { dst, from }) = phase else {
+                return None;
+            };
+            let readable = matches!(from.mem, TileMem::Buffer(_))
+                && from.exprs().iter().all(|x| pure(x, &|_| true));
+            if !readable || windows.iter().any(|(t, _)| *t == *dst as usize) {
+                return None;
+            }
+            windows.push((*dst as usize, from.clone()));
+        }
+        let mut loaded: Vec<usize> = windows.iter().map(|(t, _)| *t).collect();
+        loaded.sort_unstable();
+        (loaded == [a.min(b), a.max(b)]).then_some(FusedDot {
+            acc,
+            a,
+            b,
+            micro,
+            step,
+            loads: windows,
+        })
+    }
+
+    /// `for var in (start..end).step_by(f.step) { body }` with `body` accepted by
+    /// [`HostPhases::fused_dot`]: fused when every step's windows are whole, else as written.
+    pub(in crate::host) fn fused_dot_loop(
+        &mut self,
+        e: &mut Emitter,
+        var: VarId,
+        [start, end, step]: [&Expr; 3],
+        f: &FusedDot,
+        body: &[Phase],
+    ) -> Lowered<()> {
+        let sv = self.uniform(e, start)?;
+        let ev = self.uniform(e, end)?;
+        let any = e.b.op(format!("icmp ult i32 {sv}, {ev}"));
+        e.if_else(&any, &mut |e, some| {
+            if !some {
+                // No steps: the loop would only set its variable.
+                return e.write_var(var, &sv);
+            }
+            let span = e.b.op(format!("sub nuw i32 {ev}, {sv}"));
+            let last = e.b.op(format!("sub nuw i32 {span}, 1"));
+            let q = e.b.op(format!("udiv i32 {last}, {}", f.step));
+            let steps = Steps {
+                var,
+                start: sv.clone(),
+                step: f.step,
+                trips: e.b.op(format!("add nuw i32 {q}, 1")),
+                loads: f.loads.clone(),
+            };
+            let whole = self.all_windows_whole(e, &steps)?;
+            e.if_else(&whole, &mut |e, fused| {
+                if fused {
+                    self.blocked_dot(e, [f.acc, f.a, f.b], None, f.micro, Some(&steps))
+                } else {
+                    e.for_loop(var, start, end, step, &mut |e| self.phases(e, body))
+                }
+            })
+        })
+    }
+
+    /// Whether every step's windows cover their tiles (an `i1`).
+    fn all_windows_whole(&mut self, e: &mut Emitter, steps: &Steps) -> Lowered<String> {
+        let mut result = Ok(());
+        let all = e.carried_loop(&steps.trips, "i1", &["true".into()], |e, i, cur| match self
+            .step_windows(e, steps, i)
+        {
+            Ok(windows) => {
+                let mut all = cur[0].clone();
+                for ((t, _), w) in steps.loads.iter().zip(&windows) {
+                    let (rows, cols) = (self.tiles[*t].decl.rows, self.tiles[*t].decl.cols);
+                    let r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
+                    let c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
+                    let both = e.b.op(format!("and i1 {r}, {c}"));
+                    all = e.b.op(format!("and i1 {all}, {both}"));
+                }
+                vec![all]
+            }
+            Err(why) => {
+                result = Err(why);
+                cur.to_vec()
+            }
+        });
+        result.map(|()| all[0].clone())
+    }
+
+    /// Sets the loop variable to step `i` and evaluates the loads' windows there.
+    fn step_windows(
+        &mut self,
+        e: &mut Emitter,
+        steps: &Steps,
+        i: &str,
+    ) -> Lowered<Vec<WindowVals>> {
+        let off = e.b.op(format!("mul nuw i32 {i}, {}", steps.step));
+        let at = e.b.op(format!("add nuw i32 {}, {off}", steps.start));
+        e.write_var(steps.var, &at)?;
+        steps
+            .loads
+            .iter()
+            .map(|(_, from)| e.tile_window(from, &mut |e, x| self.uniform(e, x)))
+            .collect()
+    }
+
+    /// Points the operands' views at step `i`'s windows (whole: [`Self::all_windows_whole`]).
+    pub(super) fn point_step(&mut self, e: &mut Emitter, steps: &Steps, i: &str) -> Lowered<()> {
+        let windows = self.step_windows(e, steps, i)?;
+        for ((t, _), w) in steps.loads.iter().zip(&windows) {
+            self.point_view(e, *t, w, true);
+        }
+        Ok(())
+    }
+}
