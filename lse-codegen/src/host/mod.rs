@@ -378,7 +378,7 @@ impl HostPhases {
                 let saved = std::mem::replace(&mut e.lid, "0".into());
                 self.loops.push((*var, step.clone()));
                 let r = match self.fused_dot(e.k, *var, step, body) {
-                    Some(f) => self.fused_dot_loop(e, *var, [start, end, step], &f, body),
+                    Some(f) => self.fused_dot_loop(e, [start, end, step], &f, body),
                     None => e.for_loop(*var, start, end, step, &mut |e| self.phases(e, body)),
                 };
                 self.loops.pop();

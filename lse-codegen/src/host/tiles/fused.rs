@@ -10,14 +10,16 @@
 //! a step would have to make while the other steps' blocks read theirs): a scalar pass over
 //! the steps checks that first, and the loop runs as written when one is not.
 
-use super::{HostPhases, Micro};
+use super::{HostPhases, Micro, PackedDot};
 use crate::emit::{Emitter, Lowered, WindowVals};
 use crate::host::remat::pure;
 use lse_dsl::ir::{Expr, ExprKind, Kernel, TileMem, TileOp, TileWindow, Ty, VarId};
 use lse_dsl::wil::Phase;
 
-/// A loop body [`HostPhases::fused_dot`] accepts: `acc += a b` on `micro`, after the loads.
+/// A loop [`HostPhases::fused_dot`] accepts: `acc += a b` on `micro`, after the loads.
 pub(in crate::host) struct FusedDot {
+    /// The loop variable.
+    var: VarId,
     acc: usize,
     a: usize,
     b: usize,
@@ -29,14 +31,12 @@ pub(in crate::host) struct FusedDot {
 }
 
 /// The steps a fused dot's register blocks run through (`i32` values of the emitted code).
-pub(super) struct Steps {
-    var: VarId,
+pub(super) struct Steps<'f> {
+    dot: &'f FusedDot,
     /// The loop variable's first value.
     start: String,
-    step: u32,
     /// How many steps (at least 1).
     pub(super) trips: String,
-    loads: Vec<(usize, TileWindow)>,
 }
 
 impl HostPhases {
@@ -73,20 +73,11 @@ impl HostPhases {
             return None;
         };
         let [acc, a, b] = [*acc, *a, *b].map(|t| t as usize);
-        let (da, db) = (&self.tiles[a], &self.tiles[b]);
-        let micro = self.pair_dot(da.decl.elem)?;
-        let packed = super::pairs_shape(&self.tiles[acc].decl, &da.decl)
-            && db.layout == micro.b_layout()
-            && da.layout == super::Layout::RowMajor;
-        let amx = self.amx && super::amx_shape(&self.tiles[acc].decl, &da.decl);
-        if !packed
-            || amx
-            || da.view.is_none()
-            || db.view.is_none()
-            || a == b
-            || acc == a
-            || acc == b
-        {
+        let Some(PackedDot::Blocked(micro)) = self.packed_dot([acc, a, b]) else {
+            return None;
+        };
+        let views = self.tiles[a].view.is_some() && self.tiles[b].view.is_some();
+        if !views || a == b || acc == a || acc == b {
             return None;
         }
         let mut windows = Vec::new();
@@ -104,6 +95,7 @@ impl HostPhases {
         let mut loaded: Vec<usize> = windows.iter().map(|(t, _)| *t).collect();
         loaded.sort_unstable();
         (loaded == [a.min(b), a.max(b)]).then_some(FusedDot {
+            var,
             acc,
             a,
             b,
@@ -118,11 +110,11 @@ impl HostPhases {
     pub(in crate::host) fn fused_dot_loop(
         &mut self,
         e: &mut Emitter,
-        var: VarId,
         [start, end, step]: [&Expr; 3],
         f: &FusedDot,
         body: &[Phase],
     ) -> Lowered<()> {
+        let var = f.var;
         let sv = self.uniform(e, start)?;
         let ev = self.uniform(e, end)?;
         let any = e.b.op(format!("icmp ult i32 {sv}, {ev}"));
@@ -135,11 +127,9 @@ impl HostPhases {
             let last = e.b.op(format!("sub nuw i32 {span}, 1"));
             let q = e.b.op(format!("udiv i32 {last}, {}", f.step));
             let steps = Steps {
-                var,
+                dot: f,
                 start: sv.clone(),
-                step: f.step,
                 trips: e.b.op(format!("add nuw i32 {q}, 1")),
-                loads: f.loads.clone(),
             };
             let whole = self.all_windows_whole(e, &steps)?;
             e.if_else(&whole, &mut |e, fused| {
@@ -160,7 +150,7 @@ impl HostPhases {
         {
             Ok(windows) => {
                 let mut all = cur[0].clone();
-                for ((t, _), w) in steps.loads.iter().zip(&windows) {
+                for ((t, _), w) in steps.dot.loads.iter().zip(&windows) {
                     let (rows, cols) = (self.tiles[*t].decl.rows, self.tiles[*t].decl.cols);
                     let r = e.b.op(format!("icmp uge i32 {}, {rows}", w.rows));
                     let c = e.b.op(format!("icmp uge i32 {}, {cols}", w.cols));
@@ -184,10 +174,11 @@ impl HostPhases {
         steps: &Steps,
         i: &str,
     ) -> Lowered<Vec<WindowVals>> {
-        let off = e.b.op(format!("mul nuw i32 {i}, {}", steps.step));
+        let off = e.b.op(format!("mul nuw i32 {i}, {}", steps.dot.step));
         let at = e.b.op(format!("add nuw i32 {}, {off}", steps.start));
-        e.write_var(steps.var, &at)?;
+        e.write_var(steps.dot.var, &at)?;
         steps
+            .dot
             .loads
             .iter()
             .map(|(_, from)| e.tile_window(from, &mut |e, x| self.uniform(e, x)))
@@ -197,7 +188,7 @@ impl HostPhases {
     /// Points the operands' views at step `i`'s windows (whole: [`Self::all_windows_whole`]).
     pub(super) fn point_step(&mut self, e: &mut Emitter, steps: &Steps, i: &str) -> Lowered<()> {
         let windows = self.step_windows(e, steps, i)?;
-        for ((t, _), w) in steps.loads.iter().zip(&windows) {
+        for ((t, _), w) in steps.dot.loads.iter().zip(&windows) {
             self.point_view(e, *t, w, true);
         }
         Ok(())

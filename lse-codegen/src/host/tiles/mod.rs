@@ -567,7 +567,32 @@ struct KPass<'p> {
     vt: &'p str,
 }
 
+/// How a `tile_dot` with packed operands runs ([`HostPhases::packed_dot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PackedDot {
+    /// On AMX tiles ([`HostPhases::amx_dot`]).
+    Amx,
+    /// In register blocks of the pair instruction ([`HostPhases::blocked_dot`]).
+    Blocked(Micro),
+}
+
 impl HostPhases {
+    /// How `acc += a b` runs with packed operands on this level, if it does: its operand type
+    /// has a pair instruction here, the shapes suit it ([`pairs_shape`]), `a` is row-major and
+    /// `b` in the instruction's layout; on AMX when the level has it and [`amx_shape`] holds.
+    pub(super) fn packed_dot(&self, [acc, a, b]: [usize; 3]) -> Option<PackedDot> {
+        let (dc, da) = (&self.tiles[acc].decl, &self.tiles[a].decl);
+        let micro = self.pair_dot(da.elem)?;
+        let packed = pairs_shape(dc, da)
+            && self.tiles[b].layout == micro.b_layout()
+            && self.tiles[a].layout == Layout::RowMajor;
+        match (packed, self.amx && amx_shape(dc, da)) {
+            (false, _) => None,
+            (true, true) => Some(PackedDot::Amx),
+            (true, false) => Some(PackedDot::Blocked(micro)),
+        }
+    }
+
     /// The pair instruction `tile_dot` of `elem` operands may use on this level, if any.
     pub(super) fn pair_dot(&self, elem: Ty) -> Option<Micro> {
         match elem {
@@ -600,15 +625,11 @@ impl HostPhases {
             TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
                 let scale = scale.map(|s| s as usize);
-                let (dc, da) = (&self.tiles[acc].decl, &self.tiles[a].decl);
-                // The register-blocked paths read `a` row-major and `b` packed.
-                let pair_dot = self
-                    .pair_dot(da.elem)
-                    .filter(|m| pairs_shape(dc, da) && self.tiles[b].layout == m.b_layout());
-                let packed = pair_dot.is_some() && self.tiles[a].layout == Layout::RowMajor;
-                if packed && self.amx && amx_shape(dc, da) {
+                let dc = &self.tiles[acc].decl;
+                let packed = self.packed_dot([acc, a, b]);
+                if packed == Some(PackedDot::Amx) {
                     self.amx_dot(e, acc, a, b)
-                } else if let (true, Some(micro)) = (packed, pair_dot) {
+                } else if let Some(PackedDot::Blocked(micro)) = packed {
                     self.blocked_dot(e, [acc, a, b], scale, micro, None)?
                 } else if self.fma
                     && dc.elem == Ty::F32
@@ -1300,7 +1321,9 @@ impl HostPhases {
             }
             for &(v0, nr) in &groups {
                 let r = h.reg_block(e, tiles, scale, &m0, (mr, v0, nr), micro, steps);
-                result = result.clone().and(r);
+                if result.is_ok() {
+                    result = r;
+                }
             }
         });
         result?;
@@ -1370,7 +1393,10 @@ impl HostPhases {
             Some(steps) => {
                 let mut result = Ok(());
                 let out = e.carried_loop(&steps.trips, &vt, &init, |e, i, cur| {
-                    result = result.clone().and(self.point_step(e, steps, i));
+                    let pointed = self.point_step(e, steps, i);
+                    if result.is_ok() {
+                        result = pointed;
+                    }
                     if v0 == 0 {
                         self.prefetch_view_rows(e, a, m0, mr);
                     }
