@@ -10,8 +10,14 @@ its bf16 matmul is far slower). Run it from a virtual environment outside the
 repository that has torch, with the same thread count as the bench:
 
     /path/to/venv/bin/python scripts/bench-torch-gemm.py --threads 2
+
+The bench runs it itself, one shape at a time beside its own figures, when
+`LSE_BENCH_PYTHON` names that Python: `--shapes MxNxK,...` picks shapes and `--json` prints one
+JSON object per line (`{"torch": version, "threads": n}`, then `{"m", "n", "k", "bf16",
+"f32", "sgemm"}` in GFLOP/s per shape) for it to read.
 """
 import argparse
+import json
 import sys
 import time
 
@@ -30,19 +36,35 @@ SHAPES = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", help="MxNxK,... (default: every shape of the bench)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        try:
+            wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+        except ValueError:
+            print(f"--shapes: expected MxNxK,... with integers, got {args.shapes!r}")
+            return 2
+        if any(len(s) != 3 or min(s) < 1 for s in wanted):
+            print(f"--shapes: expected MxNxK,... with positive integers, got {args.shapes!r}")
+            return 2
+        shapes = [(f"{m} x {n} x {k}", m, n, k) for m, n, k in wanted]
     try:
         import torch
     except ImportError:
-        print("torch is not installed in this Python; run this script from a venv with torch")
+        print(f"torch is not installed in this Python ({sys.executable}); run this script from a venv with torch")
         return 1
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(
-        f"{'shape':<30} {'M':>6} {'N':>7} {'K':>5}  {'bf16 -> bf16':>12} {'f32 -> f32':>12}"
-        f" {'f32 weights':>12}"
-    )
-    for name, m, n, k in SHAPES:
+    if args.json:
+        print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}))
+    else:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        print(
+            f"{'shape':<30} {'M':>6} {'N':>7} {'K':>5}  {'bf16 -> bf16':>12} {'f32 -> f32':>12}"
+            f" {'f32 weights':>12}"
+        )
+    for name, m, n, k in shapes:
         x32 = torch.rand(m, k) * 2 - 1
         x = x32.to(torch.bfloat16)
         w = ((torch.rand(n, k) * 2 - 1) * 0.05).to(torch.bfloat16)
@@ -52,6 +74,10 @@ def main() -> int:
         sgemm = best_time(lambda: torch.matmul(x32, w32.t()))
         del w32
         flop = 2 * m * n * k / 1e9
+        if args.json:
+            rates = {"bf16": flop / bf16, "f32": flop / f32, "sgemm": flop / sgemm}
+            print(json.dumps({"m": m, "n": n, "k": k, **rates}), flush=True)
+            continue
         print(
             f"{name:<30} {m:>6} {n:>7} {k:>5}  {flop / bf16:12.1f} {flop / f32:12.1f}"
             f" {flop / sgemm:12.1f}  GFLOP/s"

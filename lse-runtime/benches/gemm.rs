@@ -1,8 +1,9 @@
 //! Benchmark of the LOOM GEMM (`gemm.xwt_bf16`) on every host level this CPU runs, run with
 //! `cargo bench -p lse-runtime --bench gemm` (2 threads: `RAYON_NUM_THREADS=2`).
 //!
-//! Prints, in one run: the bf16 dot-product peak of this CPU measured by a register-resident
-//! `vdpbf16ps` loop (AVX512-BF16; AMX where the CPU has it is not measured here) and the f32
+//! Prints, in one run: the bf16 dot-product peaks of this CPU measured by a register-resident
+//! `vdpbf16ps` loop (AVX512-BF16) and a tile-resident AMX `tdpbf16ps` loop (where the CPU has
+//! AMX-BF16 and Linux grants the tile data), and the f32
 //! peak of a register-resident `vfmadd` loop, 16 lanes with AVX-512 or 8 with AVX2 (the bound
 //! of the f32-activation GEMM the model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
 //! Qwen3.5-0.8B prefill shapes at M = 512 and the LM head (248,320 x 1024) at M = 128 and 256,
@@ -10,8 +11,11 @@
 //! per cell), and each path's best level as a fraction of its peak (the bf16 path's of the
 //! f32 peak on a CPU without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best
 //! of at least 3 runs, more while they take under a second (peaks: half a second).
-//! `scripts/bench-torch-gemm.py` runs PyTorch's bf16 `matmul` on the same shapes for
-//! comparison. `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
+//! With `LSE_BENCH_PYTHON` naming a Python that has torch (a venv outside the repository),
+//! each shape first runs `scripts/bench-torch-gemm.py` on it (PyTorch's bf16 `matmul`, the
+//! same threads) and its row ends with PyTorch's GFLOP/s and the ratio of the best LOOM bf16
+//! figure to it, so both are measured within the same minute; without torch it says so.
+//! `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
 //! `LSE_BENCH_SHAPES=512x1024x3584,...` (M x N x K) only the named shapes.
 
 mod common;
@@ -150,6 +154,114 @@ fn dpbf16_peak() -> Option<f64> {
     None
 }
 
+/// GFLOP/s of AMX `tdpbf16ps` on four accumulator tiles (16 x 16 f32 each, two `a` and two
+/// `b` tiles of 16 x 32 bf16 loaded once), one loop per thread; `None` where the CPU has no
+/// AMX-BF16 or Linux refuses the tile data permission (`lse_dsl::rt::cpu_supports` asks).
+#[cfg(target_arch = "x86_64")]
+fn amx_peak() -> Option<f64> {
+    if !lse_dsl::rt::cpu_supports("x86-64-v4-amx") {
+        return None;
+    }
+    const ITERS: usize = 1_000_000;
+    // Palette 1; tiles 0 to 7 all 16 rows of 64 bytes (bytes 16.. the rows' widths, two
+    // bytes a tile; bytes 48.. the row counts).
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    for t in 0..8 {
+        cfg[16 + 2 * t] = 64;
+        cfg[48 + t] = 16;
+    }
+    // 16 rows of 32 bf16 ones (0x3f80), 64 bytes apart.
+    let ones: Vec<u8> = [0x80u8, 0x3f].repeat(16 * 32);
+    let spin = |seed: f32| {
+        // SAFETY: the CPU has AMX-TILE and AMX-BF16 and this process has the tile data
+        // permission (checked above); `cfg` is a valid 64-byte configuration and every tile
+        // load reads 16 rows of 64 bytes of `ones` (1,024 bytes). The asm touches no other
+        // memory and releases the tiles before it ends.
+        unsafe {
+            std::arch::asm!(
+                "ldtilecfg [{cfg}]",
+                "tileloadd tmm4, [{a} + {stride}]",
+                "tileloadd tmm5, [{a} + {stride}]",
+                "tileloadd tmm6, [{a} + {stride}]",
+                "tileloadd tmm7, [{a} + {stride}]",
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "2:",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "dec {n}",
+                "jnz 2b",
+                "tilerelease",
+                cfg = in(reg) cfg.as_ptr(),
+                a = in(reg) ones.as_ptr(),
+                stride = in(reg) 64usize,
+                n = inout(reg) ITERS => _,
+                options(nostack),
+            );
+        }
+        seed
+    };
+    // Each tdpbf16ps: 16 x 16 outputs x 32 products x 2 flops.
+    Some(per_thread_rate(ITERS * 4 * 16 * 16 * 32 * 2, spin))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn amx_peak() -> Option<f64> {
+    None
+}
+
+/// The Python `LSE_BENCH_PYTHON` names, which runs `scripts/bench-torch-gemm.py`.
+const TORCH_PYTHON: &str = "LSE_BENCH_PYTHON";
+
+/// PyTorch's GFLOP/s on one shape: `matmul` bf16 in and out, and f32 in and out as LSE's
+/// GEMM takes them (`x` rounded to bf16 and `y` widened inside the timed call).
+struct TorchRates {
+    bf16: f64,
+    f32: f64,
+}
+
+/// One run of `scripts/bench-torch-gemm.py` by `python` on shape `m x n x k` with `threads`
+/// threads: torch's version and its rates, or why there are none.
+fn torch_rates(
+    python: &str,
+    threads: usize,
+    [m, n, k]: [usize; 3],
+) -> Result<(String, TorchRates), String> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/bench-torch-gemm.py"
+    );
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .args(["--threads", &threads.to_string()])
+        .args(["--shapes", &format!("{m}x{n}x{k}"), "--json"])
+        .output()
+        .map_err(|e| format!("cannot run {python} ({TORCH_PYTHON}): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let why = [text.trim(), String::from_utf8_lossy(&out.stderr).trim()].join(" ");
+        return Err(format!("{script} failed: {}", why.trim()));
+    }
+    let parse =
+        |line: Option<&str>| -> Option<serde_json::Value> { serde_json::from_str(line?).ok() };
+    let mut lines = text.lines();
+    let (head, row) = (parse(lines.next()), parse(lines.next()));
+    let version = head.as_ref().and_then(|h| h["torch"].as_str());
+    let rate = |key: &str| row.as_ref().and_then(|r| r[key].as_f64());
+    match (version, rate("bf16"), rate("f32")) {
+        (Some(v), Some(bf16), Some(f32)) => Ok((v.to_string(), TorchRates { bf16, f32 })),
+        _ => Err(format!(
+            "{script} printed no JSON rate (expected a version line and a shape line): {}",
+            text.trim()
+        )),
+    }
+}
+
 fn main() {
     let levels: Vec<Device> = lse_dsl::rt::HOST_CPUS
         .iter()
@@ -175,6 +287,11 @@ fn main() {
         Some(p) => println!("vdpbf16ps peak (register-resident): {p:.0} GFLOP/s"),
         None => println!("vdpbf16ps peak: this CPU has no AVX512-BF16"),
     }
+    let amx = amx_peak();
+    match amx {
+        Some(p) => println!("AMX-BF16 peak (tdpbf16ps, tile-resident): {p:.0} GFLOP/s"),
+        None => println!("AMX-BF16 peak: not measured, this CPU (or its OS) gives no AMX-BF16"),
+    }
     let f32_peak = fma_peak().map(|(lanes, p)| {
         println!("vfmadd f32 peak ({lanes} lanes, register-resident): {p:.0} GFLOP/s");
         p
@@ -194,12 +311,39 @@ fn main() {
             .collect::<Vec<_>>()
             .join("")
     );
+    let mut torch = std::env::var(TORCH_PYTHON).ok();
+    if torch.is_none() {
+        println!(
+            "PyTorch: not run ({TORCH_PYTHON}=/path/to/venv/bin/python runs scripts/bench-torch-gemm.py beside each shape)"
+        );
+    }
+    let mut torch_named = false;
     let wanted = |m: usize, n: usize, k: usize| {
         std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
             shapes.split(',').any(|s| s == format!("{m}x{n}x{k}"))
         })
     };
     for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
+        // PyTorch first, before this process allocates the shape's operands.
+        let threads = rayon::current_num_threads();
+        let torch_rate = match torch
+            .as_deref()
+            .map(|py| torch_rates(py, threads, [m, n, k]))
+        {
+            Some(Ok((version, rate))) => {
+                if !torch_named {
+                    println!("PyTorch: torch {version}, {threads} threads, matmul per shape");
+                    torch_named = true;
+                }
+                Some(rate)
+            }
+            Some(Err(why)) => {
+                println!("PyTorch: not run: {why}");
+                torch = None;
+                None
+            }
+            None => None,
+        };
         let x = random(m * k, 1, 1.0);
         let w: Vec<bf16> = random(n * k, 2, 0.05)
             .into_iter()
@@ -233,10 +377,21 @@ fn main() {
             }
             (None, None) => {}
         }
+        if let Some(p) = amx {
+            row.push_str(&format!(", {:.0}% of AMX peak", 100.0 * best / p));
+        }
         if let Some(p) = f32_peak {
             row.push_str(&format!(
                 ", f32: {:.0}% of f32 peak",
                 100.0 * best_exact / p
+            ));
+        }
+        if let Some(t) = torch_rate {
+            row.push_str(&format!(
+                "   PyTorch bf16 {:.1} (f32 in and out {:.1}), LOOM bf16 / PyTorch bf16 {:.2}",
+                t.bf16,
+                t.f32,
+                best / t.bf16
             ));
         }
         println!("{row}");
