@@ -6,7 +6,7 @@
 //! host memory whose pointer the launch passes (no copies), starting on a 64-byte cache line
 //! ([`HOST_ALIGN`]): the allocator's large blocks start 16 bytes past one, which split every
 //! 64-byte vector access of a kernel across two lines (the bf16 GEMM's `xᵀ` loads among them:
-//! 2 to 5% of its time).
+//! 2 to 6% of its time).
 
 use std::marker::PhantomData;
 use std::mem;
