@@ -318,6 +318,7 @@ fn main() {
         );
     }
     let mut torch_named = false;
+    let threads = rayon::current_num_threads();
     let wanted = |m: usize, n: usize, k: usize| {
         std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
             shapes.split(',').any(|s| s == format!("{m}x{n}x{k}"))
@@ -325,7 +326,6 @@ fn main() {
     };
     for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
         // PyTorch first, before this process allocates the shape's operands.
-        let threads = rayon::current_num_threads();
         let torch_rate = match torch
             .as_deref()
             .map(|py| torch_rates(py, threads, [m, n, k]))

@@ -66,11 +66,27 @@ pub struct DeviceBuf<T: Elem> {
 pub const HOST_ALIGN: usize = 64;
 
 enum Mem<T> {
-    /// On the CPU-side devices: the buffer's elements start at `vec[skip]`, the first element
-    /// of `vec` on a [`HOST_ALIGN`] boundary.
-    Host { vec: Vec<T>, skip: usize },
+    /// On the CPU-side devices.
+    Host(HostMem<T>),
     /// On a GPU.
     Gpu(GpuMem),
+}
+
+/// Host memory: the buffer's elements start at `vec[skip]`, on a [`HOST_ALIGN`] boundary.
+struct HostMem<T> {
+    vec: Vec<T>,
+    skip: usize,
+}
+
+impl<T> HostMem<T> {
+    /// The elements from the buffer's first on (its `len` and the padding after them).
+    fn elems(&self) -> &[T] {
+        &self.vec[self.skip..]
+    }
+
+    fn elems_mut(&mut self) -> &mut [T] {
+        &mut self.vec[self.skip..]
+    }
 }
 
 /// A GPU allocation, freed when dropped. Holding the device keeps its runtime loaded (and,
@@ -94,7 +110,7 @@ impl Drop for GpuMem {
 impl<T: Elem> std::fmt::Debug for DeviceBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let on = match &self.mem {
-            Mem::Host { .. } => "host".to_string(),
+            Mem::Host(_) => "host".to_string(),
             Mem::Gpu(g) => g.pool.to_string(),
         };
         write!(f, "DeviceBuf<{}>({} on {on})", T::NAME, self.len)
@@ -130,7 +146,7 @@ impl Device {
                 // Every element type (f32, u32, i32, bf16, f16) is aligned to its size, a
                 // power of two dividing HOST_ALIGN, so whole elements reach the next boundary.
                 let skip = (HOST_ALIGN - vec.as_ptr().addr() % HOST_ALIGN) % HOST_ALIGN / size;
-                Mem::Host { vec, skip }
+                Mem::Host(HostMem { vec, skip })
             }
             Some(gpu) => {
                 let ptr = gpu.alloc(bytes).map_err(|message| BufError::Gpu {
@@ -228,7 +244,7 @@ impl<T: Elem> DeviceBuf<T> {
     pub fn upload(&mut self, data: &[T]) -> Result<(), BufError> {
         self.check_fits("upload", data.len())?;
         match &mut self.mem {
-            Mem::Host { vec, skip } => vec[*skip..*skip + data.len()].copy_from_slice(data),
+            Mem::Host(h) => h.elems_mut()[..data.len()].copy_from_slice(data),
             Mem::Gpu(g) if !data.is_empty() => {
                 // SAFETY: `data` is readable for its byte size, which `check_fits` bounded by
                 // the allocation's size.
@@ -250,7 +266,7 @@ impl<T: Elem> DeviceBuf<T> {
     pub fn download(&self, out: &mut [T]) -> Result<(), BufError> {
         self.check_fits("download", out.len())?;
         match &self.mem {
-            Mem::Host { vec, skip } => out.copy_from_slice(&vec[*skip..*skip + out.len()]),
+            Mem::Host(h) => out.copy_from_slice(&h.elems()[..out.len()]),
             Mem::Gpu(g) if !out.is_empty() => {
                 let bytes = mem::size_of_val(out);
                 // SAFETY: `out` is writable for its byte size, which `check_fits` bounded by
@@ -313,9 +329,9 @@ impl<T: Elem> DeviceBuf<T> {
     /// Elements `start..end` (with `start <= end <= len`) as a writable kernel argument.
     fn writable_within(&mut self, start: usize, end: usize) -> DevSliceMut<'_, T> {
         let (mut raw, place) = self.view_within(start, end);
-        if let Mem::Host { vec, skip } = &mut self.mem {
+        if let Mem::Host(h) = &mut self.mem {
             // Kernels write through this address: derive it from the exclusive borrow.
-            raw.ptr = vec[*skip + start..*skip + end].as_mut_ptr().cast();
+            raw.ptr = h.elems_mut()[start..end].as_mut_ptr().cast();
         }
         DevSliceMut {
             raw,
@@ -351,9 +367,9 @@ impl<T: Elem> DeviceBuf<T> {
     fn view_within(&self, start: usize, end: usize) -> (RawBuf, Place) {
         let len = end - start;
         match &self.mem {
-            Mem::Host { vec, skip } => {
+            Mem::Host(h) => {
                 let raw = RawBuf {
-                    ptr: vec[skip + start..skip + end].as_ptr() as *mut u8,
+                    ptr: h.elems()[start..end].as_ptr() as *mut u8,
                     len,
                 };
                 (raw, Place::Host)
