@@ -72,9 +72,9 @@ pub fn forward(
     let eps = cfg.rms_norm_eps as f32;
     let dev = attn.device();
     // The q projection holds each head's queries then its output gate: [t, nh, 2, hd].
-    let mut p = dev.alloc(t * 2 * nh * hd)?;
-    let mut k_raw = dev.alloc(t * nkv * hd)?;
-    let mut v = dev.alloc(t * nkv * hd)?;
+    let mut p = dev.scratch::<f32>(t * 2 * nh * hd)?;
+    let mut k_raw = dev.scratch::<f32>(t * nkv * hd)?;
+    let mut v = dev.scratch::<f32>(t * nkv * hd)?;
     linear_same_x(
         dev,
         u,
@@ -85,7 +85,7 @@ pub fn forward(
         ],
     )?;
 
-    let mut q = dev.alloc(t * nh * hd)?;
+    let mut q = dev.scratch::<f32>(t * nh * hd)?;
     let q_layout = HeadLayout {
         heads: nh,
         head_dim: hd,
@@ -93,7 +93,7 @@ pub fn forward(
         head: 2 * hd,
     };
     ops::qk_norm_rope(dev, &p, q_layout, &w.q_norm, eps, rope, &mut q)?;
-    let mut k = dev.alloc(t * nkv * hd)?;
+    let mut k = dev.scratch::<f32>(t * nkv * hd)?;
     let k_layout = HeadLayout {
         heads: nkv,
         head_dim: hd,
@@ -113,7 +113,7 @@ pub fn forward(
         head_dim: hd,
         scale: 1.0 / (hd as f32).sqrt(),
     };
-    let mut o = dev.alloc(t * nh * hd)?;
+    let mut o = dev.scratch::<f32>(t * nh * hd)?;
     attn.run(&shape, q.view(), cache.view(), o.view_mut())?;
     drop(q);
     ops::output_gate(dev, &p, nh, hd, &mut o)?;

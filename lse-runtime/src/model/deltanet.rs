@@ -96,10 +96,10 @@ pub fn forward(
     let (hv, cd, vd) = (shape.hv, shape.conv_dim(), shape.value_dim());
     let t = u.len() / cfg.hidden_size;
     let eps = cfg.rms_norm_eps as f32;
-    let mut x = dev.alloc(t * cd)?;
-    let mut z = dev.alloc(t * vd)?;
-    let mut b = dev.alloc(t * hv)?;
-    let mut a = dev.alloc(t * hv)?;
+    let mut x = dev.scratch::<f32>(t * cd)?;
+    let mut z = dev.scratch::<f32>(t * vd)?;
+    let mut b = dev.scratch::<f32>(t * hv)?;
+    let mut a = dev.scratch::<f32>(t * hv)?;
     linear_same_x(
         dev,
         u,
@@ -111,7 +111,7 @@ pub fn forward(
         ],
     )?;
 
-    let mut qkv = dev.alloc(t * cd)?;
+    let mut qkv = dev.scratch::<f32>(t * cd)?;
     let mut conv_state = dev.alloc(st.conv.len())?;
     let q_scale = 1.0 / (shape.dk as f32).sqrt();
     ops::deltanet_conv(
@@ -127,12 +127,12 @@ pub fn forward(
     )?;
     st.conv = conv_state;
     drop(x);
-    let mut beta = dev.alloc(t * hv)?;
-    let mut g = dev.alloc(t * hv)?;
+    let mut beta = dev.scratch::<f32>(t * hv)?;
+    let mut g = dev.scratch::<f32>(t * hv)?;
     ops::deltanet_gates(dev, &b, &a, &w.rate, &w.dt_bias, &mut beta, &mut g)?;
-    let mut o = dev.alloc(t * vd)?;
+    let mut o = dev.scratch::<f32>(t * vd)?;
     ops::delta_rule_chunked(dev, &shape, &qkv, &beta, &g, &mut st.recurrent, &mut o)?;
-    let mut y = dev.alloc(t * vd)?;
+    let mut y = dev.scratch::<f32>(t * vd)?;
     ops::deltanet_gated_norm(dev, hv, &o, &z, &w.norm, eps, &mut y)?;
     linear(dev, y.view(), WeightMat::of(&w.out_proj), out)?;
     Ok(())

@@ -44,8 +44,8 @@ impl Mlp {
     ) -> Result<()> {
         let t = x.len() / self.gate.cols;
         let i = self.gate.rows;
-        let mut a = dev.alloc(t * i)?;
-        let mut b = dev.alloc(t * i)?;
+        let mut a = dev.scratch::<f32>(t * i)?;
+        let mut b = dev.scratch::<f32>(t * i)?;
         linear_same_x(
             dev,
             x,
@@ -173,17 +173,17 @@ impl Moe {
             self.cfg.moe_intermediate_size,
         );
         let t = x.len() / h;
-        let mut logits = dev.alloc(t * ne)?;
+        let mut logits = dev.scratch::<f32>(t * ne)?;
         linear(dev, x, WeightMat::of(&self.router), logits.view_mut())?;
         // The routing comes to the host for the integer sort by expert.
         let routing = ops::moe_router(dev, &logits, ne, k)?;
         let slots = ExpertSlots::new(&routing)?;
         let n = slots.len();
-        let mut xs = dev.alloc(n * h)?;
+        let mut xs = dev.scratch::<f32>(n * h)?;
         ops::moe_gather(dev, x, h, &slots, &mut xs)?;
         // Routed experts: gate and up over each expert's rows, SwiGLU over all rows, down.
-        let mut a = dev.alloc(n * im)?;
-        let mut b = dev.alloc(n * im)?;
+        let mut a = dev.scratch::<f32>(n * im)?;
+        let mut b = dev.scratch::<f32>(n * im)?;
         for e in 0..ne {
             let r = slots.segment(e);
             if r.is_empty() {
@@ -198,7 +198,7 @@ impl Moe {
             linear_same_x(dev, rows, vec![(g, ya), (u, yb)])?;
         }
         ops::swiglu(dev, &mut a, &b)?;
-        let mut ys = dev.alloc(n * h)?;
+        let mut ys = dev.scratch::<f32>(n * h)?;
         for e in 0..ne {
             let r = slots.segment(e);
             if r.is_empty() {
@@ -209,9 +209,9 @@ impl Moe {
             linear(dev, rows, d, ys.slice_mut(r.start * h..r.end * h)?)?;
         }
         // Shared expert and the logit of its scalar gate.
-        let mut shared = dev.alloc(t * h)?;
+        let mut shared = dev.scratch::<f32>(t * h)?;
         self.shared.forward(dev, x, shared.view_mut())?;
-        let mut sg = dev.alloc(t)?;
+        let mut sg = dev.scratch::<f32>(t)?;
         linear(dev, x, WeightMat::of(&self.shared_gate), sg.view_mut())?;
         ops::moe_combine(dev, &routing, &slots, &ys, &shared, &sg, h, out)?;
         Ok(())

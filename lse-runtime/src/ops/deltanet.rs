@@ -266,8 +266,8 @@ pub fn delta_rule_chunked<'a>(
     let mats_len = shape.hv * chunks * CHUNK * CHUNK;
     to_u32(OP, "hv * chunks * 64 * 64", mats_len)?;
     // The per-chunk matrices stay in the device's memory between the two kernels.
-    let mut mats = dev.alloc::<f32>(mats_len)?;
-    let mut decay = dev.alloc::<f32>(shape.hv * chunks * 2 * CHUNK)?;
+    let mut mats = dev.scratch::<f32>(mats_len)?;
+    let mut decay = dev.scratch::<f32>(shape.hv * chunks * 2 * CHUNK)?;
     let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
     let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
     let tiled = u32::from(shape.v_order == VHeadOrder::Tiled);
