@@ -565,9 +565,10 @@ mod tests {
 
     /// Every activation of a pass is written before it is read, since it reuses buffers that
     /// earlier layers and passes wrote: with the device keeping buffers of every size full of
-    /// NaN beforehand, a dense, a MoE and a quantized GGUF model's hidden rows and logits keep
-    /// their bits (70 tokens: the last delta-rule chunk is partial). The pass leaves no buffer
-    /// kept.
+    /// NaN beforehand, the hidden rows and logits of a dense and a MoE model and of GGUF
+    /// models whose activations are quantized (Q8_0 and Q8_K for the integer GEMMs, Q8_0 kept
+    /// f32 against Q4_0) keep their bits (70 tokens: the last delta-rule chunk is partial).
+    /// The pass leaves no buffer kept.
     #[test]
     fn a_pass_gives_the_same_bits_whatever_its_reused_buffers_held() {
         use synthetic::{write_random_model, SyntheticSpec};
@@ -581,9 +582,14 @@ mod tests {
             write_random_model(&path, &spec, 7).unwrap();
             models.push(path);
         }
-        models.push(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf/moe_fused-q8_0.gguf"),
-        );
+        let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf");
+        for file in [
+            "moe_fused-q8_0.gguf",
+            "moe_fused-q4_0.gguf",
+            "wide-q4_k_m.gguf",
+        ] {
+            models.push(gguf.join(file));
+        }
         for path in models {
             let dev = Device::open(Pool::Host).unwrap();
             let model = HybridLM::load_on(&path, &dev).unwrap();
@@ -596,6 +602,9 @@ mod tests {
             dev.keep_scratch_holding(sizes().take(10), half::bf16::NAN);
             let reused = hidden_and_logits(&dev, &model, &tokens, &attn);
             assert!(clean == reused, "{}: the bits moved", path.display());
+            // The head's quantized rows are kept after it (an op's scratch); a pass's are not.
+            let mut session = model.new_session(DType::F32, tokens.len()).unwrap();
+            model.hidden(&mut session, &tokens, &attn).unwrap();
             assert_eq!(dev.kept_scratch(), 0, "{}", path.display());
         }
     }
