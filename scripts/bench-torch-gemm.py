@@ -11,6 +11,8 @@ repository that has torch, with the same thread count as the bench:
 
     /path/to/venv/bin/python scripts/bench-torch-gemm.py --threads 2
 
+`--device cuda:0` runs it on that GPU instead (each run timed to its end).
+
 The bench runs it itself, one shape at a time beside its own figures, when
 `LSE_BENCH_PYTHON` names that Python: `--shapes MxNxK,...` picks shapes and `--json` prints one
 JSON object per line (`{"torch": version, "threads": n}`, then `{"m", "n", "k", "bf16",
@@ -36,6 +38,7 @@ SHAPES = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda:N")
     parser.add_argument("--shapes", help="MxNxK,... (default: every shape of the bench)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args()
@@ -56,6 +59,13 @@ def main() -> int:
         print(f"torch is not installed in this Python ({sys.executable}); run this script from a venv with torch")
         return 1
     torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as e:
+        print(f"--device {args.device}: torch cannot use it: {e}")
+        return 1
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if args.json:
         print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}))
     else:
@@ -65,13 +75,13 @@ def main() -> int:
             f" {'f32 weights':>12}"
         )
     for name, m, n, k in shapes:
-        x32 = torch.rand(m, k) * 2 - 1
+        x32 = torch.rand(m, k, device=device) * 2 - 1
         x = x32.to(torch.bfloat16)
-        w = ((torch.rand(n, k) * 2 - 1) * 0.05).to(torch.bfloat16)
-        bf16 = best_time(lambda: torch.matmul(x, w.t()))
-        f32 = best_time(lambda: torch.matmul(x32.to(torch.bfloat16), w.t()).float())
+        w = ((torch.rand(n, k, device=device) * 2 - 1) * 0.05).to(torch.bfloat16)
+        bf16 = best_time(lambda: torch.matmul(x, w.t()), sync)
+        f32 = best_time(lambda: torch.matmul(x32.to(torch.bfloat16), w.t()).float(), sync)
         w32 = w.float()
-        sgemm = best_time(lambda: torch.matmul(x32, w32.t()))
+        sgemm = best_time(lambda: torch.matmul(x32, w32.t()), sync)
         del w32
         flop = 2 * m * n * k / 1e9
         if args.json:
@@ -85,10 +95,12 @@ def main() -> int:
     return 0
 
 
-def best_time(run) -> float:
+def best_time(run, sync) -> float:
     """The shortest of at least 3 runs of `run`, more while they add up to under a second,
-    after one untimed run (oneDNN picks and caches its kernel)."""
+    after one untimed run (oneDNN and cuBLAS pick and cache their kernels); `sync` waits for
+    a GPU's queued work, so each run is timed to its end."""
     run()
+    sync()
     best = float("inf")
     start = time.perf_counter()
     for rep in range(50):
@@ -96,6 +108,7 @@ def best_time(run) -> float:
             break
         t = time.perf_counter()
         run()
+        sync()
         best = min(best, time.perf_counter() - t)
     return best
 

@@ -9,6 +9,8 @@ Run it from a virtual environment outside the repository that has torch and tran
 
     /path/to/venv/bin/python scripts/torch-perplexity.py --model DIR --text FILE \
         --ctx 512 --chunks 4 --threads 2
+
+`--device cuda:0` runs the model on that GPU (the peer of `lse perplexity --pool cuda:0`).
 """
 import argparse
 import json
@@ -25,6 +27,7 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=512)
     p.add_argument("--chunks", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda:N")
     args = p.parse_args()
     try:
         import torch
@@ -42,13 +45,14 @@ def main() -> int:
         print(json.dumps({"error": f"{len(ids)} tokens: fewer than one chunk of {args.ctx}"}))
         return 1
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16)
+    model.to(args.device)
     model.eval()
     first = args.ctx // 2
     nll, count = 0.0, 0
     start = time.perf_counter()
     with torch.inference_mode():
         for c in range(n_chunks):
-            chunk = torch.tensor([ids[c * args.ctx:(c + 1) * args.ctx]])
+            chunk = torch.tensor([ids[c * args.ctx:(c + 1) * args.ctx]], device=args.device)
             # Logits of the rows that predict scored tokens only, as lse computes them.
             logits = model(chunk, logits_to_keep=args.ctx - first).logits[0]
             targets = chunk[0, first + 1:]
@@ -56,12 +60,13 @@ def main() -> int:
                 rows = logits[r0:r0 + 256].float()
                 lp = torch.log_softmax(rows, dim=-1)
                 t = targets[r0:r0 + 256]
-                nll -= lp[torch.arange(len(t)), t].double().sum().item()
+                nll -= lp[torch.arange(len(t), device=args.device), t].double().sum().item()
                 count += len(t)
     elapsed = time.perf_counter() - start
     print(json.dumps({
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "device": args.device,
         "chunks": n_chunks,
         "ctx": args.ctx,
         "prefill_tokens": n_chunks * args.ctx,

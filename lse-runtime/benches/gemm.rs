@@ -17,11 +17,18 @@
 //! figure to it, so both are measured within the same minute; without torch it says so.
 //! `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
 //! `LSE_BENCH_SHAPES=512x1024x3584,...` (M x N x K) only the named shapes.
+//!
+//! `LSE_BENCH_POOL=cuda:0` (or `hip:0`) runs the same shapes on that GPU instead, operands
+//! resident in its memory: TFLOP/s of the whole call (the activations' transpose and the
+//! product, timed on the host around the synchronous launches) and of the product kernel
+//! alone (the device's events), a sample of outputs checked against an f64 product, and
+//! PyTorch's `matmul` on the same GPU beside each shape when `LSE_BENCH_PYTHON` is set
+//! (`LSE_BENCH_POOL=host` runs that path on the host, as a dry run without kernel times).
 
 mod common;
 
 use half::bf16;
-use lse_runtime::device::Device;
+use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, Activations, GemmOut, HeadWeight};
 use rayon::prelude::*;
 
@@ -229,6 +236,7 @@ struct TorchRates {
 /// threads: torch's version and its rates, or why there are none.
 fn torch_rates(
     python: &str,
+    device: &str,
     threads: usize,
     [m, n, k]: [usize; 3],
 ) -> Result<(String, TorchRates), String> {
@@ -238,7 +246,7 @@ fn torch_rates(
     );
     let out = std::process::Command::new(python)
         .arg(script)
-        .args(["--threads", &threads.to_string()])
+        .args(["--threads", &threads.to_string(), "--device", device])
         .args(["--shapes", &format!("{m}x{n}x{k}"), "--json"])
         .output()
         .map_err(|e| format!("cannot run {python} ({TORCH_PYTHON}): {e}"))?;
@@ -263,6 +271,9 @@ fn torch_rates(
 }
 
 fn main() {
+    if let Ok(pool) = std::env::var("LSE_BENCH_POOL") {
+        return gpu_main(&pool);
+    }
     let levels: Vec<Device> = lse_dsl::rt::HOST_CPUS
         .iter()
         .filter_map(|c| Device::host_variant(c))
@@ -319,16 +330,11 @@ fn main() {
     }
     let mut torch_named = false;
     let threads = rayon::current_num_threads();
-    let wanted = |m: usize, n: usize, k: usize| {
-        std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
-            shapes.split(',').any(|s| s == format!("{m}x{n}x{k}"))
-        })
-    };
     for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
         // PyTorch first, before this process allocates the shape's operands.
         let torch_rate = match torch
             .as_deref()
-            .map(|py| torch_rates(py, threads, [m, n, k]))
+            .map(|py| torch_rates(py, "cpu", threads, [m, n, k]))
         {
             Some(Ok((version, rate))) => {
                 if !torch_named {
@@ -396,4 +402,129 @@ fn main() {
         }
         println!("{row}");
     }
+}
+
+/// Whether `LSE_BENCH_SHAPES` (unset: every shape) names `m x n x k`.
+fn wanted(m: usize, n: usize, k: usize) -> bool {
+    std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
+        shapes.split(',').any(|s| s == format!("{m}x{n}x{k}"))
+    })
+}
+
+/// The bench on the GPU `pool` names (`LSE_BENCH_POOL`): every shape with its operands in
+/// the GPU's memory, bf16 and f32 activations, against PyTorch on the same GPU.
+fn gpu_main(pool: &str) {
+    let fail = |what: String| -> ! {
+        eprintln!("LSE_BENCH_POOL={pool}: {what}");
+        std::process::exit(2);
+    };
+    let parsed: Pool = pool.parse().unwrap_or_else(|e| fail(format!("{e}")));
+    let dev = Device::open(parsed).unwrap_or_else(|e| fail(format!("{e}")));
+    println!(
+        "GEMM on {pool} ({}), operands resident on the device",
+        dev.arch()
+    );
+    let mut torch = std::env::var(TORCH_PYTHON).ok();
+    if torch.is_none() {
+        println!("PyTorch: not run ({TORCH_PYTHON}=/path/to/python with torch runs it)");
+    }
+    // PyTorch names AMD GPUs `cuda` too.
+    let torch_device = match parsed {
+        Pool::Cuda(i) | Pool::Hip(i) => format!("cuda:{i}"),
+        Pool::Cpu | Pool::Host => "cpu".to_string(),
+    };
+    println!(
+        "{:<30} {:>6} {:>7} {:>5}  {:>22} {:>22}  TFLOP/s",
+        "shape", "M", "N", "K", "bf16 call / kernel", "f32 call / kernel"
+    );
+    for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
+        let torch_rate = match torch
+            .as_deref()
+            .map(|py| torch_rates(py, &torch_device, rayon::current_num_threads(), [m, n, k]))
+        {
+            Some(Ok((version, rate))) => Some((version, rate)),
+            Some(Err(why)) => {
+                println!("PyTorch: not run: {why}");
+                torch = None;
+                None
+            }
+            None => None,
+        };
+        let x = random(m * k, 1, 1.0);
+        let w: Vec<bf16> = random(n * k, 2, 0.05)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let xd = dev
+            .buffer_from(&x)
+            .unwrap_or_else(|e| fail(format!("x: {e}")));
+        let wd = dev
+            .buffer_from(&w)
+            .unwrap_or_else(|e| fail(format!("w: {e}")));
+        let mut yd = dev
+            .alloc::<f32>(m * n)
+            .unwrap_or_else(|e| fail(format!("y: {e}")));
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut row = format!("{name:<30} {m:>6} {n:>7} {k:>5}  ");
+        let mut worst = 0.0f64;
+        for act in [Activations::RoundedToWeight, Activations::F32] {
+            let mut kernel_ms: Option<f32> = None;
+            let call = best_within(5, 1.0, || {
+                ops::gemm(
+                    &dev,
+                    &xd,
+                    k,
+                    ops::WeightView::Bf16(wd.view()),
+                    n,
+                    &mut yd,
+                    GemmOut::Overwrite,
+                    act,
+                )
+                .unwrap_or_else(|e| fail(format!("gemm {m}x{n}x{k}: {e}")));
+                if let Some(t) = dev.last_gpu_kernel_ms() {
+                    kernel_ms = Some(kernel_ms.map_or(t, |best| best.min(t)));
+                }
+            });
+            let y = yd.to_vec().unwrap_or_else(|e| fail(format!("y: {e}")));
+            worst = worst.max(sample_error(&x, &w, &y, [m, n, k], act));
+            let kernel = kernel_ms.map_or("n/a".to_string(), |t| {
+                format!("{:.1}", flops / (f64::from(t) / 1e3) / 1e12)
+            });
+            let cell = format!("{:.1} / {kernel}", flops / call / 1e12);
+            row.push_str(&format!(" {cell:>22}"));
+        }
+        row.push_str(&format!(
+            "  (sampled outputs vs f64: max rel. error {worst:.1e})"
+        ));
+        if let Some((version, t)) = torch_rate {
+            row.push_str(&format!(
+                "   PyTorch {version} bf16 {:.1}, f32 in and out {:.1}",
+                t.bf16 / 1e3,
+                t.f32 / 1e3
+            ));
+        }
+        println!("{row}");
+    }
+}
+
+/// The largest error of 61 outputs of `y` (spread over rows and columns) relative to the
+/// sum of the magnitudes of its products, against an f64 product of the same operands
+/// (`x` rounded to bf16 first where `act` says so).
+fn sample_error(x: &[f32], w: &[bf16], y: &[f32], [m, n, k]: [usize; 3], act: Activations) -> f64 {
+    (0..61usize)
+        .map(|i| {
+            let (r, c) = (i * 7919 % m, i * 104_729 % n);
+            let (mut dot, mut mag) = (0.0f64, 0.0f64);
+            for j in 0..k {
+                let a = match act {
+                    Activations::RoundedToWeight => bf16::from_f32(x[r * k + j]).to_f64(),
+                    _ => f64::from(x[r * k + j]),
+                };
+                let p = a * w[c * k + j].to_f64();
+                dot += p;
+                mag += p.abs();
+            }
+            (f64::from(y[r * n + c]) - dot).abs() / mag.max(f64::MIN_POSITIVE)
+        })
+        .fold(0.0, f64::max)
 }

@@ -173,6 +173,19 @@ fn gpu() -> Result<Device, String> {
     Err(reasons.join("; "))
 }
 
+/// `check`'s result, or its panic (a launch that failed inside a case's `unwrap`) as an
+/// error, so one failing case does not hide the others' outcomes.
+fn caught(check: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).unwrap_or_else(|panic| {
+        let text = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(format!("panicked: {text}"))
+    })
+}
+
 #[test]
 fn gpu_matches_cpu_reference() {
     let gpu = match gpu() {
@@ -187,24 +200,27 @@ fn gpu_matches_cpu_reference() {
     let mut failures = Vec::new();
     let mut outcome = |name: String, result: Result<(), String>| match result {
         Ok(()) => println!("{name}: ok ({:?} ms)", gpu.last_gpu_kernel_ms()),
-        Err(e) => failures.push(format!("{name}: gpu vs cpu: {e}")),
+        Err(e) => {
+            println!("{name}: FAILED");
+            failures.push(format!("{name}: gpu vs cpu: {e}"))
+        }
     };
     for case in cases::all() {
-        let result = case.compare(&case.run(&gpu), &case.run(&cpu), case.tolerance());
+        let result = caught(|| case.compare(&case.run(&gpu), &case.run(&cpu), case.tolerance()));
         outcome(case.name(), result);
     }
     for (name, run) in resident_checks() {
-        outcome(name, compare(&run(&gpu), &run(&cpu), RESIDENT));
+        outcome(name, caught(|| compare(&run(&gpu), &run(&cpu), RESIDENT)));
     }
     for (name, moe) in [
         ("resident forward, dense", false),
         ("resident forward, MoE", true),
     ] {
-        let got = resident_forward(&gpu, moe);
-        outcome(
-            name.into(),
-            compare(&got, &resident_forward(&cpu, moe), FORWARD),
-        );
+        let result = caught(|| {
+            let got = resident_forward(&gpu, moe);
+            compare(&got, &resident_forward(&cpu, moe), FORWARD)
+        });
+        outcome(name.into(), result);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
