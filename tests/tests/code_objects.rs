@@ -284,9 +284,10 @@ fn gemm_host_levels_use_their_matrix_instructions() {
 }
 
 /// The 16-bit GEMM's dots run on each GPU's matrix unit, checked in the assembly the build
-/// produced (no GPU here): MFMA on gfx942, WMMA on gfx1100 and gfx1201, `mma.sync` in the
-/// PTX of sm_80 and sm_90. The f32-activation GEMM has f32 operand tiles, which no matrix unit
-/// here multiplies, so its dots keep the portable lowering.
+/// produced (no GPU here): MFMA on gfx942, WMMA on gfx1100 and gfx1201, `mma.sync` with
+/// `ldmatrix` operand loads in the PTX of sm_80 and sm_90. The f32-activation GEMM has f32
+/// operand tiles, which no matrix unit here multiplies, so its dots keep the portable
+/// lowering. Both load whole blocks with 16-byte vectors.
 #[test]
 fn gemm_gpu_targets_use_their_matrix_units() {
     use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_f16};
@@ -302,6 +303,13 @@ fn gemm_gpu_targets_use_their_matrix_units() {
         for m in k.ptx {
             let want = format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32");
             assert!(m.ptx.contains(&want), "{} {}: no {want}", k.id, m.arch);
+            // Operands come from shared memory through ldmatrix (`.trans` for B).
+            for want in [
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+            ] {
+                assert!(m.ptx.contains(want), "{} {}: no {want}", k.id, m.arch);
+            }
         }
     }
     let exact = &gemm_xwt_exact_bf16::KERNEL;
@@ -310,5 +318,15 @@ fn gemm_gpu_targets_use_their_matrix_units() {
     }
     for m in exact.ptx {
         assert!(!m.ptx.contains("mma.sync"), "{}", m.arch);
+    }
+    // Whole, aligned operand blocks come from global memory 16 bytes at a time: the weight
+    // and pair-layout activations of `gemm.xwt`, the f32 activations of `gemm.xwt_exact`.
+    for (k, want) in [
+        (&gemm_xwt_bf16::KERNEL, "ld.global.nc.v4.u32"),
+        (exact, "ld.global.nc.v4.f32"),
+    ] {
+        for m in k.ptx {
+            assert!(m.ptx.contains(want), "{} {}: no {want}", k.id, m.arch);
+        }
     }
 }

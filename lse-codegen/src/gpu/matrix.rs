@@ -14,6 +14,12 @@
 //! documented ones; the unit tests check that each covers its sub-matrix exactly (A and B of
 //! RDNA3 twice: lanes 16 to 31 repeat lanes 0 to 15).
 //!
+//! On NVIDIA the operands come from shared memory through `ldmatrix` instead (one instruction
+//! per A fragment, one per two B fragments, `.trans` for B), and a warp takes one 16-row strip
+//! of the accumulator and up to 8 of its `m16n8` sub-tiles at once, so each A fragment serves
+//! every sub-tile of the group ([`lower_dot_ldmatrix`]); the order of the instructions that
+//! reach each output element, and so its value, is the same as one sub-tile at a time.
+//!
 //! Used only when the operands are both bf16 or both f16, the accumulator is f32, the shapes are
 //! multiples of the instruction's, and the workgroup is whole waves; every other dot takes the
 //! portable path. The summation order inside an instruction is the hardware's, so these dots
@@ -254,44 +260,56 @@ impl MatrixUnit {
                 e.b.call(&acc_ty, name, &[(&ta, &va), (&tb, &vb), (&acc_ty, acc)])
             }
             MatrixUnit::MmaSync => {
-                let (name, word) = if bf16 {
-                    ("llvm.nvvm.mma.m16n8k16.row.col.bf16", "i32")
-                } else {
-                    ("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "<2 x half>")
-                };
                 let mut words = Vec::new();
                 for (v, n) in [(a, na), (b, nb)] {
                     let w =
                         e.b.op(format!("bitcast <{n} x i16> {v} to <{} x i32>", n / 2));
                     for i in 0..n / 2 {
-                        let x =
-                            e.b.op(format!("extractelement <{} x i32> {w}, i32 {i}", n / 2));
-                        words.push(if bf16 {
-                            x
-                        } else {
-                            e.b.op(format!("bitcast i32 {x} to <2 x half>"))
-                        });
+                        words
+                            .push(e.b.op(format!("extractelement <{} x i32> {w}, i32 {i}", n / 2)));
                     }
                 }
-                let mut accs = Vec::new();
-                for i in 0..nc {
-                    accs.push(e.b.op(format!("extractelement {acc_ty} {acc}, i32 {i}")));
-                }
-                let mut args: Vec<(&str, &str)> =
-                    words.iter().map(|w| (word, w.as_str())).collect();
-                args.extend(accs.iter().map(|c| ("float", c.as_str())));
-                let st = "{float, float, float, float}";
-                let r = e.b.call(st, name, &args);
-                let mut out = "poison".to_string();
-                for i in 0..nc {
-                    let x = e.b.op(format!("extractvalue {st} {r}, {i}"));
-                    out =
-                        e.b.op(format!("insertelement {acc_ty} {out}, float {x}, i32 {i}"));
-                }
-                out
+                mma_sync(e, elem, &words[..na / 2], &words[na / 2..], acc)
             }
         }
     }
+}
+
+/// One `mma.sync.m16n8k16` on operand registers as PTX holds them (`a`: 4 words, `b`: 2, each
+/// two 16-bit `elem` values) and `acc` as `<4 x float>`; returns the new accumulator.
+fn mma_sync(e: &mut Emitter, elem: Ty, a: &[String], b: &[String], acc: &str) -> String {
+    let (name, word) = if elem == Ty::Bf16 {
+        ("llvm.nvvm.mma.m16n8k16.row.col.bf16", "i32")
+    } else {
+        ("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "<2 x half>")
+    };
+    let words: Vec<String> = a
+        .iter()
+        .chain(b)
+        .map(|w| {
+            if elem == Ty::Bf16 {
+                w.clone()
+            } else {
+                e.b.op(format!("bitcast i32 {w} to <2 x half>"))
+            }
+        })
+        .collect();
+    let mut accs = Vec::new();
+    for i in 0..4 {
+        accs.push(e.b.op(format!("extractelement <4 x float> {acc}, i32 {i}")));
+    }
+    let mut args: Vec<(&str, &str)> = words.iter().map(|w| (word, w.as_str())).collect();
+    args.extend(accs.iter().map(|c| ("float", c.as_str())));
+    let st = "{float, float, float, float}";
+    let r = e.b.call(st, name, &args);
+    let mut out = "poison".to_string();
+    for i in 0..4 {
+        let x = e.b.op(format!("extractvalue {st} {r}, {i}"));
+        out = e.b.op(format!(
+            "insertelement <4 x float> {out}, float {x}, i32 {i}"
+        ));
+    }
+    out
 }
 
 /// The shapes of one dot: `acc` (M x N) += `a` (M x K) · `b` (K x N).
@@ -362,6 +380,9 @@ impl<'f> Placed<'f> {
 
 /// Lowers `acc += a · b` on `unit` (the caller checked [`fits`]).
 pub(crate) fn lower_dot(e: &mut Emitter, unit: MatrixUnit, wg: u32, s: &DotShape, t: &DotTiles) {
+    if unit == MatrixUnit::MmaSync && s.n.is_multiple_of(16) {
+        return lower_dot_ldmatrix(e, wg, s, t);
+    }
     let (im, in_, ik) = unit.shape();
     let [fa, fb, fc] = unit.fragments();
     let lid = e.lid.clone();
@@ -390,6 +411,110 @@ pub(crate) fn lower_dot(e: &mut Emitter, unit: MatrixUnit, wg: u32, s: &DotShape
             let x =
                 e.b.op(format!("extractelement {acc_ty} {}, i32 {j}", sum[0]));
             write(e, t.acc, &i, &x);
+        }
+    });
+}
+
+/// The `m16n8` sub-tiles a warp of [`lower_dot_ldmatrix`] takes at once in a dot with
+/// `sub_cols` of them per 16-row strip and `strips` strips: the largest even divisor of
+/// `sub_cols` up to 8 that still gives each of the `warps` a group, else 2.
+fn ldmatrix_group(strips: u32, sub_cols: u32, warps: u32) -> u32 {
+    [8, 6, 4, 2]
+        .into_iter()
+        .find(|&g| sub_cols.is_multiple_of(g) && strips * (sub_cols / g) >= warps)
+        .unwrap_or(2)
+}
+
+/// Row and column, in an 8 x 8 block grid of a 16 x 16 sub-matrix, of the row that lane `l`
+/// gives `ldmatrix.x4` the address of: lanes 8i to 8i + 7 give the rows of matrix i, and the
+/// matrices are (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+fn ldmatrix_row(lane: &str, e: &mut Emitter) -> (String, String) {
+    let r = e.b.op(format!("urem i32 {lane}, 16"));
+    let q = e.b.op(format!("udiv i32 {lane}, 16"));
+    let c = e.b.op(format!("mul nuw i32 {q}, 8"));
+    (r, c)
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16` at element `i` of 16-bit tile `t`: four
+/// words, matrix 0 to 3.
+fn ldmatrix(e: &mut Emitter, t: u32, i: &str, trans: bool) -> Vec<String> {
+    let p = e.b.op(format!(
+        "getelementptr inbounds i16, ptr addrspace(3) {}, i32 {i}",
+        e.tiles[t as usize]
+    ));
+    let st = "{i32, i32, i32, i32}";
+    let name = if trans {
+        "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16"
+    } else {
+        "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
+    };
+    let r = e.b.call(st, name, &[("ptr addrspace(3)", &p)]);
+    (0..4)
+        .map(|j| e.b.op(format!("extractvalue {st} {r}, {j}")))
+        .collect()
+}
+
+/// `acc += a · b` on `mma.sync.m16n8k16` with `ldmatrix` operand loads (`s.n` a multiple of
+/// 16, tiles row-major with 16-byte rows aligned, as [`lse_dsl::ir::Kernel::workgroup_block`]
+/// and the tile globals place them). Warp `w` takes groups `w, w + warps, ...` of G sub-tiles
+/// of one 16-row strip ([`ldmatrix_group`]), holds their accumulators in registers over K,
+/// and per K step loads the strip's A fragment once (`ldmatrix.x4`) and each two sub-tiles'
+/// B fragments once (`ldmatrix.x4.trans` on the K x N tile: matrices 0 and 1 are the first
+/// sub-tile's k 0-7 and 8-15, 2 and 3 the second's).
+fn lower_dot_ldmatrix(e: &mut Emitter, wg: u32, s: &DotShape, t: &DotTiles) {
+    let unit = MatrixUnit::MmaSync;
+    let [_, _, fc] = unit.fragments();
+    let warps = wg / unit.wave();
+    let (strips, sub_cols) = (s.m / 16, s.n / 8);
+    let g = ldmatrix_group(strips, sub_cols, warps);
+    let groups = sub_cols / g;
+    let lid = e.lid.clone();
+    let lane = e.b.op(format!("urem i32 {lid}, 32"));
+    let warp = unit.wave_index(e, &lid);
+    let (lr, lc) = ldmatrix_row(&lane, e);
+    let pc = Placed::new(e, &fc, &lane, s.n);
+    strided_loop(e, &warp, warps, strips * groups, &mut |e, u| {
+        let sm = e.b.op(format!("udiv i32 {u}, {groups}"));
+        let gi = e.b.op(format!("urem i32 {u}, {groups}"));
+        let row0 = e.b.op(format!("mul nuw i32 {sm}, 16"));
+        let col0 = e.b.op(format!("mul nuw i32 {gi}, {}", g * 8));
+        let mut cols = Vec::new();
+        let mut accs = Vec::new();
+        for j in 0..g {
+            let c = e.b.op(format!("add nuw i32 {col0}, {}", 8 * j));
+            accs.push(pc.gather(e, t.acc, &row0, &c, "float"));
+            cols.push(c);
+        }
+        // The lane's A row (of the strip) and B column (of the group), fixed over K.
+        let a_row = e.b.op(format!("add nuw i32 {row0}, {lr}"));
+        let a_row = e.b.op(format!("mul nuw i32 {a_row}, {}", s.k));
+        let a_at = e.b.op(format!("add nuw i32 {a_row}, {lc}"));
+        let b_col = e.b.op(format!("add nuw i32 {col0}, {lc}"));
+        let sums = e.carried_loop(s.k / 16, "<4 x float>", &accs, |e, step, c| {
+            let k0 = e.b.op(format!("mul nuw i32 {step}, 16"));
+            let ia = e.b.op(format!("add nuw i32 {a_at}, {k0}"));
+            let a = ldmatrix(e, t.a, &ia, false);
+            let b_row = e.b.op(format!("add nuw i32 {k0}, {lr}"));
+            let b_row = e.b.op(format!("mul nuw i32 {b_row}, {}", s.n));
+            let mut out = Vec::new();
+            for pair in 0..g / 2 {
+                let ib = e.b.op(format!("add nuw i32 {b_row}, {b_col}"));
+                let ib = e.b.op(format!("add nuw i32 {ib}, {}", 16 * pair));
+                let b = ldmatrix(e, t.b, &ib, true);
+                for half in 0..2 {
+                    let j = (2 * pair + half) as usize;
+                    let bw = &b[2 * half as usize..2 * half as usize + 2];
+                    out.push(mma_sync(e, s.elem, &a, bw, &c[j]));
+                }
+            }
+            out
+        });
+        for (sum, col) in sums.iter().zip(&cols) {
+            for j in 0..fc.offsets.len() {
+                let i = pc.index(e, &row0, col, j);
+                let x = e.b.op(format!("extractelement <4 x float> {sum}, i32 {j}"));
+                write(e, t.acc, &i, &x);
+            }
         }
     });
 }
@@ -462,6 +587,59 @@ mod tests {
         assert_eq!(a.coord(6, 3), (9, 5));
         assert_eq!(b.coord(6, 2), (12, 1));
         assert_eq!(c.coord(6, 3), (9, 5));
+    }
+
+    /// What `ldmatrix.x4` gives lane `lane` as its word `word` (PTX ISA, "ldmatrix"): the two
+    /// elements of matrix `word` at (row lane / 4, columns 2 (lane % 4) and + 1), transposed
+    /// with `.trans`; row r of matrix i is the 16-byte row whose address lane 8i + r gives,
+    /// here `(l % 16, 8 (l / 16))` of the sub-matrix, as `ldmatrix_row` computes it.
+    fn ldmatrix_elements(lane: u32, word: u32, trans: bool) -> [(u32, u32); 2] {
+        let source = |l: u32| (l % 16, 8 * (l / 16));
+        [0, 1].map(|h| {
+            let (r, c) = if trans {
+                (2 * (lane % 4) + h, lane / 4)
+            } else {
+                (lane / 4, 2 * (lane % 4) + h)
+            };
+            let (row, col) = source(8 * word + r);
+            (row, col + c)
+        })
+    }
+
+    #[test]
+    fn ldmatrix_words_are_the_mma_sync_fragments() {
+        let [fa, fb, _] = MatrixUnit::MmaSync.fragments();
+        for lane in 0..32 {
+            // A (16 x 16, row-major): word w holds elements 2w and 2w + 1 of the fragment.
+            for w in 0..4 {
+                let got = ldmatrix_elements(lane, w, false);
+                let want = [0, 1].map(|h| fa.coord(lane, (2 * w + h) as usize));
+                assert_eq!(got, want, "A lane {lane} word {w}");
+            }
+            // B (K x N, row-major, two n8 sub-tiles side by side) with `.trans`: words 0 and
+            // 1 are the first sub-tile's b0 b1 and b2 b3, words 2 and 3 the second's.
+            for w in 0..4 {
+                let got = ldmatrix_elements(lane, w, true);
+                let (sub, j) = (w / 2, w % 2);
+                let want = [0, 1].map(|h| {
+                    let (k, n) = fb.coord(lane, (2 * j + h) as usize);
+                    (k, n + 8 * sub)
+                });
+                assert_eq!(got, want, "B lane {lane} word {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn ldmatrix_groups_use_every_warp_when_they_can() {
+        // The GEMM's 64 x 64 accumulator on 2 warps: 4 strips of 8 sub-tiles, whole strips.
+        assert_eq!(ldmatrix_group(4, 8, 2), 8);
+        // One strip on 4 warps: groups of 2, one per warp.
+        assert_eq!(ldmatrix_group(1, 8, 4), 2);
+        assert_eq!(ldmatrix_group(1, 6, 2), 2);
+        assert_eq!(ldmatrix_group(2, 12, 2), 6);
+        // Fewer sub-tiles than warps: pairs, some warps idle.
+        assert_eq!(ldmatrix_group(1, 2, 8), 2);
     }
 
     #[test]

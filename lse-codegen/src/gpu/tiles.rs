@@ -7,8 +7,8 @@
 //! multiples of the instruction's), which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, lty, tile_binary, Emitter, Lowered};
-use lse_dsl::ir::{Kernel, TileOp, TileWindow, Ty};
+use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
+use lse_dsl::ir::{Access, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
 pub(super) fn global(t: u32) -> String {
@@ -157,6 +157,12 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u3
         (c.len(), c.cols, x.cols, c.elem == Ty::I32)
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
+    if e.k.tiles[acc as usize].elem == Ty::F32 && scale.is_none() {
+        let rows = m_n / n;
+        if let Some(block) = register_block(rows, n, wg) {
+            return blocked_dot(e, t, [rows, n, k], block);
+        }
+    }
     // An operand element as the accumulator's type.
     let operand = |e: &mut Emitter, t: u32, i: &str| {
         if int {
@@ -205,6 +211,74 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u3
     });
 }
 
+/// The register block `(rm, rn)` of [`blocked_dot`] for an `m x n` f32 accumulator on `wg`
+/// work-items: the largest of 8 x 8 down to 2 x 2 that cuts the accumulator into exactly one
+/// block per work-item, if any does.
+fn register_block(m: u32, n: u32, wg: u32) -> Option<(u32, u32)> {
+    [(8, 8), (4, 8), (8, 4), (4, 4), (2, 4), (4, 2), (2, 2)]
+        .into_iter()
+        .find(|&(rm, rn)| m.is_multiple_of(rm) && n.is_multiple_of(rn) && (m / rm) * (n / rn) == wg)
+}
+
+/// The f32 [`portable_dot`] with each work-item holding an `rm x rn` block of the
+/// accumulator in registers over K: rows `r + (m / rm) i` and columns `c + (n / rn) j` for
+/// its `(r, c)`, so a warp's reads of a `b` row are consecutive and of an `a` column few.
+/// Per k it reads `rm + rn` operands for `rm · rn` products, instead of two per product;
+/// each element's sum is the same `fma` chain in increasing k, bit for bit.
+fn blocked_dot(e: &mut Emitter, t: &matrix::DotTiles, [m, n, k]: [u32; 3], (rm, rn): (u32, u32)) {
+    let (row_step, col_step) = (m / rm, n / rn);
+    let lid = e.lid.clone();
+    let r0 = e.b.op(format!("udiv i32 {lid}, {col_step}"));
+    let c0 = e.b.op(format!("urem i32 {lid}, {col_step}"));
+    let rows: Vec<String> = (0..rm)
+        .map(|i| e.b.op(format!("add nuw i32 {r0}, {}", row_step * i)))
+        .collect();
+    let cols: Vec<String> = (0..rn)
+        .map(|j| e.b.op(format!("add nuw i32 {c0}, {}", col_step * j)))
+        .collect();
+    let mut at = Vec::new();
+    for r in &rows {
+        let rn_ = e.b.op(format!("mul nuw i32 {r}, {n}"));
+        for c in &cols {
+            at.push(e.b.op(format!("add nuw i32 {rn_}, {c}")));
+        }
+    }
+    let init: Vec<String> = at.iter().map(|i| read(e, t.acc, i)).collect();
+    let sums = e.carried_loop(k, "float", &init, |e, kk, s| {
+        let xs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let ra = e.b.op(format!("mul nuw i32 {r}, {k}"));
+                let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
+                read(e, t.a, &ia)
+            })
+            .collect();
+        let rb = e.b.op(format!("mul nuw i32 {kk}, {n}"));
+        let ys: Vec<String> = cols
+            .iter()
+            .map(|c| {
+                let ib = e.b.op(format!("add nuw i32 {rb}, {c}"));
+                read(e, t.b, &ib)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (i, x) in xs.iter().enumerate() {
+            for (j, y) in ys.iter().enumerate() {
+                let acc = &s[i * ys.len() + j];
+                out.push(e.b.call(
+                    "float",
+                    "llvm.fma.f32",
+                    &[("float", x), ("float", y), ("float", acc)],
+                ));
+            }
+        }
+        out
+    });
+    for (i, v) in at.iter().zip(&sums) {
+        write(e, t.acc, i, v);
+    }
+}
+
 /// `unit` and the dot's shape when the dot runs on the matrix unit.
 fn dot_unit(
     e: &Emitter,
@@ -230,9 +304,127 @@ fn dot_unit(
 /// Tile `t` <- window (`store` false) or window <- tile `t`. Consecutive work-items take
 /// consecutive elements of the buffer or shared array (down a column of the tile for a
 /// transposed window), so global accesses coalesce (and shared-array accesses take
-/// consecutive banks).
+/// consecutive banks). A load that [`vector_load`] can take goes 16 bytes at a time when the
+/// window holds the whole tile and its rows are 16-byte aligned (checked as the kernel runs).
 fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowered<()> {
+    let read_only = w.buffer().is_some_and(|p| {
+        matches!(
+            e.k.params.get(p as usize),
+            Some(Param::Buffer {
+                access: Access::Read,
+                ..
+            })
+        )
+    });
     let w = e.tile_window(w, &mut |e, x| e.expr(x))?;
+    let tile = e.k.tiles[t as usize].clone();
+    if !store && vector_load(&w, &tile, read_only).is_some() {
+        let fast = whole_and_aligned(e, &w, &tile);
+        e.branch_on(&fast, &mut |e, taken| {
+            if taken {
+                copy_vectors(e, wg, t, &w);
+            } else {
+                copy_elements(e, wg, t, &w, false);
+            }
+        });
+    } else {
+        copy_elements(e, wg, t, &w, store);
+    }
+    Ok(())
+}
+
+/// Elements of a 16-byte vector of `w`'s memory, when a load of `tile` from `w` can go by
+/// them: a buffer (not a shared array) of the tile's own type, 16-bit, or 32-bit and
+/// `read_only` (the kernel never writes it) with rows of at least 64 bytes, read row by row
+/// (a plain window, rows a multiple of the vector long) or two rows at a time (a pairs
+/// window of 16-bit elements, an even number of rows, a multiple of 4 columns). (With
+/// vector loads of their written f32 accumulators or of 8-column f32 tiles, ptxas spilled
+/// registers in the integer GEMMs on sm_90; short rows gain little anyway.)
+fn vector_load(w: &WindowVals, tile: &TileDecl, read_only: bool) -> Option<u32> {
+    let n = 16 / w.elem.size_bytes();
+    let usable = !w.shared && w.elem == tile.elem && !w.transposed && !w.quads;
+    match (w.elem.size_bytes(), w.pairs) {
+        (2, false) if usable && tile.cols.is_multiple_of(n) => Some(n),
+        (4, false) if usable && read_only && tile.cols >= 16 && tile.cols.is_multiple_of(n) => {
+            Some(n)
+        }
+        (2, true) if usable && tile.rows.is_multiple_of(2) && tile.cols.is_multiple_of(4) => {
+            Some(n)
+        }
+        _ => None,
+    }
+}
+
+/// Whether the window holds every element of `tile` and its first element and line stride
+/// are 16-byte aligned (the same for every work-item).
+fn whole_and_aligned(e: &mut Emitter, w: &WindowVals, tile: &TileDecl) -> String {
+    let rows = e.b.op(format!("icmp uge i32 {}, {}", w.rows, tile.rows));
+    let cols = e.b.op(format!("icmp uge i32 {}, {}", w.cols, tile.cols));
+    let whole = e.b.op(format!("and i1 {rows}, {cols}"));
+    let first = e.window_elem_ptr(w, "0", "0");
+    let addr = e.b.op(format!("ptrtoint {} {first} to i64", w.ptr_ty));
+    let low = e.b.op(format!("and i64 {addr}, 15"));
+    let base = e.b.op(format!("icmp eq i64 {low}, 0"));
+    let per_16 = 16 / w.elem.size_bytes();
+    let rem = e.b.op(format!("and i32 {}, {}", w.stride, per_16 - 1));
+    let stride = e.b.op(format!("icmp eq i32 {rem}, 0"));
+    let aligned = e.b.op(format!("and i1 {base}, {stride}"));
+    e.b.op(format!("and i1 {whole}, {aligned}"))
+}
+
+/// Tile `t` <- window `w` by 16-byte vectors, every element inside the window and every
+/// vector aligned ([`whole_and_aligned`]): a plain window's vector is part of one tile row;
+/// a pairs window's is four columns of two rows, its even elements the first row's.
+fn copy_vectors(e: &mut Emitter, wg: u32, t: u32, w: &WindowVals) {
+    let tile = e.k.tiles[t as usize].clone();
+    let n = 16 / w.elem.size_bytes();
+    let ty = lty(w.elem);
+    let md = e.mem_md.clone();
+    // Vectors per line of the tile (a row, or two rows of a pairs window) and lines.
+    let (per_line, lines) = if w.pairs {
+        (tile.cols / 4, tile.rows / 2)
+    } else {
+        (tile.cols / n, tile.rows)
+    };
+    lane_loop(e, wg, per_line * lines, &mut |e, v| {
+        let line = e.b.op(format!("udiv i32 {v}, {per_line}"));
+        let at = e.b.op(format!("urem i32 {v}, {per_line}"));
+        let (r, c) = if w.pairs {
+            let r = e.b.op(format!("shl nuw i32 {line}, 1"));
+            (r, e.b.op(format!("shl nuw i32 {at}, 2")))
+        } else {
+            (line, e.b.op(format!("mul nuw i32 {at}, {n}")))
+        };
+        let p = e.window_elem_ptr(w, &r, &c);
+        let x =
+            e.b.op(format!("load <{n} x {ty}>, {} {p}, align 16{md}", w.ptr_ty));
+        let row = e.b.op(format!("mul nuw i32 {r}, {}", tile.cols));
+        let i = e.b.op(format!("add nuw i32 {row}, {c}"));
+        if w.pairs {
+            let next = e.b.op(format!("add nuw i32 {i}, {}", tile.cols));
+            for (half, at) in [(0, i), (1, next)] {
+                let picks: Vec<String> = (0..4).map(|j| format!("i32 {}", 2 * j + half)).collect();
+                let y = e.b.op(format!(
+                    "shufflevector <{n} x {ty}> {x}, <{n} x {ty}> poison, <4 x i32> <{}>",
+                    picks.join(", ")
+                ));
+                let dst = elem_ptr(e, t, &at);
+                e.b.ins(format!(
+                    "store <4 x {ty}> {y}, ptr addrspace(3) {dst}, align 8"
+                ));
+            }
+        } else {
+            let dst = elem_ptr(e, t, &i);
+            e.b.ins(format!(
+                "store <{n} x {ty}> {x}, ptr addrspace(3) {dst}, align 16"
+            ));
+        }
+    });
+}
+
+/// [`copy`] element by element, zero-filling (loads) or skipping (stores) what lies outside
+/// the window.
+fn copy_elements(e: &mut Emitter, wg: u32, t: u32, w: &WindowVals, store: bool) {
     let tile = e.k.tiles[t as usize].clone();
     lane_loop(e, wg, tile.len(), &mut |e, n| {
         let (r, c, i) = if w.transposed {
@@ -247,7 +439,7 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowere
             (r, c, n.to_string())
         };
         let i = i.as_str();
-        let inside = e.window_contains(&w, &r, &c);
+        let inside = e.window_contains(w, &r, &c);
         e.branch_on(&inside, &mut |e, taken| {
             if !taken {
                 if !store {
@@ -258,14 +450,13 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowere
             }
             if store {
                 let v = read_raw(e, t, i);
-                e.window_write(&w, &r, &c, &v, tile.elem);
+                e.window_write(w, &r, &c, &v, tile.elem);
             } else {
-                let v = e.window_read(&w, &r, &c, tile.elem);
+                let v = e.window_read(w, &r, &c, tile.elem);
                 write(e, t, i, &v);
             }
         });
     });
-    Ok(())
 }
 
 fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
@@ -341,4 +532,22 @@ pub(super) fn strided_loop(
     e.b.ins(format!("{next} = add nuw i32 {i}, {step}"));
     e.b.br(&head);
     e.b.start(&exit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::register_block;
+
+    #[test]
+    fn register_blocks_give_each_work_item_one_block() {
+        // The exact GEMM's 64 x 64 accumulators on 64 work-items: 8 x 8 each.
+        assert_eq!(register_block(64, 64, 64), Some((8, 8)));
+        assert_eq!(register_block(32, 32, 64), Some((4, 4)));
+        assert_eq!(register_block(64, 32, 64), Some((4, 8)));
+        assert_eq!(register_block(16, 16, 32), Some((2, 4)));
+        // No block shape fits: the per-element loop.
+        assert_eq!(register_block(48, 64, 64), None);
+        assert_eq!(register_block(1, 64, 64), None);
+        assert_eq!(register_block(64, 64, 256), None);
+    }
 }

@@ -174,7 +174,8 @@ fn subgroups_use_warp_shuffles_or_shared_memory() {
 }
 
 /// Tile windows on shared arrays lower to PTX: shared-memory loads and stores between
-/// barriers, and the dequantising bf16 GEMM block's dot on `mma.sync`.
+/// barriers, and the dequantising bf16 GEMM block's dot on `mma.sync`, its operands loaded
+/// by `ldmatrix`.
 #[test]
 fn shared_array_windows_ptx() {
     let k = super::kernels::from_source(super::kernels::TILE_SHARED_SRC);
@@ -190,6 +191,11 @@ fn shared_array_windows_ptx() {
         assert!(
             ptx.contains("mma.sync.aligned.m16n8k16"),
             "{sm}: no mma.sync"
+        );
+        assert!(
+            ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+                && ptx.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+            "{sm}: operands not loaded by ldmatrix"
         );
     }
 }
