@@ -14,7 +14,7 @@ use lse_runtime::perplexity::{
 use lse_runtime::scoring::{self, Method};
 
 use crate::progress_bar::Bar;
-use crate::summary::summary;
+use crate::summary::{kernel_times_table, summary};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum OnOff {
@@ -148,6 +148,11 @@ pub struct PerplexityArgs {
     /// No progress bar and no closing summary on stderr.
     #[arg(long)]
     quiet: bool,
+    /// After the run, print on stderr each kernel's launches and summed time, the largest
+    /// first (on a GPU its own time by the device's events, on the CPU each launch's wall
+    /// time); printed with --quiet too.
+    #[arg(long = "kernel-times")]
+    kernel_times: bool,
 }
 
 /// Reads a whole input file, or standard input for `-`.
@@ -292,9 +297,16 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     request.input = read_input(&args)?;
 
     let engine = Engine::open(settings).map_err(|e| e.to_string())?;
+    if args.kernel_times {
+        engine.device().record_kernel_times();
+    }
     let bar = Bar::stderr(args.quiet);
     let result = engine.perplexity(&request, &bar);
     bar.finish();
+    if args.kernel_times {
+        let dev = engine.device();
+        eprint!("{}", kernel_times_table(&dev.kernel_times(), &dev.arch()));
+    }
     let report = result.map_err(|e| e.to_string())?;
     let json = report
         .to_json()

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use lse_runtime::device::KernelTime;
 use lse_runtime::scoring::{KldReport, KldTable, PerplexityReport, Quantiles};
 
 /// The whole summary: the run, then the KL-divergence table when the run compared.
@@ -12,6 +13,31 @@ pub fn summary(report: &PerplexityReport) -> String {
     if let (Some(kld), Some(table)) = (&report.kld, &report.kld_statistics) {
         s.push('\n');
         s.push_str(&kld_table(kld, table));
+    }
+    s
+}
+
+/// `--kernel-times`: each kernel's share of the summed time, milliseconds and launches on
+/// `device`, the largest first, under a line with the totals.
+pub fn kernel_times_table(times: &[KernelTime], device: &str) -> String {
+    let total = times.iter().fold(0.0f64, |s, t| s + t.ms);
+    let launches: u64 = times.iter().map(|t| t.launches).sum();
+    let mut s = format!(
+        "kernel times on {device}: {total:.1} ms in {launches} launches of {} kernels\n",
+        times.len()
+    );
+    let _ = writeln!(s, "{:>7} {:>11} {:>9}  kernel", "share", "ms", "launches");
+    for t in times {
+        let share = if total > 0.0 {
+            100.0 * t.ms / total
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "{share:>6.1}% {:>11.3} {:>9}  {}",
+            t.ms, t.launches, t.kernel
+        );
     }
     s
 }
@@ -167,6 +193,34 @@ mod tests {
             p0_1: 2.0 * scale,
             min: scale,
         }
+    }
+
+    #[test]
+    fn kernel_times_table_gives_shares_and_totals() {
+        let times = [
+            KernelTime {
+                kernel: "gemm.xwt_bf16.v6",
+                launches: 3,
+                ms: 7.5,
+            },
+            KernelTime {
+                kernel: "norm.rms.v1",
+                launches: 5,
+                ms: 2.5,
+            },
+        ];
+        let t = kernel_times_table(&times, "sm_90");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "kernel times on sm_90: 10.0 ms in 8 launches of 2 kernels"
+        );
+        assert_eq!(lines[2], "  75.0%       7.500         3  gemm.xwt_bf16.v6");
+        assert_eq!(lines[3], "  25.0%       2.500         5  norm.rms.v1");
+        // Nothing recorded: totals of zero, no rows, no division by zero.
+        let empty = kernel_times_table(&[], "host-x86-64-v4");
+        assert_eq!(empty.lines().count(), 2);
+        assert!(empty.starts_with("kernel times on host-x86-64-v4: 0.0 ms in 0 launches"));
     }
 
     #[test]

@@ -763,6 +763,43 @@ fn kl_table_on_stderr_is_the_json_statistics_and_agrees_with_the_per_token_value
     assert_eq!(err.lines().filter(|l| l.contains(" Δp: ")).count(), 14);
 }
 
+/// `--kernel-times` prints, even with `--quiet`, one row per kernel the run launched (its
+/// launches and time, the largest first) under the totals, and leaves the report alone.
+#[test]
+fn kernel_times_list_every_launched_kernel_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = perplexity(dir.path(), &["--perplexity-ctx", "64"]);
+    let out = on_sample(dir.path(), &["--perplexity-ctx", "64", "--kernel-times"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["mean_nll"], plain["mean_nll"]);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines[0].starts_with("kernel times on host-"), "{err}");
+    let rows: Vec<(f64, u64, &str)> = lines[2..]
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3])
+        })
+        .collect();
+    for kernel in [
+        "gemm.xwt_exact",
+        "norm.add_rmsnorm",
+        "deltanet.delta_rule",
+        "attention.prefill",
+    ] {
+        assert!(
+            rows.iter().any(|r| r.2.starts_with(kernel) && r.1 > 0),
+            "no {kernel} row in:\n{err}"
+        );
+    }
+    assert!(
+        rows.windows(2).all(|w| w[0].0 >= w[1].0),
+        "not largest first:\n{err}"
+    );
+}
+
 /// `LSE_HOST_CPU` runs a lower host level with the same result (the model's GEMM and every
 /// other kernel keep the reference's operation order on every level), and a level this CPU
 /// cannot run (or that does not exist) is refused before any work, naming the variable.

@@ -356,6 +356,7 @@ impl Device {
         if total == 0 {
             return Ok(());
         }
+        let started = self.kernel_times_table().on().then(std::time::Instant::now);
         let threads = rayon::current_num_threads() as u32;
         let chunk = total.div_ceil(threads * 8).max(1);
         let ranges = (0..total.div_ceil(chunk)).map(|i| (i * chunk, ((i + 1) * chunk).min(total)));
@@ -404,6 +405,12 @@ impl Device {
                         message,
                     })?;
             }
+        }
+        if let Some(t0) = started {
+            let ms = self
+                .last_gpu_kernel_ms()
+                .map_or_else(|| t0.elapsed().as_secs_f64() * 1e3, f64::from);
+            self.kernel_times_table().add(kernel.id, ms);
         }
         Ok(())
     }

@@ -22,12 +22,14 @@ mod buffer;
 mod cuda;
 mod gpu;
 mod hip;
+mod kernel_times;
 mod launch;
 mod pool;
 mod scratch;
 mod select;
 
 pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf};
+pub use kernel_times::KernelTime;
 pub use launch::{Arg, LaunchError};
 pub use lse_dsl::rt::Elem;
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};

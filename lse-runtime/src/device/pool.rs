@@ -9,6 +9,7 @@ use lse_dsl::rt::{HostEntry, KernelDef};
 use super::cuda::{self, CudaDevice};
 use super::gpu::GpuDevice;
 use super::hip::{self, HipDevice};
+use super::kernel_times::KernelTimes;
 use super::scratch::ScratchPool;
 use super::select;
 
@@ -72,6 +73,8 @@ pub struct Device {
     gpu: Option<Arc<GpuDevice>>,
     /// Working buffers kept between ops (shared by clones).
     scratch: ScratchPool,
+    /// Per-kernel launch times, when recorded (shared by clones).
+    times: Arc<KernelTimes>,
 }
 
 /// Why a device could not be opened.
@@ -112,6 +115,7 @@ impl Device {
                 host_cpu: None,
                 gpu: None,
                 scratch: ScratchPool::default(),
+                times: Default::default(),
             }),
             Pool::Host => {
                 select::check_host_cpu_env().map_err(DeviceOpenError::HostLevel)?;
@@ -120,6 +124,7 @@ impl Device {
                     host_cpu: Some(select::best_host_cpu()),
                     gpu: None,
                     scratch: ScratchPool::default(),
+                    times: Default::default(),
                 })
             }
             Pool::Hip(n) => {
@@ -139,6 +144,7 @@ impl Device {
             host_cpu: None,
             gpu: Some(Arc::new(dev)),
             scratch: ScratchPool::default(),
+            times: Default::default(),
         }
     }
 
@@ -171,7 +177,13 @@ impl Device {
             host_cpu: Some(order[wanted]),
             gpu: None,
             scratch: ScratchPool::default(),
+            times: Default::default(),
         })
+    }
+
+    /// The per-kernel times of [`Device::record_kernel_times`].
+    pub(super) fn kernel_times_table(&self) -> &KernelTimes {
+        &self.times
     }
 
     /// The buffers [`Device::scratch`] keeps.

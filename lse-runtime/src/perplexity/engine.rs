@@ -90,6 +90,11 @@ impl Engine {
         &self.model
     }
 
+    /// The device the engine runs on (for [`Device::record_kernel_times`]).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Scores one request. Concurrent calls queue and run in arrival order.
     pub fn perplexity(
         &self,
