@@ -332,29 +332,15 @@ fn main() {
     let threads = rayon::current_num_threads();
     for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
         // PyTorch first, before this process allocates the shape's operands.
-        let torch_rate = match torch
-            .as_deref()
-            .map(|py| torch_rates(py, "cpu", threads, [m, n, k]))
-        {
-            Some(Ok((version, rate))) => {
+        let torch_rate =
+            torch_beside(&mut torch, "cpu", threads, [m, n, k]).map(|(version, rate)| {
                 if !torch_named {
                     println!("PyTorch: torch {version}, {threads} threads, matmul per shape");
                     torch_named = true;
                 }
-                Some(rate)
-            }
-            Some(Err(why)) => {
-                println!("PyTorch: not run: {why}");
-                torch = None;
-                None
-            }
-            None => None,
-        };
-        let x = random(m * k, 1, 1.0);
-        let w: Vec<bf16> = random(n * k, 2, 0.05)
-            .into_iter()
-            .map(bf16::from_f32)
-            .collect();
+                rate
+            });
+        let (x, w) = operands([m, n, k]);
         let mut y = vec![0.0f32; m * n];
         let flops = 2.0 * (m * n * k) as f64;
         let mut row = format!("{name:<30} {m:>6} {n:>7} {k:>5}  ");
@@ -404,6 +390,35 @@ fn main() {
     }
 }
 
+/// PyTorch's rates on `[m, n, k]` from `torch` (the Python, if any) on `device`; when it
+/// fails, says why and clears `torch`, so later shapes do not try again.
+fn torch_beside(
+    torch: &mut Option<String>,
+    device: &str,
+    threads: usize,
+    mnk: [usize; 3],
+) -> Option<(String, TorchRates)> {
+    match torch_rates(torch.as_deref()?, device, threads, mnk) {
+        Ok(rates) => Some(rates),
+        Err(why) => {
+            println!("PyTorch: not run: {why}");
+            *torch = None;
+            None
+        }
+    }
+}
+
+/// The bench's deterministic operands of a GEMM `[m, n, k]`: `x` `[m, k]` in [-1, 1) and the
+/// bf16 weight `[n, k]` in [-0.05, 0.05).
+fn operands([m, n, k]: [usize; 3]) -> (Vec<f32>, Vec<bf16>) {
+    let x = random(m * k, 1, 1.0);
+    let w = random(n * k, 2, 0.05)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    (x, w)
+}
+
 /// Whether `LSE_BENCH_SHAPES` (unset: every shape) names `m x n x k`.
 fn wanted(m: usize, n: usize, k: usize) -> bool {
     std::env::var("LSE_BENCH_SHAPES").map_or(true, |shapes| {
@@ -438,23 +453,9 @@ fn gpu_main(pool: &str) {
         "shape", "M", "N", "K", "bf16 call / kernel", "f32 call / kernel"
     );
     for (name, m, n, k) in SHAPES.into_iter().filter(|&(_, m, n, k)| wanted(m, n, k)) {
-        let torch_rate = match torch
-            .as_deref()
-            .map(|py| torch_rates(py, &torch_device, rayon::current_num_threads(), [m, n, k]))
-        {
-            Some(Ok((version, rate))) => Some((version, rate)),
-            Some(Err(why)) => {
-                println!("PyTorch: not run: {why}");
-                torch = None;
-                None
-            }
-            None => None,
-        };
-        let x = random(m * k, 1, 1.0);
-        let w: Vec<bf16> = random(n * k, 2, 0.05)
-            .into_iter()
-            .map(bf16::from_f32)
-            .collect();
+        let threads = rayon::current_num_threads();
+        let torch_rate = torch_beside(&mut torch, &torch_device, threads, [m, n, k]);
+        let (x, w) = operands([m, n, k]);
         let xd = dev
             .buffer_from(&x)
             .unwrap_or_else(|e| fail(format!("x: {e}")));
