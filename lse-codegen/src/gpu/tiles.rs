@@ -1,10 +1,12 @@
 //! GPU lowering of the tile statements (AMDGPU and NVPTX): every tile is a row-major LDS /
 //! shared-memory array, zero-filled when the kernel starts; each statement is a loop in which
-//! work-item `lid` handles elements `lid, lid + wg, ...`, between two barriers. `tile_dot`
-//! gives each work-item whole output elements and sums their K products in increasing k with
-//! `fma`, the reference order, so GPUs agree with the generated Rust bit for bit, unless the
-//! target's matrix unit takes the dot ([`super::matrix`]: 16-bit operands, shapes that are
-//! multiples of the instruction's), which sums in the hardware's order.
+//! work-item `lid` handles elements `lid, lid + wg, ...` (16-byte vectors of them for a load
+//! of a whole aligned window), between two barriers. `tile_dot` gives each work-item whole
+//! output elements (a register block of them when the accumulator divides into one per
+//! work-item) and sums their K products in increasing k with `fma`, the reference order, so
+//! GPUs agree with the generated Rust bit for bit, unless the target's matrix unit takes the
+//! dot ([`super::matrix`]: 16-bit operands, shapes that are multiples of the instruction's),
+//! which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
@@ -304,7 +306,7 @@ fn dot_unit(
 /// Tile `t` <- window (`store` false) or window <- tile `t`. Consecutive work-items take
 /// consecutive elements of the buffer or shared array (down a column of the tile for a
 /// transposed window), so global accesses coalesce (and shared-array accesses take
-/// consecutive banks). A load that [`vector_load`] can take goes 16 bytes at a time when the
+/// consecutive banks). A load that [`loads_by_vectors`] allows goes 16 bytes at a time when the
 /// window holds the whole tile and its rows are 16-byte aligned (checked as the kernel runs).
 fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowered<()> {
     let read_only = w.buffer().is_some_and(|p| {
@@ -318,7 +320,7 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowere
     });
     let w = e.tile_window(w, &mut |e, x| e.expr(x))?;
     let tile = e.k.tiles[t as usize].clone();
-    if !store && vector_load(&w, &tile, read_only).is_some() {
+    if !store && loads_by_vectors(&w, &tile, read_only) {
         let fast = whole_and_aligned(e, &w, &tile);
         e.branch_on(&fast, &mut |e, taken| {
             if taken {
@@ -333,25 +335,19 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowere
     Ok(())
 }
 
-/// Elements of a 16-byte vector of `w`'s memory, when a load of `tile` from `w` can go by
-/// them: a buffer (not a shared array) of the tile's own type, 16-bit, or 32-bit and
+/// Whether a load of `tile` from `w` can go by 16-byte vectors of `w`'s memory: a buffer (not a shared array) of the tile's own type, 16-bit, or 32-bit and
 /// `read_only` (the kernel never writes it) with rows of at least 64 bytes, read row by row
 /// (a plain window, rows a multiple of the vector long) or two rows at a time (a pairs
 /// window of 16-bit elements, an even number of rows, a multiple of 4 columns). (With
 /// vector loads of their written f32 accumulators or of 8-column f32 tiles, ptxas spilled
 /// registers in the integer GEMMs on sm_90; short rows gain little anyway.)
-fn vector_load(w: &WindowVals, tile: &TileDecl, read_only: bool) -> Option<u32> {
-    let n = 16 / w.elem.size_bytes();
+fn loads_by_vectors(w: &WindowVals, tile: &TileDecl, read_only: bool) -> bool {
     let usable = !w.shared && w.elem == tile.elem && !w.transposed && !w.quads;
     match (w.elem.size_bytes(), w.pairs) {
-        (2, false) if usable && tile.cols.is_multiple_of(n) => Some(n),
-        (4, false) if usable && read_only && tile.cols >= 16 && tile.cols.is_multiple_of(n) => {
-            Some(n)
-        }
-        (2, true) if usable && tile.rows.is_multiple_of(2) && tile.cols.is_multiple_of(4) => {
-            Some(n)
-        }
-        _ => None,
+        (2, false) => usable && tile.cols.is_multiple_of(8),
+        (4, false) => usable && read_only && tile.cols >= 16 && tile.cols.is_multiple_of(4),
+        (2, true) => usable && tile.rows.is_multiple_of(2) && tile.cols.is_multiple_of(4),
+        _ => false,
     }
 }
 
