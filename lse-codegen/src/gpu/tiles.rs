@@ -541,9 +541,10 @@ mod tests {
         assert_eq!(register_block(32, 32, 64), Some((4, 4)));
         assert_eq!(register_block(64, 32, 64), Some((4, 8)));
         assert_eq!(register_block(16, 16, 32), Some((2, 4)));
+        assert_eq!(register_block(64, 64, 256), Some((4, 4)));
         // No block shape fits: the per-element loop.
         assert_eq!(register_block(48, 64, 64), None);
         assert_eq!(register_block(1, 64, 64), None);
-        assert_eq!(register_block(64, 64, 256), None);
+        assert_eq!(register_block(64, 64, 2048), None);
     }
 }
