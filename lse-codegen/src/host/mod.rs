@@ -134,7 +134,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         zmm: llvm_cpu == "x86-64-v4",
         loops: Vec::new(),
     };
-    host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem), (host.fma, !host.amx));
+    host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem), host.fma);
     tiles::zero_all(&mut e, &host.tiles);
     host.phases(&mut e, &w.phases)?;
     e.b.br(&glatch);

@@ -1,29 +1,30 @@
 //! A GEMM's K loop in one pass per register block. A uniform `for` loop whose body only loads
 //! the two operands of one register-blocked pair dot (`vdpbf16ps`, `vpdpwssd`, `vpdpbusd`)
-//! from buffer windows, both read in place ([`super::View`]), runs as the dot's register
-//! blocks with the loop's steps inside each: a block's accumulators stay in registers over the
-//! whole K instead of being loaded and stored around every step (a tenth of the bf16 GEMM's
-//! time at K steps of 64). The products and their order per element are the loop's, so the
-//! results are the same.
+//! or AMX dot from buffer windows, both read in place ([`super::View`]), runs as the dot's
+//! register blocks (AMX: 2 x 2 blocks of accumulator tiles) with the loop's steps inside
+//! each: a block's accumulators stay in registers (tile registers) over the whole K instead
+//! of being loaded and stored around every step (a tenth of the bf16 GEMM's time at K steps
+//! of 64). The products and their order per element are the loop's, so the results are the
+//! same.
 //!
 //! The views need every step's windows whole (a partial window is a zero-padded copy, which
 //! a step would have to make while the other steps' blocks read theirs): a scalar pass over
 //! the steps checks that first, and the loop runs as written when one is not.
 
-use super::{HostPhases, Micro, PackedDot};
+use super::{HostPhases, PackedDot};
 use crate::emit::{Emitter, Lowered, WindowVals};
 use crate::host::remat::pure;
 use lse_dsl::ir::{Expr, ExprKind, Kernel, TileMem, TileOp, TileWindow, Ty, VarId};
 use lse_dsl::wil::Phase;
 
-/// A loop [`HostPhases::fused_dot`] accepts: `acc += a b` on `micro`, after the loads.
+/// A loop [`HostPhases::fused_dot`] accepts: `acc += a b` run as `dot`, after the loads.
 pub(in crate::host) struct FusedDot {
     /// The loop variable.
     var: VarId,
     acc: usize,
     a: usize,
     b: usize,
-    micro: Micro,
+    dot: PackedDot,
     /// The loop's constant step.
     step: u32,
     /// The body's loads: the tile each points and its window.
@@ -73,9 +74,7 @@ impl HostPhases {
             return None;
         };
         let [acc, a, b] = [*acc, *a, *b].map(|t| t as usize);
-        let Some(PackedDot::Blocked(micro)) = self.packed_dot([acc, a, b]) else {
-            return None;
-        };
+        let dot = self.packed_dot([acc, a, b])?;
         let views = self.tiles[a].view.is_some() && self.tiles[b].view.is_some();
         if !views || a == b || acc == a || acc == b {
             return None;
@@ -99,7 +98,7 @@ impl HostPhases {
             acc,
             a,
             b,
-            micro,
+            dot,
             step,
             loads: windows,
         })
@@ -133,10 +132,12 @@ impl HostPhases {
             };
             let whole = self.all_windows_whole(e, &steps)?;
             e.if_else(&whole, &mut |e, fused| {
-                if fused {
-                    self.blocked_dot(e, [f.acc, f.a, f.b], None, f.micro, Some(&steps))
-                } else {
+                if !fused {
                     e.for_loop(var, start, end, step, &mut |e| self.phases(e, body))
+                } else if let PackedDot::Blocked(micro) = f.dot {
+                    self.blocked_dot(e, [f.acc, f.a, f.b], None, micro, Some(&steps))
+                } else {
+                    self.amx_dot(e, [f.acc, f.a, f.b], Some(&steps))
                 }
             })
         })

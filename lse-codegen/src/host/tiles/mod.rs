@@ -18,7 +18,7 @@
 //!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
 //!   zero-padded, as for any tile, and the view points at the copy. A tile loaded from a
 //!   shared array is always copied (the work-items may write the array after the load).
-//!   Except on the AMX level, a pair-layout `b` operand (below) loaded only from pairs
+//!   A pair-layout `b` operand (below) loaded only from pairs
 //!   windows (`tile_load_pairs`) of such buffers is read in place the same way: a pairs
 //!   window's memory rows are the layout's rows. A whole pairs window loaded into any other
 //!   16-bit tile (or one widened to f32), or stored from one, moves two rows per vector load
@@ -34,8 +34,9 @@
 //!   directly (or reads in place, from a pairs window), and then:
 //!   - on `x86-64-v4-amx`, when the shapes are multiples of 16 x 16 x 32, runs on AMX: 16 x 16
 //!     f32 accumulator tiles, 2 x 2 of them at a time with their A and B tiles (all 8 tile
-//!     registers), `tdpbf16ps` over every 32-wide K step, fully unrolled so every `x86_amx`
-//!     value lives in one basic block (LLVM inserts `ldtilecfg`);
+//!     registers), `tdpbf16ps` over every 32-wide K step (LLVM inserts `ldtilecfg`); the
+//!     operands are read where their views point, so a K loop of only their loads and the
+//!     dot runs fused ([`fused`]) with the accumulator tiles in tile registers throughout;
 //!   - otherwise, when N is a multiple of 16 and K even, runs `vdpbf16ps`: register blocks of
 //!     up to 4 rows x 64 columns (16 zmm accumulators) over the K pairs, each B vector used by
 //!     4 rows and each broadcast A pair by 4 vectors. A K loop of only the two operands' loads
@@ -149,7 +150,7 @@ pub(super) fn allocate(
     e: &mut Emitter,
     k: &Kernel,
     pair_dot: impl Fn(Ty) -> Option<Micro>,
-    (fma, pair_views): (bool, bool),
+    fma: bool,
 ) -> Vec<HostTile> {
     let mut packed = vec![Layout::RowMajor; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
@@ -163,7 +164,7 @@ pub(super) fn allocate(
         _ => {}
     });
     let widened = widened(k, &packed, fma);
-    let views = viewable(k, &packed, pair_views);
+    let views = viewable(k, &packed);
     let unwritten = read_before_written(k);
     k.tiles
         .iter()
@@ -272,9 +273,9 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
 /// those loaded only from read-only buffers of the tile's own element type (never a shared
 /// array: the work-items may write it between two loads) and used only as dot operands of
 /// one kind. A row-major `a` operand loads from plain windows (not transposed, not pairs),
-/// whose whole rows are the tile's; with `pair_views`, a [`Layout::Pairs`] `b` operand loads
+/// whose whole rows are the tile's; a [`Layout::Pairs`] `b` operand loads
 /// from pairs windows, whose memory rows are the tile's pair rows.
-fn viewable(k: &Kernel, packed: &[Layout], pair_views: bool) -> Vec<bool> {
+fn viewable(k: &Kernel, packed: &[Layout]) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
@@ -282,7 +283,7 @@ fn viewable(k: &Kernel, packed: &[Layout], pair_views: bool) -> Vec<bool> {
             let own_read_only = own_buffer_access(k, *dst, from) == Some(Access::Read);
             let rows_match = match packed[*dst as usize] {
                 Layout::RowMajor => !from.transposed && !from.pairs && !from.quads,
-                Layout::Pairs => pair_views && from.pairs,
+                Layout::Pairs => from.pairs,
                 Layout::Quads => false,
             };
             if !own_read_only || !rows_match {
@@ -567,6 +568,22 @@ struct KPass<'p> {
     vt: &'p str,
 }
 
+/// One 2 x 2 (or smaller, at the edges) block of accumulator tiles of an AMX dot: the rows
+/// `is` and columns `js` of 16 x 16 tiles, the operand tiles `[a, b]` and the dot's K.
+struct AmxBlock<'p> {
+    tiles: [usize; 2],
+    is: &'p [u32],
+    js: &'p [u32],
+    k: u32,
+}
+
+/// `tileloadd` of a 16 x 64-byte tile at `p` with rows `stride` bytes apart.
+fn amx_load(e: &mut Emitter, p: &str, stride: &str) -> String {
+    e.b.op(format!(
+        "call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr {p}, i64 {stride})"
+    ))
+}
+
 /// How a `tile_dot` with packed operands runs ([`HostPhases::packed_dot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum PackedDot {
@@ -628,7 +645,7 @@ impl HostPhases {
                 let dc = &self.tiles[acc].decl;
                 let packed = self.packed_dot([acc, a, b]);
                 if packed == Some(PackedDot::Amx) {
-                    self.amx_dot(e, acc, a, b)
+                    self.amx_dot(e, [acc, a, b], None)?
                 } else if let Some(PackedDot::Blocked(micro)) = packed {
                     self.blocked_dot(e, [acc, a, b], scale, micro, None)?
                 } else if self.fma
@@ -1558,15 +1575,21 @@ impl HostPhases {
         }
     }
 
-    /// `acc += a b` on AMX (see the module doc). Shapes are checked by [`amx_shape`].
-    fn amx_dot(&mut self, e: &mut Emitter, acc: usize, a: usize, b: usize) {
+    /// `acc += a b` on AMX (see the module doc). Shapes are checked by [`amx_shape`]. With
+    /// `steps` (a fused K loop, [`fused`]), each 2 x 2 block of accumulator tiles stays in
+    /// tile registers over every step, its operand tiles loaded where the step's views point.
+    fn amx_dot(
+        &mut self,
+        e: &mut Emitter,
+        [acc, a, b]: [usize; 3],
+        steps: Option<&fused::Steps>,
+    ) -> Lowered<()> {
         let (m, n, k) = (
             self.tiles[acc].decl.rows,
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        let (pb, pc) = (self.tiles[b].ptr.clone(), self.tiles[acc].ptr.clone());
-        let a_stride = self.row_bytes(e, a);
+        let pc = self.tiles[acc].ptr.clone();
         for d in [
             "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
             "declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
@@ -1574,60 +1597,100 @@ impl HostPhases {
         ] {
             e.b.declare(d);
         }
-        let byte_at = |e: &mut Emitter, base: &str, byte_offset: u32| -> String {
-            e.b.op(format!(
-                "getelementptr inbounds i8, ptr {base}, i64 {byte_offset}"
-            ))
-        };
-        let load = |e: &mut Emitter, p: &str, stride: &dyn std::fmt::Display| -> String {
-            e.b.op(format!(
-                "call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr {p}, i64 {stride})"
-            ))
-        };
-        let (mb, nb, kb) = (m / 16, n / 16, k / 32);
+        let (mb, nb) = (m / 16, n / 16);
         for ib in (0..mb).step_by(2) {
             for jb in (0..nb).step_by(2) {
                 let is: Vec<u32> = (ib..(ib + 2).min(mb)).collect();
                 let js: Vec<u32> = (jb..(jb + 2).min(nb)).collect();
-                let mut accs = Vec::new();
+                let mut at = Vec::new();
+                let mut init = Vec::new();
                 for &i in &is {
                     for &j in &js {
-                        let p = byte_at(e, &pc, (i * 16 * n + j * 16) * 4);
-                        let t = load(e, &p, &(n * 4));
-                        accs.push((i, j, p, t));
-                    }
-                }
-                for kk in 0..kb {
-                    // A and B tiles of this K step, indexed by `i - ib` and `j - jb`.
-                    let ta: Vec<String> = is
-                        .iter()
-                        .map(|&i| {
-                            let (r, c) = ((i * 16).to_string(), (kk * 32).to_string());
-                            let p = self.elem_ptr(e, a, &r, &c);
-                            load(e, &p, &a_stride)
-                        })
-                        .collect();
-                    let tb: Vec<String> = js
-                        .iter()
-                        .map(|&j| {
-                            let p = byte_at(e, &pb, (kk * 16 * 2 * n + j * 16 * 2) * 2);
-                            load(e, &p, &(n * 4))
-                        })
-                        .collect();
-                    for (i, j, _, t) in accs.iter_mut() {
-                        let (x, y) = (&ta[(*i - ib) as usize], &tb[(*j - jb) as usize]);
-                        *t = e.b.op(format!(
-                            "call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx {t}, x86_amx {x}, x86_amx {y})"
+                        let p = e.b.op(format!(
+                            "getelementptr inbounds i8, ptr {pc}, i64 {}",
+                            (i * 16 * n + j * 16) * 4
                         ));
+                        init.push(amx_load(e, &p, &(n * 4).to_string()));
+                        at.push(p);
                     }
                 }
-                for (_, _, p, t) in &accs {
+                let block = AmxBlock {
+                    tiles: [a, b],
+                    is: &is,
+                    js: &js,
+                    k,
+                };
+                let out = match steps {
+                    None => self.amx_k_pass(e, &block, &init),
+                    Some(steps) => {
+                        let mut result = Ok(());
+                        let out = e.carried_loop(&steps.trips, "x86_amx", &init, |e, i, cur| {
+                            let pointed = self.point_step(e, steps, i);
+                            if result.is_ok() {
+                                result = pointed;
+                            }
+                            self.amx_k_pass(e, &block, cur)
+                        });
+                        result?;
+                        out
+                    }
+                };
+                for (p, t) in at.iter().zip(&out) {
                     e.b.ins(format!(
                         "call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {p}, i64 {}, x86_amx {t})",
                         n * 4
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// One pass of an AMX block over the K of its operand tiles: per 32-wide K step, the A
+    /// tiles of its rows and the B tiles of its columns loaded, then `tdpbf16ps` into each
+    /// accumulator of `cur` (row-major over the block); returns the new accumulators.
+    fn amx_k_pass(&self, e: &mut Emitter, blk: &AmxBlock, cur: &[String]) -> Vec<String> {
+        let [a, b] = blk.tiles;
+        let a_stride = self.row_bytes(e, a);
+        let b_stride = self.pair_row_bytes(e, b);
+        let mut accs = cur.to_vec();
+        for kk in 0..blk.k / 32 {
+            let kc = (kk * 32).to_string();
+            let ta: Vec<String> = blk
+                .is
+                .iter()
+                .map(|&i| {
+                    let p = self.elem_ptr(e, a, &(i * 16).to_string(), &kc);
+                    amx_load(e, &p, &a_stride)
+                })
+                .collect();
+            let tb: Vec<String> = blk
+                .js
+                .iter()
+                .map(|&j| {
+                    let p = self.elem_ptr(e, b, &kc, &(j * 16).to_string());
+                    amx_load(e, &p, &b_stride)
+                })
+                .collect();
+            for (x, ta) in ta.iter().enumerate() {
+                for (y, tb) in tb.iter().enumerate() {
+                    let t = &mut accs[x * blk.js.len() + y];
+                    *t = e.b.op(format!(
+                        "call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx {t}, x86_amx {ta}, x86_amx {tb})"
+                    ));
+                }
+            }
+        }
+        accs
+    }
+
+    /// The distance in bytes between pair rows (two rows each) of the pair-layout tile `t`,
+    /// as an `i64`: its view's stride, or its stack array's `2 * cols` elements.
+    fn pair_row_bytes(&self, e: &mut Emitter, t: usize) -> String {
+        let tile = &self.tiles[t];
+        match &tile.view {
+            Some(_) => self.row_bytes(e, t),
+            None => (2 * tile.decl.cols * tile.decl.elem.size_bytes()).to_string(),
         }
     }
 }
