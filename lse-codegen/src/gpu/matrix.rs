@@ -25,7 +25,7 @@
 //! portable path. The summation order inside an instruction is the hardware's, so these dots
 //! are held to the `tile_dot` tolerance of `LOOM.md`, not to bit equality.
 
-use super::tiles::{read_raw, strided_loop, write};
+use super::tiles::{elem_ptr, read_raw, strided_loop, write};
 use crate::emit::Emitter;
 use lse_dsl::ir::Ty;
 
@@ -438,10 +438,7 @@ fn ldmatrix_row(lane: &str, e: &mut Emitter) -> (String, String) {
 /// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16` at element `i` of 16-bit tile `t`: four
 /// words, matrix 0 to 3.
 fn ldmatrix(e: &mut Emitter, t: u32, i: &str, trans: bool) -> Vec<String> {
-    let p = e.b.op(format!(
-        "getelementptr inbounds i16, ptr addrspace(3) {}, i32 {i}",
-        e.tiles[t as usize]
-    ));
+    let p = elem_ptr(e, t, i);
     let st = "{i32, i32, i32, i32}";
     let name = if trans {
         "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16"

@@ -455,7 +455,8 @@ fn copy_elements(e: &mut Emitter, wg: u32, t: u32, w: &WindowVals, store: bool) 
     });
 }
 
-fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
+/// Pointer to element `i` of tile `t`'s shared-memory array.
+pub(super) fn elem_ptr(e: &mut Emitter, t: u32, i: &str) -> String {
     let ty = lty(e.k.tiles[t as usize].elem);
     e.b.op(format!(
         "getelementptr inbounds {ty}, ptr addrspace(3) {}, i32 {i}",

@@ -1602,16 +1602,13 @@ impl HostPhases {
             for jb in (0..nb).step_by(2) {
                 let is: Vec<u32> = (ib..(ib + 2).min(mb)).collect();
                 let js: Vec<u32> = (jb..(jb + 2).min(nb)).collect();
-                let mut at = Vec::new();
+                let mut acc_ptrs = Vec::new();
                 let mut init = Vec::new();
                 for &i in &is {
                     for &j in &js {
-                        let p = e.b.op(format!(
-                            "getelementptr inbounds i8, ptr {pc}, i64 {}",
-                            (i * 16 * n + j * 16) * 4
-                        ));
+                        let p = at(e, "float", &pc, &(i * 16 * n + j * 16).to_string());
                         init.push(amx_load(e, &p, &(n * 4).to_string()));
-                        at.push(p);
+                        acc_ptrs.push(p);
                     }
                 }
                 let block = AmxBlock {
@@ -1635,7 +1632,7 @@ impl HostPhases {
                         out
                     }
                 };
-                for (p, t) in at.iter().zip(&out) {
+                for (p, t) in acc_ptrs.iter().zip(&out) {
                     e.b.ins(format!(
                         "call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {p}, i64 {}, x86_amx {t})",
                         n * 4
