@@ -66,11 +66,30 @@ pub(crate) fn combine_argmax(
 /// with `reduce_max`'s `maxnum`, so every target agrees with the generated Rust bit for bit.
 pub(crate) fn tile_binary(b: &mut Builder, op: TileBinary, a: &str, c: &str) -> String {
     match op {
-        TileBinary::Add => b.op(format!("fadd float {a}, {c}")),
-        TileBinary::Sub => b.op(format!("fsub float {a}, {c}")),
-        TileBinary::Mul => b.op(format!("fmul float {a}, {c}")),
-        TileBinary::Div => b.op(format!("fdiv float {a}, {c}")),
         TileBinary::Max => combine(b, CollectiveOp::ReduceMax, Ty::F32, a, c)
             .expect("reduce_max is defined on f32"),
+        _ => arithmetic(b, op, "float", a, c),
     }
+}
+
+/// [`tile_binary`] lane by lane on `<16 x float>` vectors: each lane the same operation as
+/// the scalar one (`maxnum` is elementwise), for host loops that hold 16 rows in a vector.
+pub(crate) fn tile_binary_x16(b: &mut Builder, op: TileBinary, a: &str, c: &str) -> String {
+    let ty = "<16 x float>";
+    match op {
+        TileBinary::Max => b.call(ty, "llvm.maxnum.v16f32", &[(ty, a), (ty, c)]),
+        _ => arithmetic(b, op, ty, a, c),
+    }
+}
+
+/// The arithmetic [`TileBinary`] operations on values of LLVM type `ty`.
+fn arithmetic(b: &mut Builder, op: TileBinary, ty: &str, a: &str, c: &str) -> String {
+    let inst = match op {
+        TileBinary::Add => "fadd",
+        TileBinary::Sub => "fsub",
+        TileBinary::Mul => "fmul",
+        TileBinary::Div => "fdiv",
+        TileBinary::Max => unreachable!("max is maxnum, not an instruction"),
+    };
+    b.op(format!("{inst} {ty} {a}, {c}"))
 }

@@ -615,6 +615,56 @@ fn tile_elementwise_and_row_statements_match_the_reference_on_every_cpu() {
     }
 }
 
+/// Row reductions over whole 16 x 16 blocks (vectorised across rows on x86-64-v4) add and max
+/// each row's columns in increasing order from the row's starting value, as the reference
+/// does, on every host level: values of mixed magnitudes (so that another order gives other
+/// sums), NaN (ignored by the maximum, kept by the sum), infinities and signed zeros.
+#[test]
+fn tile_row_reductions_over_whole_blocks_match_the_reference_on_every_cpu() {
+    use lse_dsl::rt::tile;
+    let k = kernels::from_source(kernels::TILE_ROW_BLOCKS_SRC);
+    let (rows, cols) = (32, 48);
+    let mut x: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            let h = (i as u32).wrapping_mul(2_654_435_761);
+            let mag = 2f32.powi((h >> 27) as i32 - 16);
+            let sign = if h & 1 == 0 { 1.0 } else { -1.0 };
+            sign * mag * (1.0 + ((h >> 8) % 1000) as f32 / 1000.0)
+        })
+        .collect();
+    x[3 * cols + 17] = f32::NAN;
+    x[5 * cols] = f32::INFINITY;
+    x[6 * cols + 47] = f32::NEG_INFINITY;
+    x[7 * cols..8 * cols].fill(-0.0);
+    x[8 * cols..9 * cols].fill(f32::NAN);
+    let mut v: Vec<f32> = (0..2 * rows).map(|i| i as f32 * 0.5 - 9.0).collect();
+    v[rows + 8] = f32::NEG_INFINITY;
+    let (mut sum, mut max) = (v[..rows].to_vec(), v[rows..].to_vec());
+    tile::row_reduce(&mut sum, &x, cols as u32, |a, b| a + b);
+    tile::row_reduce(&mut max, &x, cols as u32, f32::max);
+    let backwards: Vec<f32> = (0..rows)
+        .map(|r| (0..cols).rev().fold(v[r], |a, c| a + x[r * cols + c]))
+        .collect();
+    assert!(
+        (0..rows).any(|r| backwards[r].to_bits() != sum[r].to_bits()),
+        "the inputs do not tell the column order apart"
+    );
+    assert!(max[3].is_finite() && max[8].is_infinite() && sum[3].is_nan());
+    for cpu in HOST_CPUS {
+        let (Some(lib), _) = load(&k, cpu) else {
+            continue;
+        };
+        let (mut xs, mut vs) = (x.clone(), v.clone());
+        let (mut sums, mut maxes) = (vec![0f32; rows], vec![0f32; rows]);
+        let bufs = [raw(&mut xs), raw(&mut vs), raw(&mut sums), raw(&mut maxes)];
+        run(&lib, &bufs, &[], [1, 1, 1], 0, 1);
+        for r in 0..rows {
+            assert_eq!(sums[r].to_bits(), sum[r].to_bits(), "{cpu} sums[{r}]");
+            assert_eq!(maxes[r].to_bits(), max[r].to_bits(), "{cpu} maxes[{r}]");
+        }
+    }
+}
+
 /// A dot operand loaded from a read-only buffer is read in place when its window is whole,
 /// copied (zero-padded) when ragged and zero before its first load, and one loaded from a
 /// writable buffer keeps the values it was loaded with after the buffer is overwritten:

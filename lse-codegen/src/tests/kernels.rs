@@ -425,6 +425,24 @@ pub fn tile_ops() -> Kernel {
     from_source(TILE_OPS_SRC)
 }
 
+/// Row sums and maxima of a 32 x 48 tile (whole 16 x 16 blocks: the host's vectorised row
+/// reductions), each starting from the value `v` holds for its row (sums, then maxima).
+pub const TILE_ROW_BLOCKS_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_row_blocks", version = 1, workgroup = 16)]
+fn tile_row_blocks(x: &[f32], v: &[f32], sums: &mut [f32], maxes: &mut [f32]) {
+    let t = tile::<f32, 32, 48>();
+    let sum = tile::<f32, 32, 1>();
+    let max = tile::<f32, 32, 1>();
+    tile_load(t, x, 0, 48, 32, 48);
+    tile_load(sum, v, 0, 1, 32, 1);
+    tile_load(max, v, 32, 1, 32, 1);
+    tile_row_sum(sum, t);
+    tile_row_max(max, t);
+    tile_store(sum, sums, 0, 1, 32, 1);
+    tile_store(max, maxes, 0, 1, 32, 1);
+}
+"#;
+
 /// Dot operands the host may read in place and ones it must copy (`y` is 4 x 16; `x` holds a
 /// 4 x 16 block; `w` a 16 x 16 block, then rows of 16 at stride 20 from element 256): `a` comes
 /// from a writable buffer and is overwritten there after its load, `v` from a read-only
