@@ -1,39 +1,36 @@
-//! `attention.prefill_<ty>.v1` (ty = bf16, f16, f32): causal flash attention of one prefill
+//! `attention.prefill_<ty>.v2` (ty = bf16, f16, f32): causal flash attention of one prefill
 //! pass over a KV cache in its stored dtype, dense or FlashPrefill's block-sparse form
-//! (`../shared/research/flashprefill.md` §1.6), from one source.
+//! (`../shared/research/flashprefill.md` §1.6), from one source, on tiles (`LOOM.md`, "Tiles").
 //!
-//! One workgroup per (query tile, query head), one work-item per query row. Query tiles are
-//! aligned to absolute positions (tile x covers `[(pos0 / QT + x) * QT, + QT)` clipped to the
-//! pass), so a tile lies inside one query block `I` (`QT` divides the block size). The tile
-//! walks a list of key blocks in ascending order: in sparse mode `I`'s list for its KV head
-//! from the block lists, in dense mode every causal block `0..=I` (no list is read). Each
-//! block's keys go in tiles of `KT`, stopping at the tile's last row, under an f32 online
-//! softmax: running maximum `m`, running sum `l`, accumulator rescaled by
-//! `exp(m_old - m_new)`. While a row's maximum is still -inf it subtracts 0 instead, so masked
-//! scores give `exp(-inf) = 0`, never NaN. The key tiles of the blocks `0..=I` are the tiles
-//! `0, KT, ..` up to the tile's last row whatever the block size, so sparse mode with every
-//! causal block listed runs exactly dense mode's sequence of key tiles and agrees with it to
-//! the bit.
+//! One workgroup per (query tile, query head): a tile of 64 query rows aligned to absolute
+//! positions (tile x covers `[(pos0 / 64 + x) * 64, + 64)` clipped to the pass; workgroup x
+//! takes tile `n - 1 - x` of the `n`, the longest first), so a tile lies inside one query
+//! block `I` (64 divides the block size). The tile walks a list of key blocks
+//! in ascending order: in sparse mode `I`'s list for its KV head from the block lists, in dense
+//! mode every causal block `0..=I` (no list is read). Each block's keys go in tiles of 64,
+//! stopping at the query tile's last row, under an f32 online softmax: running maximum `m`,
+//! running sum `l`, accumulator rescaled by `exp(m_old - m_new)`. While a row's maximum is
+//! still -inf it subtracts 0 instead, so masked scores give `exp(-inf) = 0`, never NaN. The key
+//! tiles of the blocks `0..=I` are the tiles `0, 64, ..` up to the tile's last row whatever the
+//! block size, so sparse mode with every causal block listed runs exactly dense mode's sequence
+//! of key tiles and agrees with it to the bit.
 //!
-//! Written for the host lowering, which runs each loop below once per workgroup with a
-//! vectorised loop over the work-items inside:
-//! - per-row vectors (query row, accumulator, the tile's scores) live in `shared` arrays laid
-//!   out `[i * QT + local_id()]`, consecutive across work-items;
-//! - keys and values are staged as f32 in shared memory a slice at a time (`KS` keys, or `DC`
-//!   dimensions of the tile's keys), widened by all work-items together, so each staged
-//!   element feeds a multiply-add over all rows as one broadcast operand;
-//! - the products are unrolled 8 x 4 (8 keys by 4 dimensions for q·k, 8 dimensions by 4 keys
-//!   for p·v): 8 independent accumulators hide the multiply-add latency, and each load of a
-//!   row vector feeds 8 multiply-adds;
-//! - the key loops hold barriers, so they are uniform loops run once per workgroup: their
-//!   bounds may come from the lists (loads at a uniform index), and `k0` is one value for the
-//!   whole workgroup;
-//! - index values are written with `local_id()` and pure expressions inside the region
-//!   (between barriers) that uses them, never carried across a barrier in a variable, which
-//!   would hide that they are consecutive or the same for every row.
+//! Per key tile: the scores `S = q · kᵀ` are f32 tile dots over the head dimension, 64 at a
+//! time, into a tile that starts at 0, or on the diagonal tile at the causal mask (0 or -inf,
+//! loaded from `causal`, so masked scores stay -inf through the dot and the positive scale);
+//! the row maximum, `exp` and row sum are tile statements; the per-row scalars (`m`, `l`, the
+//! shift and the rescale factor) are one work-item per row, passed through 64-float shared
+//! arrays. The accumulator lives in `out` itself (64 rows by 64 dimensions at a time: a tile
+//! for all 256 would take the whole 64 KiB): loaded, scaled by the row's factor, added
+//! `P · v` by a tile dot and stored back; at the end divided by `l`. Keys and values are
+//! widened to f32 by the tile loads, once per 64 query rows (v1 staged them once per 16).
 //!
-//! Every accumulator sees its multiply-adds in ascending order, one rounding each (`fma`).
-//! Shared memory: `(2 * 256 + KT) * QT + KS * 256` floats = 44 KiB (QT = 16, KT = 64, KS = 8).
+//! Every product is one `fma` in ascending order (the f32 `tile_dot`'s order on every target,
+//! `LOOM.md`), so each score, each sum and each accumulator sees the same operations in the
+//! same order as v1 did with one work-item per row, and gives the same values (the 0.8B-shaped
+//! model's perplexity at ctx 8192 is the same to the last digit).
+//! Tiles and shared memory: three 64 x 64 f32 tiles, two 64 x 1 tiles and three arrays of 64
+//! floats, 49.25 KiB (an NVIDIA launch gives it as dynamic shared memory, past 48 KiB).
 
 use loom::kernel;
 
@@ -41,7 +38,10 @@ use loom::kernel;
 /// the cache, `[>= pos0 + t, n_kv_heads, head_dim]`. `out[r, h] = Σ_j softmax_j(scale ·
 /// q[r, h] · k[j, kvh]) · v[j, kvh]` over the attended keys `j <= pos0 + r`, where query head
 /// `h` reads KV head `kvh = h / (n_heads / n_kv_heads)`. `head_dim <= 256`;
-/// `n_heads * n_kv_heads < 2^24` (see `kvh` below). `block_size`: a multiple of 64; `qblock0`:
+/// `n_heads * n_kv_heads < 2^24` (see `kvh` below); `scale` positive and finite (a masked
+/// score is -inf before it is scaled). `causal`: `[64, 128]`, element `(r, c)` -inf where
+/// `c > r + 64`, else 0 (the diagonal tile's mask, read at column `64 - d` for a tile whose
+/// first row lies `d` rows past its first key). `block_size`: a multiple of 64; `qblock0`:
 /// `pos0 / block_size`; `n_qblocks = (pos0 + t - 1) / block_size - qblock0 + 1`.
 ///
 /// `dense != 0`: every key `j <= pos0 + r` is attended; `blocks`, `counts` and `max_blocks`
@@ -50,14 +50,15 @@ use loom::kernel;
 /// each `<=` the row's query block; `counts`: `[n_kv_heads, n_qblocks]`, at least 1. A query
 /// tile in absolute query block `I` reads row `kvh * n_qblocks + I - qblock0` and attends to
 /// keys `J * block_size .. min((J + 1) * block_size, p + 1)` of each listed block `J`.
-/// Grid: x = ceil((pos0 + t) / 16) - pos0 / 16, y = n_heads. The lengths of `blocks` and
+/// Grid: x = ceil((pos0 + t) / 64) - pos0 / 64, y = n_heads. The lengths of `blocks` and
 /// `counts` depend on the mode (1 element when dense), so they are not declared; the op
-/// checks them.
-#[kernel(name = "attention.prefill", version = 1, workgroup = 16, elem = [bf16, f16, f32])]
+/// checks them. `out` is the accumulator while the kernel runs.
+#[kernel(name = "attention.prefill", version = 2, workgroup = 64, elem = [bf16, f16, f32])]
 fn prefill<W>(
     q: &[f32; t * n_heads * head_dim],
     k: &[W; (pos0 + t) * n_kv_heads * head_dim],
     v: &[W; (pos0 + t) * n_kv_heads * head_dim],
+    causal: &[f32; 64 * 128],
     blocks: &[u32],
     counts: &[u32],
     out: &mut [f32; t * n_heads * head_dim],
@@ -72,29 +73,50 @@ fn prefill<W>(
     qblock0: u32,
     max_blocks: u32,
 ) {
-    // Query rows per tile (the workgroup) and its log2; keys per tile; largest head_dim.
-    const QT: u32 = 16;
-    const QT_LOG2: u32 = 4;
+    // Rows of the query tile (one work-item each) and its log2; keys per key tile; head
+    // dimensions per tile dot.
+    const QT: u32 = 64;
+    const QT_LOG2: u32 = 6;
     const KT: u32 = 64;
-    const MAX_D: u32 = 256;
-    // Keys per staged slice of a key tile, dimensions per staged slice of a value tile.
-    const KS: u32 = 8;
-    const DC: u32 = 32;
-    let qs = shared::<f32>(MAX_D * QT);
-    let acc = shared::<f32>(MAX_D * QT);
-    let sc = shared::<f32>(KT * QT);
-    let kvs = shared::<f32>(KS * MAX_D);
+    const DT: u32 = 64;
+    let s = tile::<f32, QT, KT>();
+    let a = tile::<f32, QT, DT>();
+    let b = tile::<f32, DT, KT>();
+    let m_tile = tile::<f32, QT, 1>();
+    let col = tile::<f32, QT, 1>();
+    let rows = shared::<f32>(QT);
+    let shift = shared::<f32>(QT);
+    let alpha = shared::<f32>(QT);
 
-    // First absolute position of the tile, and one past its last row in the pass.
-    let first = ((pos0 >> QT_LOG2) + group_id()) * QT;
+    // First absolute position of the tile, its first row in the pass, one past its last.
+    // Workgroup 0 takes the last tile: later tiles attend to more keys, and starting with
+    // them leaves the short ones to even out the cores (or GPU units) at the end.
+    let first = ((pos0 >> QT_LOG2) + num_groups() - 1 - group_id()) * QT;
+    let row0 = max(first, pos0);
     let stop = min(first + QT, pos0 + t);
-    // This work-item's position; rows outside the pass read the nearest row and store nothing.
-    let pos = first + local_id();
-    let qrow = ((min(max(pos, pos0), stop - 1) - pos0) * n_heads + group_id_y()) * head_dim;
-    for d in 0..head_dim {
-        qs[d * QT + local_id()] = q[qrow + d];
-        acc[d * QT + local_id()] = 0.0;
+    let q_stride = n_heads * head_dim;
+    let kv_stride = n_kv_heads * head_dim;
+    let q_at = ((row0 - pos0) * n_heads + group_id_y()) * head_dim;
+    // `kvh` is h / (n_heads / n_kv_heads) as an f32 quotient, so no integer division by a
+    // parameter (which may trap) is written. The quotient is exact: h * n_kv_heads and
+    // n_heads are below 2^24 (the op checks), and a non-integer h / g is at least 1/g below
+    // the next integer, more than its rounding error.
+    let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
+    let chunks = (head_dim + DT - 1) / DT;
+    // The accumulator starts at 0 in `out`, the running maxima at -inf.
+    tile_zero(a);
+    for c in 0..chunks {
+        tile_store(
+            a,
+            out,
+            q_at + c * DT,
+            q_stride,
+            stop - row0,
+            head_dim - c * DT,
+        );
     }
+    rows[local_id()] = f32::NEG_INFINITY;
+    tile_load(m_tile, rows, 0, 1, QT, 1);
     // This tile's query block, and in sparse mode its row of the block lists.
     let qblock = first / block_size;
     let n_qblocks = (pos0 + t - 1) / block_size - qblock0 + 1;
@@ -106,216 +128,113 @@ fn prefill<W>(
     let n_blocks = if dense != 0 { qblock + 1 } else { counts[list] };
     let mut m = f32::NEG_INFINITY;
     let mut l = 0.0;
-    for b in 0..n_blocks {
+    for bi in 0..n_blocks {
         let key_block = if dense != 0 {
-            b
+            bi
         } else {
-            blocks[list * max_blocks + b]
+            blocks[list * max_blocks + bi]
         } * block_size;
         for k0 in (key_block..min(key_block + block_size, stop)).step_by(KT) {
-            // Scores of the tile, sc[j] = q · k[k0 + j], for KS keys at a time.
-            for g in 0..(KT / KS) {
-                // Stage KS keys as f32: kvs[kk * MAX_D + d] = k[k0 + KS g + kk, kvh, d]. Keys
-                // past the pass re-read its last row; they are masked below. `kvh` is h / (n_heads
-                // / n_kv_heads) as an f32 quotient: an integer division by a parameter may trap,
-                // so the host lowering would not write it at its uses and would hide that it is
-                // the same for every row. The quotient is exact: h * n_kv_heads and n_heads are
-                // below 2^24 (the op checks), and a non-integer h / g is at least 1/g below the
-                // next integer, more than its rounding error.
-                let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
-                for kk in 0..KS {
-                    let krow = (min(k0 + g * KS + kk, pos0 + t - 1) * n_kv_heads + kvh) * head_dim;
-                    for d0 in (0..head_dim).step_by(QT) {
-                        if d0 + local_id() < head_dim {
-                            kvs[kk * MAX_D + d0 + local_id()] = to_f32(k[krow + d0 + local_id()]);
-                        }
-                    }
-                }
-                barrier();
-                // The KS = 8 keys (s0..s7) by 4 dimensions at a time.
-                let j = g * KS;
-                for kk in 0..KS {
-                    sc[(j + kk) * QT + local_id()] = 0.0;
-                }
-                for db in 0..(head_dim >> 2) {
-                    let d = db * 4;
-                    let q0 = qs[d * QT + local_id()];
-                    let q1 = qs[(d + 1) * QT + local_id()];
-                    let q2 = qs[(d + 2) * QT + local_id()];
-                    let q3 = qs[(d + 3) * QT + local_id()];
-                    let mut s0 = sc[j * QT + local_id()];
-                    let mut s1 = sc[(j + 1) * QT + local_id()];
-                    let mut s2 = sc[(j + 2) * QT + local_id()];
-                    let mut s3 = sc[(j + 3) * QT + local_id()];
-                    let mut s4 = sc[(j + 4) * QT + local_id()];
-                    let mut s5 = sc[(j + 5) * QT + local_id()];
-                    let mut s6 = sc[(j + 6) * QT + local_id()];
-                    let mut s7 = sc[(j + 7) * QT + local_id()];
-                    s0 = fma(q0, kvs[d], s0);
-                    s1 = fma(q0, kvs[MAX_D + d], s1);
-                    s2 = fma(q0, kvs[2 * MAX_D + d], s2);
-                    s3 = fma(q0, kvs[3 * MAX_D + d], s3);
-                    s4 = fma(q0, kvs[4 * MAX_D + d], s4);
-                    s5 = fma(q0, kvs[5 * MAX_D + d], s5);
-                    s6 = fma(q0, kvs[6 * MAX_D + d], s6);
-                    s7 = fma(q0, kvs[7 * MAX_D + d], s7);
-                    s0 = fma(q1, kvs[d + 1], s0);
-                    s1 = fma(q1, kvs[MAX_D + d + 1], s1);
-                    s2 = fma(q1, kvs[2 * MAX_D + d + 1], s2);
-                    s3 = fma(q1, kvs[3 * MAX_D + d + 1], s3);
-                    s4 = fma(q1, kvs[4 * MAX_D + d + 1], s4);
-                    s5 = fma(q1, kvs[5 * MAX_D + d + 1], s5);
-                    s6 = fma(q1, kvs[6 * MAX_D + d + 1], s6);
-                    s7 = fma(q1, kvs[7 * MAX_D + d + 1], s7);
-                    s0 = fma(q2, kvs[d + 2], s0);
-                    s1 = fma(q2, kvs[MAX_D + d + 2], s1);
-                    s2 = fma(q2, kvs[2 * MAX_D + d + 2], s2);
-                    s3 = fma(q2, kvs[3 * MAX_D + d + 2], s3);
-                    s4 = fma(q2, kvs[4 * MAX_D + d + 2], s4);
-                    s5 = fma(q2, kvs[5 * MAX_D + d + 2], s5);
-                    s6 = fma(q2, kvs[6 * MAX_D + d + 2], s6);
-                    s7 = fma(q2, kvs[7 * MAX_D + d + 2], s7);
-                    sc[j * QT + local_id()] = fma(q3, kvs[d + 3], s0);
-                    sc[(j + 1) * QT + local_id()] = fma(q3, kvs[MAX_D + d + 3], s1);
-                    sc[(j + 2) * QT + local_id()] = fma(q3, kvs[2 * MAX_D + d + 3], s2);
-                    sc[(j + 3) * QT + local_id()] = fma(q3, kvs[3 * MAX_D + d + 3], s3);
-                    sc[(j + 4) * QT + local_id()] = fma(q3, kvs[4 * MAX_D + d + 3], s4);
-                    sc[(j + 5) * QT + local_id()] = fma(q3, kvs[5 * MAX_D + d + 3], s5);
-                    sc[(j + 6) * QT + local_id()] = fma(q3, kvs[6 * MAX_D + d + 3], s6);
-                    sc[(j + 7) * QT + local_id()] = fma(q3, kvs[7 * MAX_D + d + 3], s7);
-                }
-                // The last `head_dim % 4` dimensions.
-                for d in (head_dim & 0xffff_fffc)..head_dim {
-                    let qd = qs[d * QT + local_id()];
-                    for kk in 0..KS {
-                        sc[(j + kk) * QT + local_id()] =
-                            fma(qd, kvs[kk * MAX_D + d], sc[(j + kk) * QT + local_id()]);
-                    }
-                }
-                barrier();
+            // Scores: the diagonal tile (the last, the only one past a row's position) starts
+            // at the causal mask, the others at 0; keys past the pass are zero-filled by the
+            // window and masked.
+            if k0 == first {
+                tile_load(s, causal, KT - (row0 - first), 2 * KT, QT, KT);
+            } else {
+                tile_zero(s);
             }
-            // Scale, causal mask, tile maximum. Only tiles that reach past a row's position need
-            // the mask; the select costs one instruction per score against 2 * head_dim
-            // multiply-adds, so every tile takes it and there is one code path.
-            let row_pos = ((pos0 >> QT_LOG2) + group_id()) * QT + local_id();
-            let mut tile_max = f32::NEG_INFINITY;
-            for j in 0..KT {
-                let x = if k0 + j > row_pos {
-                    f32::NEG_INFINITY
-                } else {
-                    sc[j * QT + local_id()] * scale
-                };
-                sc[j * QT + local_id()] = x;
-                tile_max = max(tile_max, x);
+            let kv_at = (k0 * n_kv_heads + kvh) * head_dim;
+            for c in 0..chunks {
+                tile_load(
+                    a,
+                    q,
+                    q_at + c * DT,
+                    q_stride,
+                    stop - row0,
+                    head_dim - c * DT,
+                );
+                tile_load_t(
+                    b,
+                    k,
+                    kv_at + c * DT,
+                    kv_stride,
+                    head_dim - c * DT,
+                    pos0 + t - k0,
+                );
+                tile_dot(s, a, b);
             }
-            let m_new = max(m, tile_max);
-            // While every score so far is masked, subtract 0: exp(-inf - 0) = 0, not NaN.
-            let shift = if m_new == f32::NEG_INFINITY {
+            tile_scale(s, scale);
+            // Row maxima, the shift (0 while a row's maximum is -inf: exp(-inf - 0) = 0, not
+            // NaN) and the accumulator's rescale factor, one work-item per row.
+            tile_row_max(m_tile, s);
+            tile_store(m_tile, rows, 0, 1, QT, 1);
+            let m_new = rows[local_id()];
+            let sh = if m_new == f32::NEG_INFINITY {
                 0.0
             } else {
                 m_new
             };
-            let alpha = exp(m - shift);
-            let mut tile_sum = 0.0;
-            for j in 0..KT {
-                let e = exp(sc[j * QT + local_id()] - shift);
-                sc[j * QT + local_id()] = e;
-                tile_sum += e;
-            }
-            l = fma(l, alpha, tile_sum);
+            shift[local_id()] = sh;
+            alpha[local_id()] = exp(m - sh);
             m = m_new;
-            // acc = acc * alpha + Σ_j p_j v[k0 + j], in chunks of DC dimensions.
-            for c in 0..((head_dim + DC - 1) / DC) {
-                // Stage the chunk as f32: kvs[j * DC + dd] = v[k0 + j, kvh, DC c + dd].
-                let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
-                for j in 0..KT {
-                    let vrow = (min(k0 + j, pos0 + t - 1) * n_kv_heads + kvh) * head_dim + c * DC;
-                    for dd in (0..DC).step_by(QT) {
-                        if c * DC + dd + local_id() < head_dim {
-                            kvs[j * DC + dd + local_id()] = to_f32(v[vrow + dd + local_id()]);
-                        }
-                    }
-                }
-                barrier();
-                // 8 dimensions by 4 keys at a time.
-                let dims = min(DC, head_dim - c * DC);
-                for db in 0..(dims >> 3) {
-                    let d = c * DC + db * 8;
-                    let mut a0 = acc[d * QT + local_id()] * alpha;
-                    let mut a1 = acc[(d + 1) * QT + local_id()] * alpha;
-                    let mut a2 = acc[(d + 2) * QT + local_id()] * alpha;
-                    let mut a3 = acc[(d + 3) * QT + local_id()] * alpha;
-                    let mut a4 = acc[(d + 4) * QT + local_id()] * alpha;
-                    let mut a5 = acc[(d + 5) * QT + local_id()] * alpha;
-                    let mut a6 = acc[(d + 6) * QT + local_id()] * alpha;
-                    let mut a7 = acc[(d + 7) * QT + local_id()] * alpha;
-                    for jb in 0..(KT >> 2) {
-                        let j = jb * 4;
-                        let p0 = sc[j * QT + local_id()];
-                        let p1 = sc[(j + 1) * QT + local_id()];
-                        let p2 = sc[(j + 2) * QT + local_id()];
-                        let p3 = sc[(j + 3) * QT + local_id()];
-                        let v0 = j * DC + db * 8;
-                        let v1 = (j + 1) * DC + db * 8;
-                        let v2 = (j + 2) * DC + db * 8;
-                        let v3 = (j + 3) * DC + db * 8;
-                        a0 = fma(p0, kvs[v0], a0);
-                        a1 = fma(p0, kvs[v0 + 1], a1);
-                        a2 = fma(p0, kvs[v0 + 2], a2);
-                        a3 = fma(p0, kvs[v0 + 3], a3);
-                        a4 = fma(p0, kvs[v0 + 4], a4);
-                        a5 = fma(p0, kvs[v0 + 5], a5);
-                        a6 = fma(p0, kvs[v0 + 6], a6);
-                        a7 = fma(p0, kvs[v0 + 7], a7);
-                        a0 = fma(p1, kvs[v1], a0);
-                        a1 = fma(p1, kvs[v1 + 1], a1);
-                        a2 = fma(p1, kvs[v1 + 2], a2);
-                        a3 = fma(p1, kvs[v1 + 3], a3);
-                        a4 = fma(p1, kvs[v1 + 4], a4);
-                        a5 = fma(p1, kvs[v1 + 5], a5);
-                        a6 = fma(p1, kvs[v1 + 6], a6);
-                        a7 = fma(p1, kvs[v1 + 7], a7);
-                        a0 = fma(p2, kvs[v2], a0);
-                        a1 = fma(p2, kvs[v2 + 1], a1);
-                        a2 = fma(p2, kvs[v2 + 2], a2);
-                        a3 = fma(p2, kvs[v2 + 3], a3);
-                        a4 = fma(p2, kvs[v2 + 4], a4);
-                        a5 = fma(p2, kvs[v2 + 5], a5);
-                        a6 = fma(p2, kvs[v2 + 6], a6);
-                        a7 = fma(p2, kvs[v2 + 7], a7);
-                        a0 = fma(p3, kvs[v3], a0);
-                        a1 = fma(p3, kvs[v3 + 1], a1);
-                        a2 = fma(p3, kvs[v3 + 2], a2);
-                        a3 = fma(p3, kvs[v3 + 3], a3);
-                        a4 = fma(p3, kvs[v3 + 4], a4);
-                        a5 = fma(p3, kvs[v3 + 5], a5);
-                        a6 = fma(p3, kvs[v3 + 6], a6);
-                        a7 = fma(p3, kvs[v3 + 7], a7);
-                    }
-                    acc[d * QT + local_id()] = a0;
-                    acc[(d + 1) * QT + local_id()] = a1;
-                    acc[(d + 2) * QT + local_id()] = a2;
-                    acc[(d + 3) * QT + local_id()] = a3;
-                    acc[(d + 4) * QT + local_id()] = a4;
-                    acc[(d + 5) * QT + local_id()] = a5;
-                    acc[(d + 6) * QT + local_id()] = a6;
-                    acc[(d + 7) * QT + local_id()] = a7;
-                }
-                // The chunk's last `dims % 8` dimensions.
-                for dd in (dims & 0xffff_fff8)..dims {
-                    let mut a = acc[(c * DC + dd) * QT + local_id()] * alpha;
-                    for j in 0..KT {
-                        a = fma(sc[j * QT + local_id()], kvs[j * DC + dd], a);
-                    }
-                    acc[(c * DC + dd) * QT + local_id()] = a;
-                }
-                barrier();
+            tile_load(col, shift, 0, 1, QT, 1);
+            tile_sub(s, col);
+            tile_exp(s);
+            tile_zero(col);
+            tile_row_sum(col, s);
+            tile_store(col, rows, 0, 1, QT, 1);
+            l = fma(l, alpha[local_id()], rows[local_id()]);
+            // acc = acc * alpha + p · v, 64 dimensions at a time.
+            tile_load(col, alpha, 0, 1, QT, 1);
+            for c in 0..chunks {
+                tile_load(
+                    a,
+                    out,
+                    q_at + c * DT,
+                    q_stride,
+                    stop - row0,
+                    head_dim - c * DT,
+                );
+                tile_mul(a, col);
+                tile_load(
+                    b,
+                    v,
+                    kv_at + c * DT,
+                    kv_stride,
+                    pos0 + t - k0,
+                    head_dim - c * DT,
+                );
+                tile_dot(a, s, b);
+                tile_store(
+                    a,
+                    out,
+                    q_at + c * DT,
+                    q_stride,
+                    stop - row0,
+                    head_dim - c * DT,
+                );
             }
         }
     }
-    if pos >= pos0 && pos < stop {
-        for d in 0..head_dim {
-            out[qrow + d] = acc[d * QT + local_id()] / l;
-        }
+    rows[local_id()] = l;
+    tile_load(col, rows, 0, 1, QT, 1);
+    for c in 0..chunks {
+        tile_load(
+            a,
+            out,
+            q_at + c * DT,
+            q_stride,
+            stop - row0,
+            head_dim - c * DT,
+        );
+        tile_div(a, col);
+        tile_store(
+            a,
+            out,
+            q_at + c * DT,
+            q_stride,
+            stop - row0,
+            head_dim - c * DT,
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! Causal prefill attention over a KV cache, dense and in FlashPrefill's block-sparse form,
-//! both launching `attention.prefill_<ty>.v1` (ty = the cache's dtype: bf16, f16, f32) in its
+//! both launching `attention.prefill_<ty>.v2` (ty = the cache's dtype: bf16, f16, f32) in its
 //! dense or sparse mode. Both write f32 `[t, n_heads, head_dim]`.
 
 use half::{bf16, f16};
@@ -14,7 +14,7 @@ const SPARSE: &str = "attention.prefill_sparse";
 
 /// Key blocks are split into the kernel's 64-key tiles and hold whole query tiles, so the
 /// block size must be a multiple of this.
-const BLOCK_MULTIPLE: usize = 64;
+const BLOCK_MULTIPLE: usize = TILE;
 
 /// The block size of dense mode. Dense mode walks blocks `0..=I` and each block's 64-key
 /// tiles, the same tiles whatever the block size (a multiple of 64), so it only sets how the
@@ -23,6 +23,20 @@ const DENSE_BLOCK: usize = 128;
 
 /// What the kernel's `blocks` and `counts` take in dense mode, which reads neither.
 const NO_LISTS: [u32; 1] = [0];
+
+/// The kernel's query and key tiles: 64 rows.
+const TILE: usize = 64;
+
+/// The kernel's `causal` operand: `[64, 128]`, -inf where the column is past the row + 64,
+/// else 0. The diagonal key tile's scores start at a 64-column window of it, so the keys past
+/// each query row are -inf.
+fn causal_mask() -> Vec<f32> {
+    (0..TILE)
+        .flat_map(|r| {
+            (0..2 * TILE).map(move |c| if c > r + TILE { f32::NEG_INFINITY } else { 0.0 })
+        })
+        .collect()
+}
 
 /// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
 /// `j <= pos0 + r`, for the `t` query rows of `shape` (`q`, `out`: `[t, n_heads, head_dim]`;
@@ -97,6 +111,7 @@ fn launch(
     lists: Lists,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
+    let causal = causal_mask();
     macro_rules! launch {
         ($kernel:ident, $k:expr, $v:expr) => {
             dev.launch(
@@ -105,6 +120,7 @@ fn launch(
                     q,
                     k: $k,
                     v: $v,
+                    causal: &causal,
                     blocks: lists.blocks,
                     counts: lists.counts,
                     out,
@@ -131,8 +147,9 @@ fn launch(
 }
 
 /// The shape and buffers, plus what the kernel adds: keys and values of one dtype (returned
-/// paired), and `n_heads * n_kv_heads < 2^24` (the kernel finds a query head's KV head by an
-/// f32 division that is exact below that).
+/// paired), `n_heads * n_kv_heads < 2^24` (the kernel finds a query head's KV head by an
+/// f32 division that is exact below that) and a positive, finite scale (masked scores are
+/// -inf before the kernel scales them).
 fn check<'a>(
     op: &'static str,
     shape: &AttnShape,
@@ -156,6 +173,12 @@ fn check<'a>(
             })
         }
     };
+    if !(shape.scale > 0.0 && shape.scale.is_finite()) {
+        return Err(OpError::Invalid {
+            op,
+            message: format!("scale {} is not a positive finite number", shape.scale),
+        });
+    }
     if shape.n_heads.saturating_mul(shape.n_kv_heads) >= 1 << 24 {
         return Err(OpError::Invalid {
             op,
@@ -348,6 +371,29 @@ mod tests {
         let odd = AttnShape { n_kv_heads: 3, ..s };
         let e = message(prefill_attention_dense(dev, &odd, q, kv, &mut out));
         assert!(e.contains("not a multiple of n_kv_heads"), "{e}");
+        // The kernel scales masked (-inf) scores: 0, a negative or a non-finite scale would
+        // turn them into NaN or +inf.
+        for scale in [0.0, -0.35, f32::NAN, f32::INFINITY] {
+            let bad = AttnShape { scale, ..s };
+            let e = message(prefill_attention_dense(dev, &bad, q, kv, &mut out));
+            assert!(
+                e.contains(&format!("scale {scale} is not a positive finite number")),
+                "{e}"
+            );
+        }
+    }
+
+    /// The diagonal tile's mask: row r attends columns up to r + 64 of the 128.
+    #[test]
+    fn causal_mask_hides_the_keys_past_each_row() {
+        let mask = causal_mask();
+        assert_eq!(mask.len(), 64 * 128);
+        for r in 0..64 {
+            for c in 0..128 {
+                let masked = mask[r * 128 + c] == f32::NEG_INFINITY;
+                assert_eq!(masked, c > r + 64, "({r}, {c})");
+            }
+        }
     }
 
     /// Makes valid lists invalid in one way.
