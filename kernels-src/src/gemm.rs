@@ -28,14 +28,15 @@
 
 use loom::kernel;
 
-/// Grid: x = ceil(m / 64) row blocks of `y`, y = ceil(n / 64) column blocks. Row blocks run
-/// fastest, so consecutive workgroups (a host thread's run of them, or GPU blocks scheduled
-/// together) read the same 64 weight rows, which come from cache after the first: the
-/// weight is the larger operand of every projection at M = 512. `accumulate` = 1 adds the
-/// product to `y` (a fused residual add); 0 overwrites `y`. v6: one accumulator and K steps
-/// of 128; v5's two accumulators shared each step's `xᵀ` block, but their loop was more than
-/// the two loads and one dot that the host's fused K loop takes.
-#[kernel(name = "gemm.xwt", version = 6, workgroup = 64, elem = [bf16, f16])]
+/// Grid: x = ceil(m / 64) row blocks of `y`, y = ceil(n / 64) column blocks, taken in groups
+/// of 8 row blocks; inside a group row blocks run fastest, so consecutive workgroups (a host
+/// thread's run of them, or GPU blocks scheduled together) read the same 64 weight rows,
+/// which come from cache after the first: the weight is the larger operand of every
+/// projection at M = 512. `accumulate` = 1 adds the product to `y` (a fused residual add);
+/// 0 overwrites `y`. v6: one accumulator and K steps of 128; v5's two accumulators shared
+/// each step's `xᵀ` block, but their loop was more than the two loads and one dot that the
+/// host's fused K loop takes. v7: the groups of 8 row blocks.
+#[kernel(name = "gemm.xwt", version = 7, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt<W>(
     xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     w: &[W; n * k],
@@ -51,8 +52,18 @@ fn gemm_xwt<W>(
     let a = tile::<W, BN, BK>();
     let b = tile::<W, BK, BM>();
     let acc = tile::<f32, BN, BM>();
-    let row0 = group_id() * BM;
-    let col0 = group_id_y() * BN;
+    // Workgroups in groups of 8 row blocks: each group runs all its workgroups of one column
+    // block before the next column block, so a column block's weight rows serve 8 row blocks
+    // from cache while the group's activations stay in L3 (rows fastest through the whole
+    // matrix streamed all of `x` from memory once per column block at M = 8192; up to 8 row
+    // blocks, as at M = 512, it is the grid's own order).
+    let linear = group_id() + num_groups() * group_id_y();
+    let span = 8 * num_groups_y();
+    let group = linear / span;
+    let in_group = linear - group * span;
+    let rows_here = min(8, num_groups() - group * 8);
+    let row0 = (group * 8 + in_group % rows_here) * BM;
+    let col0 = in_group / rows_here * BN;
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
@@ -100,9 +111,9 @@ fn transpose_x<W>(
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM"). A workgroup owns
 /// 128 x 64 of `y`; K steps of 64 (with v3's 32, within 48 KiB, the host's register blocks
 /// loaded and stored their accumulators twice as often, and it ran about 5% slower at M =
-/// 512). Grid: x = ceil(m / 128) row blocks, y = ceil(n / 64) column blocks (row
-/// blocks fastest, for the reason [`gemm_xwt`] gives).
-#[kernel(name = "gemm.xwt_exact", version = 4, workgroup = 64, elem = [bf16, f16, f32])]
+/// 512). Grid: x = ceil(m / 128) row blocks, y = ceil(n / 64) column blocks (in groups of 8
+/// row blocks, row blocks fastest inside a group, as in [`gemm_xwt`]; v5 added the groups).
+#[kernel(name = "gemm.xwt_exact", version = 5, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
     x: &[f32; m * k],
     w: &[W; n * k],
@@ -119,9 +130,19 @@ fn gemm_xwt_exact<W>(
     let b = tile::<f32, BK, BN>();
     let acc0 = tile::<f32, BM, BN>();
     let acc1 = tile::<f32, BM, BN>();
-    let row0 = group_id() * (2 * BM);
+    // Workgroups in groups of 8 row blocks: each group runs all its workgroups of one column
+    // block before the next column block, so a column block's weight rows serve 8 row blocks
+    // from cache while the group's activations stay in L3 (rows fastest through the whole
+    // matrix streamed all of `x` from memory once per column block at M = 8192; up to 8 row
+    // blocks, as at M = 512, it is the grid's own order).
+    let linear = group_id() + num_groups() * group_id_y();
+    let span = 8 * num_groups_y();
+    let group = linear / span;
+    let in_group = linear - group * span;
+    let rows_here = min(8, num_groups() - group * 8);
+    let row0 = (group * 8 + in_group % rows_here) * (2 * BM);
     let row1 = row0 + BM;
-    let col0 = group_id_y() * BN;
+    let col0 = in_group / rows_here * BN;
     if accumulate == 1 {
         tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
         if row1 < m {

@@ -199,7 +199,7 @@ mod tests {
     fn kernel_times_table_gives_shares_and_totals() {
         let times = [
             KernelTime {
-                kernel: "gemm.xwt_bf16.v6",
+                kernel: "gemm.xwt_bf16.v7",
                 launches: 3,
                 ms: 7.5,
             },
@@ -215,7 +215,7 @@ mod tests {
             lines[0],
             "kernel times on sm_90: 10.0 ms in 8 launches of 2 kernels"
         );
-        assert_eq!(lines[2], "  75.0%       7.500         3  gemm.xwt_bf16.v6");
+        assert_eq!(lines[2], "  75.0%       7.500         3  gemm.xwt_bf16.v7");
         assert_eq!(lines[3], "  25.0%       2.500         5  norm.rms.v1");
         // Nothing recorded: totals of zero, no rows, no division by zero.
         let empty = kernel_times_table(&[], "host-x86-64-v4");

@@ -6,7 +6,8 @@
 //! AMX-BF16 and Linux grants the tile data), and the f32
 //! peak of a register-resident `vfmadd` loop, 16 lanes with AVX-512 or 8 with AVX2 (the bound
 //! of the f32-activation GEMM the model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
-//! Qwen3.5-0.8B prefill shapes at M = 512 and the LM head (248,320 x 1024) at M = 128 and 256,
+//! Qwen3.5-0.8B prefill shapes at M = 512, the LM head (248,320 x 1024) at M = 128 and 256 and
+//! two of the prefill shapes at M = 8192 (a ctx-8192 pass),
 //! on each host level, with activations rounded to bf16 and with f32 activations (`bf16 / f32`
 //! per cell), and each path's best level as a fraction of its peak (the bf16 path's of the
 //! f32 peak on a CPU without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best
@@ -35,7 +36,7 @@ use rayon::prelude::*;
 use common::{best_within, random};
 
 /// (name, M, N, K).
-const SHAPES: [(&str, usize, usize, usize); 8] = [
+const SHAPES: [(&str, usize, usize, usize); 10] = [
     ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
     ("deltanet in_proj_qkv", 512, 4096, 1024),
     ("attn o / q", 512, 2048, 1024),
@@ -44,6 +45,8 @@ const SHAPES: [(&str, usize, usize, usize); 8] = [
     ("attn o_proj", 512, 1024, 2048),
     ("lm head, M = 128", 128, 248_320, 1024),
     ("lm head, M = 256", 256, 248_320, 1024),
+    ("qkvz, ctx 8192 in one pass", 8192, 6144, 1024),
+    ("mlp down, ctx 8192", 8192, 1024, 3584),
 ];
 
 /// GFLOP/s of `f` run once per thread, `f` doing `flops` floating-point operations: the best

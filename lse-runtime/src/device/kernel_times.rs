@@ -12,7 +12,7 @@ use super::Device;
 /// One kernel's launches and their summed time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
-    /// The kernel id (`gemm.xwt_bf16.v6`).
+    /// The kernel id (`gemm.xwt_bf16.v7`).
     pub kernel: &'static str,
     pub launches: u64,
     /// Milliseconds, summed over the launches.

@@ -124,6 +124,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (9, 1024, 1024),
             (100, 150, 300),
             (130, 70, 33),
+            // 9 row blocks of 128: a group of 8 and a last group of 1 (the grid's order).
+            (1100, 70, 33),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -150,6 +152,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             // model's 1024 x 3584 on 64 rows; 130 x 200 x 384 has partial edge blocks too).
             (64, 1024, 3584),
             (130, 200, 384),
+            // 10 row blocks of 64: a group of 8 and a last group of 2.
+            (600, 130, 66),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -160,7 +164,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 act: Activations::RoundedToWeight,
             }));
         }
-        for (m, n, k) in [(33, 65, 130), (200, 65, 130), (128, 192, 256)] {
+        for (m, n, k) in [
+            (33, 65, 130),
+            (200, 65, 130),
+            (128, 192, 256),
+            (600, 65, 130),
+        ] {
             out.push(Box::new(GemmCase {
                 m,
                 n,
