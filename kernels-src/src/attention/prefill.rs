@@ -94,6 +94,7 @@ fn prefill<W>(
     let first = ((pos0 >> QT_LOG2) + num_groups() - 1 - group_id()) * QT;
     let row0 = max(first, pos0);
     let stop = min(first + QT, pos0 + t);
+    let n_rows = stop - row0;
     let q_stride = n_heads * head_dim;
     let kv_stride = n_kv_heads * head_dim;
     let q_at = ((row0 - pos0) * n_heads + group_id_y()) * head_dim;
@@ -103,17 +104,14 @@ fn prefill<W>(
     // the next integer, more than its rounding error.
     let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
     let chunks = (head_dim + DT - 1) / DT;
-    // The accumulator starts at 0 in `out`, the running maxima at -inf.
+    // The accumulator starts at 0 in `out`, the running maxima at -inf. In each loop over the
+    // head dimension's chunks, `at` is where the chunk starts in `q` and `out` and `dims` its
+    // width (the last may be narrower than DT).
     tile_zero(a);
     for c in 0..chunks {
-        tile_store(
-            a,
-            out,
-            q_at + c * DT,
-            q_stride,
-            stop - row0,
-            head_dim - c * DT,
-        );
+        let at = q_at + c * DT;
+        let dims = head_dim - c * DT;
+        tile_store(a, out, at, q_stride, n_rows, dims);
     }
     rows[local_id()] = f32::NEG_INFINITY;
     tile_load(m_tile, rows, 0, 1, QT, 1);
@@ -145,22 +143,10 @@ fn prefill<W>(
             }
             let kv_at = (k0 * n_kv_heads + kvh) * head_dim;
             for c in 0..chunks {
-                tile_load(
-                    a,
-                    q,
-                    q_at + c * DT,
-                    q_stride,
-                    stop - row0,
-                    head_dim - c * DT,
-                );
-                tile_load_t(
-                    b,
-                    k,
-                    kv_at + c * DT,
-                    kv_stride,
-                    head_dim - c * DT,
-                    pos0 + t - k0,
-                );
+                let at = q_at + c * DT;
+                let dims = head_dim - c * DT;
+                tile_load(a, q, at, q_stride, n_rows, dims);
+                tile_load_t(b, k, kv_at + c * DT, kv_stride, dims, pos0 + t - k0);
                 tile_dot(s, a, b);
             }
             tile_scale(s, scale);
@@ -187,54 +173,23 @@ fn prefill<W>(
             // acc = acc * alpha + p · v, 64 dimensions at a time.
             tile_load(col, alpha, 0, 1, QT, 1);
             for c in 0..chunks {
-                tile_load(
-                    a,
-                    out,
-                    q_at + c * DT,
-                    q_stride,
-                    stop - row0,
-                    head_dim - c * DT,
-                );
+                let at = q_at + c * DT;
+                let dims = head_dim - c * DT;
+                tile_load(a, out, at, q_stride, n_rows, dims);
                 tile_mul(a, col);
-                tile_load(
-                    b,
-                    v,
-                    kv_at + c * DT,
-                    kv_stride,
-                    pos0 + t - k0,
-                    head_dim - c * DT,
-                );
+                tile_load(b, v, kv_at + c * DT, kv_stride, pos0 + t - k0, dims);
                 tile_dot(a, s, b);
-                tile_store(
-                    a,
-                    out,
-                    q_at + c * DT,
-                    q_stride,
-                    stop - row0,
-                    head_dim - c * DT,
-                );
+                tile_store(a, out, at, q_stride, n_rows, dims);
             }
         }
     }
     rows[local_id()] = l;
     tile_load(col, rows, 0, 1, QT, 1);
     for c in 0..chunks {
-        tile_load(
-            a,
-            out,
-            q_at + c * DT,
-            q_stride,
-            stop - row0,
-            head_dim - c * DT,
-        );
+        let at = q_at + c * DT;
+        let dims = head_dim - c * DT;
+        tile_load(a, out, at, q_stride, n_rows, dims);
         tile_div(a, col);
-        tile_store(
-            a,
-            out,
-            q_at + c * DT,
-            q_stride,
-            stop - row0,
-            head_dim - c * DT,
-        );
+        tile_store(a, out, at, q_stride, n_rows, dims);
     }
 }
