@@ -130,11 +130,7 @@ fn gemm_xwt_exact<W>(
     let b = tile::<f32, BK, BN>();
     let acc0 = tile::<f32, BM, BN>();
     let acc1 = tile::<f32, BM, BN>();
-    // Workgroups in groups of 8 row blocks: each group runs all its workgroups of one column
-    // block before the next column block, so a column block's weight rows serve 8 row blocks
-    // from cache while the group's activations stay in L3 (rows fastest through the whole
-    // matrix streamed all of `x` from memory once per column block at M = 8192; up to 8 row
-    // blocks, as at M = 512, it is the grid's own order).
+    // Workgroups in groups of 8 row blocks, as in `gemm_xwt` (LOOM has no shared helpers).
     let linear = group_id() + num_groups() * group_id_y();
     let span = 8 * num_groups_y();
     let group = linear / span;
