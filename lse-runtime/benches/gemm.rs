@@ -16,6 +16,11 @@
 //! each shape first runs `scripts/bench-torch-gemm.py` on it (PyTorch's bf16 `matmul`, the
 //! same threads) and its row ends with PyTorch's GFLOP/s and the ratio of the best LOOM bf16
 //! figure to it, so both are measured within the same minute; without torch it says so.
+//! `LSE_BENCH_ROUNDS=R` (R > 1, with torch) then runs R paired rounds per shape, PyTorch and
+//! the best LOOM level's bf16 GEMM in turn, and prints both medians and the ratio of the
+//! medians: on a machine whose speed changes from second to second (the H200 machine's CPU
+//! read its AMX peak anywhere from 1.6 to 4.7 TFLOP/s between runs seconds apart), one run of
+//! each side compares two states of the machine, not the two GEMMs.
 //! `LSE_BENCH_LEVELS=host-x86-64-v4-bf16,...` runs only the named levels,
 //! `LSE_BENCH_SHAPES=512x1024x3584,...` (M x N x K) only the named shapes.
 //!
@@ -325,6 +330,7 @@ fn main() {
             .collect::<Vec<_>>()
             .join("")
     );
+    let rounds = paired_rounds();
     let mut torch = std::env::var(TORCH_PYTHON).ok();
     if torch.is_none() {
         println!(
@@ -356,10 +362,13 @@ fn main() {
             flops / t / 1e9
         };
         let mut best_exact = 0.0f64;
+        let mut best_level = &levels[0];
         for dev in &levels {
             let g = run(dev, Activations::RoundedToWeight);
             let exact = run(dev, Activations::F32);
-            best = best.max(g);
+            if g > best {
+                (best, best_level) = (g, dev);
+            }
             best_exact = best_exact.max(exact);
             row.push_str(&format!("{:>34}", format!("{g:.1} / {exact:.1}")));
         }
@@ -381,7 +390,7 @@ fn main() {
                 100.0 * best_exact / p
             ));
         }
-        if let Some(t) = torch_rate {
+        if let Some(t) = &torch_rate {
             row.push_str(&format!(
                 "   PyTorch bf16 {:.1} (f32 in and out {:.1}), LOOM bf16 / PyTorch bf16 {:.2}",
                 t.bf16,
@@ -390,6 +399,55 @@ fn main() {
             ));
         }
         println!("{row}");
+        if torch_rate.is_some() && rounds > 1 {
+            let (mut loom, mut theirs) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let Some((_, t)) = torch_beside(&mut torch, "cpu", threads, [m, n, k]) else {
+                    break;
+                };
+                theirs.push(t.bf16);
+                loom.push(run(best_level, Activations::RoundedToWeight));
+            }
+            if let (Some(l), Some(t)) = (median(&mut loom), median(&mut theirs)) {
+                println!(
+                    "  {} paired rounds on {}: LOOM bf16 median {l:.1}, PyTorch bf16 median {t:.1}, ratio of medians {:.2} (LOOM {:.1} to {:.1}, PyTorch {:.1} to {:.1})",
+                    loom.len(),
+                    best_level.arch(),
+                    l / t,
+                    loom[0],
+                    loom[loom.len() - 1],
+                    theirs[0],
+                    theirs[theirs.len() - 1]
+                );
+            }
+        }
+    }
+}
+
+/// The median of `v` (sorted in place), or `None` when it is empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// `LSE_BENCH_ROUNDS`: how many paired rounds of PyTorch and LOOM each shape runs after its
+/// row (1, the default: none beyond the row). Exits with a message on anything but a
+/// positive integer.
+fn paired_rounds() -> usize {
+    match std::env::var("LSE_BENCH_ROUNDS") {
+        Err(_) => 1,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(r) if r >= 1 => r,
+            _ => {
+                eprintln!("LSE_BENCH_ROUNDS: expected a positive integer, got {v:?}");
+                std::process::exit(2);
+            }
+        },
     }
 }
 
