@@ -1154,6 +1154,52 @@ fn assert_dot_matches(cpu: &str, case: &str, y: &[f32], want: &[f32], bound: &[(
     }
 }
 
+/// [`kernels::MASKED_CARRY_SRC`] on every level: the work-items outside the divergent `if`
+/// keep the value they had (the host reads such a variable into a register for the masked
+/// loop and writes every work-item's value back), the others get the loop's `fma` chain.
+#[test]
+fn values_carried_around_a_masked_uniform_loop_survive_for_inactive_work_items() {
+    let k = kernels::from_source(kernels::MASKED_CARRY_SRC);
+    let (n, k_len, live) = (128usize, 9usize, 77usize);
+    let x: Vec<f32> = (0..n * k_len)
+        .map(|i| (i % 13) as f32 * 0.37 - 2.0)
+        .collect();
+    let want: Vec<f32> = (0..n)
+        .map(|r| {
+            let mut acc = 7.0f32;
+            if r < live {
+                for j in 0..k_len {
+                    acc = x[r * k_len + j].mul_add(2.0, acc);
+                }
+            }
+            acc
+        })
+        .collect();
+    for cpu in HOST_CPUS {
+        let (Some(lib), _) = load(&k, cpu) else {
+            continue;
+        };
+        let mut xs = x.clone();
+        let mut out = vec![0f32; n];
+        let bufs = [raw(&mut xs), raw(&mut out)];
+        run(
+            &lib,
+            &bufs,
+            &[n as u64, k_len as u64, live as u64],
+            [2, 1, 1],
+            0,
+            2,
+        );
+        for (r, (got, want)) in out.iter().zip(&want).enumerate() {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{cpu} row {r}: {got} vs {want}"
+            );
+        }
+    }
+}
+
 /// A dequantising bf16 GEMM block through a shared array ([`kernels::TILE_SHARED_BF16_SRC`]),
 /// whole and ragged: bit for bit the reference order on the levels without a matrix
 /// instruction for it, and within the bound `k 2^-24 sum |a_j b_j|` of an f64 product of the

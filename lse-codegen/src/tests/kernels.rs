@@ -680,6 +680,24 @@ fn tile_shared(q: &[u32], x: &[f32], y: &mut [f32], back: &mut [f32], scale: f32
 }
 "#;
 
+/// A per-work-item value set before a divergent `if` around a uniform loop that updates it:
+/// the work-items outside the `if` must keep the value (`row < live` runs the loop).
+pub const MASKED_CARRY_SRC: &str = r#"
+#[loom::kernel(name = "test.masked_carry", version = 1, workgroup = 64)]
+fn masked_carry(x: &[f32; n * k], out: &mut [f32; n], n: u32, k: u32, live: u32) {
+    let row = group_id() * group_size() + local_id();
+    let mut acc = 7.0;
+    if row < live {
+        for j in 0..k {
+            acc = fma(x[row * k + j], 2.0, acc);
+        }
+    }
+    if row < n {
+        out[row] = acc;
+    }
+}
+"#;
+
 /// A dequantising GEMM block through a shared array: `x` is `m x 64` f32, `q` the codes of a
 /// `32 x 64` weight (row-major `[n, k]`), `y = x w^T` is `m x n` (row stride 32). Per K
 /// step of 32 the work-items dequantise the block into `wq` (32 x 32, `[n, k]`), read
