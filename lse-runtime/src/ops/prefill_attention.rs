@@ -5,6 +5,7 @@
 use half::{bf16, f16};
 use lse_dsl::rt::KernelDef;
 use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
+use std::sync::LazyLock;
 
 use super::{check_len, to_u32, AttnShape, BlockLists, KvSlice, KvView, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
@@ -26,6 +27,9 @@ const NO_LISTS: [u32; 1] = [0];
 
 /// The kernel's query and key tiles: 64 rows.
 const TILE: usize = 64;
+
+/// The kernel's `causal` operand ([`causal_mask`]), built once for every launch.
+static CAUSAL: LazyLock<Vec<f32>> = LazyLock::new(causal_mask);
 
 /// The kernel's `causal` operand: `[64, 128]`, -inf where the column is past the row + 64,
 /// else 0. The diagonal key tile's scores start at a 64-column window of it, so the keys past
@@ -111,7 +115,6 @@ fn launch(
     lists: Lists,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    let causal = causal_mask();
     macro_rules! launch {
         ($kernel:ident, $k:expr, $v:expr) => {
             dev.launch(
@@ -120,7 +123,7 @@ fn launch(
                     q,
                     k: $k,
                     v: $v,
-                    causal: &causal,
+                    causal: CAUSAL.as_slice(),
                     blocks: lists.blocks,
                     counts: lists.counts,
                     out,
