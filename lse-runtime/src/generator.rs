@@ -106,15 +106,21 @@ impl<'m> Generator<'m> {
         self.session.check_fits(tokens.len())?;
         let dim = self.model.config().hidden_size;
         for pass in plan {
-            let hidden =
-                self.model
-                    .hidden_on_device(&mut self.session, &tokens[pass.clone()], self.attn)?;
+            // The pass's rows before its first scored one (all of them when it scores none)
+            // are not computed past the last layer's mixer.
             let (lo, hi) = (pass.start.max(rows.start), pass.end.min(rows.end));
+            let from = if lo < hi { lo - pass.start } else { pass.len() };
+            let hidden = self.model.hidden_rows_on_device(
+                &mut self.session,
+                &tokens[pass.clone()],
+                self.attn,
+                from,
+            )?;
             let mut b = lo;
             while b < hi {
                 let e = (b + head_rows.max(1)).min(hi);
                 let block = hidden
-                    .slice((b - pass.start) * dim..(e - pass.start) * dim)
+                    .slice((b - lo) * dim..(e - lo) * dim)
                     .map_err(ModelError::from)?;
                 head(block, b..e)?;
                 b = e;

@@ -73,6 +73,55 @@ fn hidden_is_independent_of_the_pass_plan() {
     }
 }
 
+/// A pass that keeps only its rows from `from` on (`hidden_rows_on_device`, which skips the
+/// other rows past the last layer's mixer) returns those rows of the whole pass bit for bit,
+/// and leaves the session as the whole pass does (the next pass gives the same bits): with a
+/// last layer of either kind, dense or MoE FFN, keeping every row, some, one or none. A
+/// `from` past the pass is an error that changes nothing.
+#[test]
+fn kept_rows_are_those_of_the_whole_pass_and_the_session_advances_alike() {
+    let deltanet_last = SyntheticSpec {
+        num_layers: 5,
+        ..SyntheticSpec::tiny()
+    };
+    for (name, spec) in [
+        ("attention last", SyntheticSpec::tiny()),
+        ("deltanet last", deltanet_last),
+        ("moe", SyntheticSpec::tiny_moe()),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write_random_model(dir.path(), &spec, 7).unwrap();
+        let model = HybridLM::load(dir.path()).unwrap();
+        let h = model.config().hidden_size;
+        let (t, next) = (70, 9);
+        let toks = tokens(t + next, spec.vocab_size);
+        let mut s = model.new_session(DType::F32, t + next).unwrap();
+        let whole = model.hidden(&mut s, &toks[..t], dense()).unwrap();
+        let after = model.hidden(&mut s, &toks[t..], dense()).unwrap();
+        for from in [0, 1, 37, t - 1, t] {
+            let mut s = model.new_session(DType::F32, t + next).unwrap();
+            let kept = model
+                .hidden_rows_on_device(&mut s, &toks[..t], dense(), from)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            assert!(kept == whole[from * h..], "{name}: rows from {from}");
+            let b = model.hidden(&mut s, &toks[t..], dense()).unwrap();
+            assert!(b == after, "{name}: the pass after one kept from {from}");
+        }
+        let mut s = model.new_session(DType::F32, t).unwrap();
+        let e = model
+            .hidden_rows_on_device(&mut s, &toks[..t], dense(), t + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rows from 71") && e.contains("70 tokens"),
+            "{name}: {e}"
+        );
+        assert_eq!(s.position(), 0, "{name}");
+    }
+}
+
 #[test]
 fn kv_overflow_is_reported_before_any_work() {
     let dir = tempfile::tempdir().unwrap();

@@ -335,7 +335,27 @@ impl HybridLM {
         tokens: &[u32],
         attn: &PrefillAttention,
     ) -> Result<DeviceBuf<f32>> {
+        self.hidden_rows_on_device(session, tokens, attn, 0)
+    }
+
+    /// [`HybridLM::hidden_on_device`] returning only the final hidden rows of `tokens[from..]`
+    /// (`[t - from, H]`, the same bits as those rows of the whole pass). The caches and states
+    /// advance over every token, but the last layer's residual adds, FFN and the final norm
+    /// run over the kept rows only, as llama.cpp computes only its output rows there: a
+    /// scorer needs the rows it scores, half of each chunk. `from > t` is an error.
+    pub fn hidden_rows_on_device(
+        &self,
+        session: &mut Session,
+        tokens: &[u32],
+        attn: &PrefillAttention,
+        from: usize,
+    ) -> Result<DeviceBuf<f32>> {
         let (h, t) = (self.cfg.hidden_size, tokens.len());
+        if from > t {
+            return Err(ModelError::InvalidArgument(format!(
+                "hidden rows from {from} asked of a pass of {t} tokens"
+            )));
+        }
         let kinds_match = session.layers.len() == self.layers.len()
             && session.layers.iter().zip(&self.layers).all(|(s, l)| {
                 matches!(
@@ -363,31 +383,34 @@ impl HybridLM {
         }
         session.check_fits(t)?;
         let dev = attn.device();
-        let mut u = dev.alloc(t * h)?;
+        let mut out = dev.alloc((t - from) * h)?;
         if t == 0 {
-            return Ok(u);
+            return Ok(out);
         }
         // The activations of the pass come from the device's kept buffers, each layer reusing
         // the last one's; their memory is freed when the pass ends, failed or not.
-        let pass = self.layers_forward(session, tokens, attn, &mut u);
+        let pass = self.layers_forward(session, tokens, attn, from, &mut out);
         dev.release_scratch();
         pass?;
         session.pos += t;
-        Ok(u)
+        Ok(out)
     }
 
-    /// The layers of [`HybridLM::hidden_on_device`] over the checked, non-empty `tokens`:
-    /// the embedding, every layer, and the final norm into `u` [t, H].
+    /// The layers of [`HybridLM::hidden_rows_on_device`] over the checked, non-empty
+    /// `tokens`: the embedding, every layer, and the final norm of rows `from..` into `out`
+    /// `[t - from, H]`.
     fn layers_forward(
         &self,
         session: &mut Session,
         tokens: &[u32],
         attn: &PrefillAttention,
-        u: &mut DeviceBuf<f32>,
+        from: usize,
+        out: &mut DeviceBuf<f32>,
     ) -> Result<()> {
         let (h, t) = (self.cfg.hidden_size, tokens.len());
         let dev = attn.device();
         let mut x = dev.alloc(t * h)?;
+        let mut u = dev.alloc(t * h)?;
         crate::ops::embed_tokens(dev, self.embed.view(), h, tokens, &mut x)?;
         let pos0 = session.pos;
         let eps = self.cfg.rms_norm_eps as f32;
@@ -395,11 +418,12 @@ impl HybridLM {
         let mut m = dev.alloc(t * h)?;
         // Each norm after the first adds the residual it follows (`x += m`) in the same pass;
         // the last layer's second one is the final norm.
-        let first_norm = self
-            .layers
-            .first()
-            .map_or(&self.final_norm, |l| &l.input_norm);
-        crate::ops::rmsnorm(dev, &x, first_norm, eps, &mut *u)?;
+        let (Some(first), Some(last)) = (self.layers.first(), self.layers.last()) else {
+            let kept = x.slice(from * h..)?;
+            crate::ops::rmsnorm(dev, kept, &self.final_norm, eps, &mut *out)?;
+            return Ok(());
+        };
+        crate::ops::rmsnorm(dev, &x, &first.input_norm, eps, &mut u)?;
         for (i, (layer, state)) in self
             .layers
             .iter()
@@ -422,14 +446,33 @@ impl HybridLM {
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
-            crate::ops::add_rmsnorm(dev, &mut x, &m, &layer.post_norm, eps, &mut *u)?;
+            if i + 1 == self.layers.len() {
+                break;
+            }
+            crate::ops::add_rmsnorm(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
             layer.ffn.forward(dev, u.view(), m.view_mut())?;
-            let next_norm = self
-                .layers
-                .get(i + 1)
-                .map_or(&self.final_norm, |l| &l.input_norm);
-            crate::ops::add_rmsnorm(dev, &mut x, &m, next_norm, eps, &mut *u)?;
+            let next_norm = &self.layers[i + 1].input_norm;
+            crate::ops::add_rmsnorm(dev, &mut x, &m, next_norm, eps, &mut u)?;
         }
+        // The last layer past its mixer, on the kept rows only: no later layer reads the
+        // others.
+        let kept = from * h..t * h;
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let n = kept.len();
+        let (post, last_u) = (m.slice(kept.clone())?, u.slice_mut(..n)?);
+        crate::ops::add_rmsnorm(
+            dev,
+            x.slice_mut(kept.clone())?,
+            post,
+            &last.post_norm,
+            eps,
+            last_u,
+        )?;
+        last.ffn.forward(dev, u.slice(..n)?, m.slice_mut(..n)?)?;
+        let x = x.slice_mut(kept)?;
+        crate::ops::add_rmsnorm(dev, x, m.slice(..n)?, &self.final_norm, eps, &mut *out)?;
         Ok(())
     }
 
