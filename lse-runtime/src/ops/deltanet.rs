@@ -1,4 +1,4 @@
-//! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v2`,
+//! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v3`,
 //! `deltanet.gates.v2`, `deltanet.delta_prep.v3` with `deltanet.delta_rule.v3`,
 //! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
@@ -140,7 +140,7 @@ pub fn deltanet_conv<'a>(
     out: impl Into<DevSliceMut<'a, f32>>,
     new_state: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
-    const OP: &str = "deltanet.conv.v2";
+    const OP: &str = "deltanet.conv.v3";
     let (w, state, x) = (w.into(), state.into(), x.into());
     let (out, new_state) = (out.into(), new_state.into());
     let cd = shape.check(OP)?;
@@ -160,7 +160,7 @@ pub fn deltanet_conv<'a>(
     }
     let grid = [
         to_u32(OP, "2 hk + hv", 2 * shape.hk + shape.hv)?,
-        to_u32(OP, "t", t)?,
+        to_u32(OP, "t / 8", t.div_ceil(8))?,
         1,
     ];
     let args = conv::Args {
