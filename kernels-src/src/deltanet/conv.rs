@@ -41,20 +41,18 @@ fn conv(
     q_scale: f32,
     eps: f32,
 ) {
-    // Tokens per workgroup (grid y takes ceil(t / TOKENS)). The token and the segment bounds
-    // are written out in each region that uses them (the `if` on the token and the reduction
-    // split the loop body into regions), so they stay uniform in the host code.
+    // Tokens per workgroup (grid y takes ceil(t / TOKENS)).
     const TOKENS: u32 = 8;
+    let norm = group_id() < 2 * hk;
+    let width = if norm { dk } else { dv };
+    let first = if norm {
+        group_id() * dk
+    } else {
+        2 * hk * dk + (group_id() - 2 * hk) * dv
+    };
     for tt in 0..TOKENS {
-        if group_id_y() * TOKENS + tt < t {
-            let tok = group_id_y() * TOKENS + tt;
-            let norm = group_id() < 2 * hk;
-            let width = if norm { dk } else { dv };
-            let first = if norm {
-                group_id() * dk
-            } else {
-                2 * hk * dk + (group_id() - 2 * hk) * dv
-            };
+        let tok = group_id_y() * TOKENS + tt;
+        if tok < t {
             let mut ss = 0.0;
             for c0 in (0..width).step_by(group_size()) {
                 if c0 + local_id() < width {
@@ -73,26 +71,19 @@ fn conv(
                     ss = fma(y, y, ss);
                 }
             }
-            if group_id() < 2 * hk {
+            if norm {
                 let total = reduce_sum(ss);
-                let tok = group_id_y() * TOKENS + tt;
                 let scale = if group_id() < hk { q_scale } else { 1.0 };
                 let r = scale / sqrt(total + eps);
                 for c0 in (0..dk).step_by(group_size()) {
                     if c0 + local_id() < dk {
-                        out[tok * cd + group_id() * dk + c0 + local_id()] *= r;
+                        out[tok * cd + first + c0 + local_id()] *= r;
                     }
                 }
             }
         }
     }
     if group_id_y() == 0 {
-        let width = if group_id() < 2 * hk { dk } else { dv };
-        let first = if group_id() < 2 * hk {
-            group_id() * dk
-        } else {
-            2 * hk * dk + (group_id() - 2 * hk) * dv
-        };
         for i in 0..kc - 1 {
             for c0 in (0..width).step_by(group_size()) {
                 if c0 + local_id() < width {

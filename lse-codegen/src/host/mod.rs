@@ -133,6 +133,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         fma: llvm_cpu != "x86-64",
         zmm: llvm_cpu == "x86-64-v4",
         loops: Vec::new(),
+        kernel_defs: remat::kernel_wide(&k.body, &w.storage),
     };
     host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem), host.fma);
     tiles::zero_all(&mut e, &host.tiles);
@@ -202,6 +203,9 @@ struct HostPhases {
     /// The variables and steps of the uniform `for` loops around the phase being lowered,
     /// innermost last: a tile load prefetches the window it will read one step later.
     loops: Vec<(VarId, Expr)>,
+    /// Per-work-item variables written at their uses in every region
+    /// ([`remat::kernel_wide`]).
+    kernel_defs: Vec<Option<Expr>>,
 }
 
 impl TargetStmts for HostPhases {
@@ -347,8 +351,10 @@ impl HostPhases {
         match p {
             Phase::Region(block) => {
                 // Index-like lets are written at their uses first: a uniform loop bound
-                // named by a `let` then counts as uniform, and a split region does not
-                // move such lets to per-work-item slots (see [`remat`]).
+                // named by a `let` (of this region or an earlier one) then counts as
+                // uniform, and a split region does not move such lets to per-work-item
+                // slots (see [`remat`]).
+                let block = &remat::rewrite_uses(block, &self.kernel_defs);
                 let inlined = remat::substitute(block, &self.storage);
                 if split::wants_split(&inlined, &self.storage, &[]) {
                     self.split_region(e, &inlined)

@@ -19,7 +19,7 @@ pub(super) fn substitute(block: &[Stmt], storage: &[VarStorage]) -> Vec<Stmt> {
     if defs.iter().all(Option::is_none) {
         return block.to_vec();
     }
-    rewrite_block(block, &defs)
+    rewrite(block, &defs, true)
 }
 
 /// For each variable, its defining expression (already substituted) if it may be written at
@@ -27,6 +27,23 @@ pub(super) fn substitute(block: &[Stmt], storage: &[VarStorage]) -> Vec<Stmt> {
 /// assignment in `block`, whose value is [`pure`] and reads only loop variables never
 /// assigned in `block`, [`VarStorage::Uniform`] variables and other such variables.
 pub(super) fn candidates(block: &[Stmt], storage: &[VarStorage]) -> Vec<Option<Expr>> {
+    candidates_of(block, storage, VarStorage::Private)
+}
+
+/// [`candidates`] for the variables a kernel keeps in per-work-item slots
+/// ([`VarStorage::PerItem`]) because regions after their `let` read them, over the whole
+/// kernel `body`: a segment bound computed before a reduction and used as a loop bound after
+/// it is then written out there, so the loop counts as uniform and the region vectorises
+/// (read from the slot, the bound is per work-item, the loop stays inside the work-item loop
+/// and the region runs scalar). Each work-item evaluates the expression again with its own
+/// `local_id()`, which gives what it stored. The `let`s stay (a uniform phase's condition
+/// reads work-item 0's slot): [`rewrite_uses`] substitutes the uses only.
+pub(super) fn kernel_wide(body: &[Stmt], storage: &[VarStorage]) -> Vec<Option<Expr>> {
+    candidates_of(body, storage, VarStorage::PerItem)
+}
+
+/// The candidates of `storage` kind `kind` in `block`.
+fn candidates_of(block: &[Stmt], storage: &[VarStorage], kind: VarStorage) -> Vec<Option<Expr>> {
     let mut counts = Counts {
         lets: vec![0; storage.len()],
         assigns: vec![0; storage.len()],
@@ -34,8 +51,16 @@ pub(super) fn candidates(block: &[Stmt], storage: &[VarStorage]) -> Vec<Option<E
     };
     counts.block(block);
     let mut defs: Vec<Option<Expr>> = vec![None; storage.len()];
-    collect(block, storage, &counts, &mut defs);
+    collect(block, storage, kind, &counts, &mut defs);
     defs
+}
+
+/// `block` with each use of a variable that has `defs[v]` replaced by it, its `let`s kept.
+pub(super) fn rewrite_uses(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
+    if defs.iter().all(Option::is_none) {
+        return block.to_vec();
+    }
+    rewrite(block, defs, false)
 }
 
 struct Counts {
@@ -86,7 +111,12 @@ impl Counts {
     fn stable(&self, v: VarId, storage: &[VarStorage], defs: &[Option<Expr>]) -> bool {
         let i = v as usize;
         if storage.get(i) == Some(&VarStorage::Uniform) {
-            return self.assigns.get(i) == Some(&0) && self.lets.get(i) == Some(&0);
+            // A uniform phase's loop variable (its `for` counts as its one `let` when the
+            // walk covers the whole kernel).
+            let lets = self.lets.get(i).copied();
+            let loop_var = self.loop_vars.get(i) == Some(&true);
+            return self.assigns.get(i) == Some(&0)
+                && (lets == Some(0) || (lets == Some(1) && loop_var));
         }
         let loop_var = self.loop_vars.get(i) == Some(&true)
             && self.lets.get(i) == Some(&1)
@@ -95,13 +125,20 @@ impl Counts {
     }
 }
 
-/// Walks `block` in order, deciding each `let` once its operands are decided.
-fn collect(block: &[Stmt], storage: &[VarStorage], counts: &Counts, defs: &mut [Option<Expr>]) {
+/// Walks `block` in order, deciding each `let` of a `kind` variable once its operands are
+/// decided.
+fn collect(
+    block: &[Stmt],
+    storage: &[VarStorage],
+    kind: VarStorage,
+    counts: &Counts,
+    defs: &mut [Option<Expr>],
+) {
     for s in block {
         match s {
             Stmt::Let { var, value } => {
                 let i = *var as usize;
-                let ok = storage.get(i) == Some(&VarStorage::Private)
+                let ok = storage.get(i) == Some(&kind)
                     && counts.lets[i] == 1
                     && counts.assigns[i] == 0
                     && (value.ty.is_int() || value.ty == lse_dsl::ir::Ty::Bool)
@@ -115,11 +152,11 @@ fn collect(block: &[Stmt], storage: &[VarStorage], counts: &Counts, defs: &mut [
                 else_body,
                 ..
             } => {
-                collect(then_body, storage, counts, defs);
-                collect(else_body, storage, counts, defs);
+                collect(then_body, storage, kind, counts, defs);
+                collect(else_body, storage, kind, counts, defs);
             }
             Stmt::For { body, .. } | Stmt::While { body, .. } => {
-                collect(body, storage, counts, defs)
+                collect(body, storage, kind, counts, defs)
             }
             _ => {}
         }
@@ -145,12 +182,16 @@ pub(super) fn pure(e: &Expr, stable: &dyn Fn(VarId) -> bool) -> bool {
     }
 }
 
-fn rewrite_block(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
+/// `block` with each use of a variable that has `defs[v]` replaced by it; `drop_lets` removes
+/// those variables' `let`s too.
+fn rewrite(block: &[Stmt], defs: &[Option<Expr>], drop_lets: bool) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(block.len());
     for s in block {
         let r = |e: &Expr| rewrite_expr(e, defs);
         out.push(match s {
-            Stmt::Let { var, .. } if defs.get(*var as usize).is_some_and(Option::is_some) => {
+            Stmt::Let { var, .. }
+                if drop_lets && defs.get(*var as usize).is_some_and(Option::is_some) =>
+            {
                 continue
             }
             Stmt::Let { var, value } => Stmt::Let {
@@ -181,8 +222,8 @@ fn rewrite_block(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
                 else_body,
             } => Stmt::If {
                 cond: r(cond),
-                then_body: rewrite_block(then_body, defs),
-                else_body: rewrite_block(else_body, defs),
+                then_body: rewrite(then_body, defs, drop_lets),
+                else_body: rewrite(else_body, defs, drop_lets),
             },
             Stmt::For {
                 var,
@@ -195,11 +236,11 @@ fn rewrite_block(block: &[Stmt], defs: &[Option<Expr>]) -> Vec<Stmt> {
                 start: r(start),
                 end: r(end),
                 step: r(step),
-                body: rewrite_block(body, defs),
+                body: rewrite(body, defs, drop_lets),
             },
             Stmt::While { cond, body } => Stmt::While {
                 cond: r(cond),
-                body: rewrite_block(body, defs),
+                body: rewrite(body, defs, drop_lets),
             },
             Stmt::Collective { op, dst, args } => Stmt::Collective {
                 op: *op,
@@ -331,6 +372,70 @@ mod tests {
         let defs = candidates(&block, &st);
         let kept: Vec<bool> = defs.iter().map(Option::is_none).collect();
         assert_eq!(kept, vec![true, true, true, false, true, true, true]);
+    }
+
+    #[test]
+    fn per_item_lets_read_after_a_phase_are_written_at_their_uses_and_kept() {
+        // for tt in 0..4 (a phase loop) { let tok = gid * 4 + tt; let w = tok + lid;
+        // s = reduce_sum(..); for c in 0..tok { out[w + c] = 1 } }: `tok` and `w` are read in
+        // the region after the reduction, `s` is the collective's destination and stays.
+        let tok = bin(
+            BinOp::Add,
+            bin(BinOp::Mul, builtin(Builtin::GroupId(0)), u(4)),
+            var(0),
+        );
+        let inner = vec![Stmt::For {
+            var: 4,
+            start: u(0),
+            end: var(1),
+            step: u(1),
+            body: vec![store(bin(BinOp::Add, var(2), var(4)))],
+        }];
+        let body = vec![Stmt::For {
+            var: 0,
+            start: u(0),
+            end: u(4),
+            step: u(1),
+            body: [
+                vec![
+                    let_(1, tok.clone()),
+                    let_(2, bin(BinOp::Add, var(1), lid())),
+                    Stmt::Collective {
+                        op: lse_dsl::ir::CollectiveOp::ReduceSum,
+                        dst: vec![3],
+                        args: vec![Expr::const_f32(1.0)],
+                    },
+                ],
+                inner.clone(),
+            ]
+            .concat(),
+        }];
+        use VarStorage::{PerItem, Private, Uniform};
+        let st = [Uniform, PerItem, PerItem, PerItem, Private];
+        let defs = kernel_wide(&body, &st);
+        let w = bin(BinOp::Add, tok.clone(), lid());
+        assert_eq!(defs[1], Some(tok.clone()));
+        assert_eq!(defs[2], Some(w.clone()));
+        assert_eq!(defs[3], None);
+        assert_eq!(
+            rewrite_uses(&inner, &defs),
+            vec![Stmt::For {
+                var: 4,
+                start: u(0),
+                end: tok.clone(),
+                step: u(1),
+                body: vec![store(bin(BinOp::Add, w, var(4)))],
+            }]
+        );
+        // The `let`s stay where they are.
+        let first = vec![let_(1, tok.clone())];
+        assert_eq!(rewrite_uses(&first, &defs), first);
+        // Private variables are not this pass's.
+        assert!(
+            kernel_wide(&body, &[Uniform, Private, Private, PerItem, Private])
+                .iter()
+                .all(Option::is_none)
+        );
     }
 
     #[test]

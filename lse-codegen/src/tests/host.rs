@@ -376,6 +376,63 @@ fn interchange_also_works_inside_a_uniform_phase_loop() {
     assert!(has_packed_fp(&asm), "not vectorised:\n{asm}");
 }
 
+/// [`kernels::BOUND_AFTER_REDUCTION_SRC`]: loop bounds named by `let`s of the region before
+/// a reduction are written out in the region after it, so both regions' loops interchange
+/// with the work-item loop and vectorise (read from per-work-item slots, the bounds differed
+/// per work-item and both regions ran scalar); every level gives the exact results (the
+/// squares and sums are exact in f32).
+#[test]
+fn loop_bounds_named_before_a_reduction_stay_uniform_after_it() {
+    let k = kernels::from_source(kernels::BOUND_AFTER_REDUCTION_SRC);
+    let (wide, groups) = (100usize, 3usize);
+    let n = wide * groups;
+    let x: Vec<f32> = (0..n).map(|i| (i % 9) as f32 * 0.25 - 1.0).collect();
+    let mut want = vec![-1f32; n];
+    for g in 0..groups {
+        let (first, width) = (g * wide, if g == 0 { wide } else { wide / 2 });
+        let seg = &x[first..first + width];
+        let total: f32 = seg.iter().map(|v| v * v).sum();
+        for (o, v) in want[first..first + width].iter_mut().zip(seg) {
+            *o = v * total;
+        }
+    }
+    for cpu in HOST_CPUS {
+        let (lib, c) = load(&k, cpu);
+        if cpu == "x86-64-v4" {
+            // The products `x * total` (the second region) and `v * v` (the first).
+            let scalar = c.asm.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("vmulss") || (l.starts_with("vfmadd") && l.contains("ss\t"))
+            });
+            assert!(
+                !scalar && c.asm.contains("vmulps"),
+                "not vectorised:\n{}",
+                c.asm
+            );
+        }
+        let Some(lib) = lib else {
+            continue;
+        };
+        let (mut xs, mut out) = (x.clone(), vec![-1f32; n]);
+        let bufs = [raw(&mut xs), raw(&mut out)];
+        run(
+            &lib,
+            &bufs,
+            &[n as u64, wide as u64],
+            [groups as u32, 1, 1],
+            0,
+            groups as u32,
+        );
+        for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{cpu} element {i}: {got} vs {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn host_text_has_the_entry_abi() {
     let k = kernels::store_id();

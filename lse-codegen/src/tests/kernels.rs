@@ -698,6 +698,31 @@ fn masked_carry(x: &[f32; n * k], out: &mut [f32; n], n: u32, k: u32, live: u32)
 }
 "#;
 
+/// A segment width and start computed before a reduction and used as loop bounds and
+/// indices after it (per-work-item variables of the work-item-loop form): each workgroup
+/// scales its segment of `x` (`wide` elements for workgroup 0, `wide / 2` for the others,
+/// from `group_id() * wide`) by the segment's sum of squares.
+pub const BOUND_AFTER_REDUCTION_SRC: &str = r#"
+#[loom::kernel(name = "test.bound_after_reduction", version = 1, workgroup = 64)]
+fn bound_after_reduction(x: &[f32; n], out: &mut [f32; n], n: u32, wide: u32) {
+    let width = if group_id() == 0 { wide } else { wide / 2 };
+    let first = group_id() * wide;
+    let mut ss = 0.0;
+    for c0 in (0..width).step_by(group_size()) {
+        if c0 + local_id() < width {
+            let v = x[first + c0 + local_id()];
+            ss = fma(v, v, ss);
+        }
+    }
+    let total = reduce_sum(ss);
+    for c0 in (0..width).step_by(group_size()) {
+        if c0 + local_id() < width {
+            out[first + c0 + local_id()] = x[first + c0 + local_id()] * total;
+        }
+    }
+}
+"#;
+
 /// A dequantising GEMM block through a shared array: `x` is `m x 64` f32, `q` the codes of a
 /// `32 x 64` weight (row-major `[n, k]`), `y = x w^T` is `m x n` (row stride 32). Per K
 /// step of 32 the work-items dequantise the block into `wq` (32 x 32, `[n, k]`), read
