@@ -309,6 +309,17 @@ mod tests {
         }
     }
 
+    /// `for var in 0..end { body }`.
+    fn for_(var: VarId, end: Expr, body: Vec<Stmt>) -> Stmt {
+        Stmt::For {
+            var,
+            start: u(0),
+            end,
+            step: u(1),
+            body,
+        }
+    }
+
     #[test]
     fn pure_index_lets_are_written_at_their_uses() {
         // let a = lid; let b = a * 4; for i in 0..b { out[b + i] = 1 }: both lets go, `b`
@@ -316,26 +327,14 @@ mod tests {
         let block = vec![
             let_(0, lid()),
             let_(1, bin(BinOp::Mul, var(0), u(4))),
-            Stmt::For {
-                var: 2,
-                start: u(0),
-                end: var(1),
-                step: u(1),
-                body: vec![store(bin(BinOp::Add, var(1), var(2)))],
-            },
+            for_(2, var(1), vec![store(bin(BinOp::Add, var(1), var(2)))]),
         ];
         let st = [VarStorage::Private; 3];
         let out = substitute(&block, &st);
         let b = bin(BinOp::Mul, lid(), u(4));
         assert_eq!(
             out,
-            vec![Stmt::For {
-                var: 2,
-                start: u(0),
-                end: b.clone(),
-                step: u(1),
-                body: vec![store(bin(BinOp::Add, b, var(2)))],
-            }]
+            vec![for_(2, b.clone(), vec![store(bin(BinOp::Add, b, var(2)))])]
         );
     }
 
@@ -384,19 +383,15 @@ mod tests {
             bin(BinOp::Mul, builtin(Builtin::GroupId(0)), u(4)),
             var(0),
         );
-        let inner = vec![Stmt::For {
-            var: 4,
-            start: u(0),
-            end: var(1),
-            step: u(1),
-            body: vec![store(bin(BinOp::Add, var(2), var(4)))],
-        }];
-        let body = vec![Stmt::For {
-            var: 0,
-            start: u(0),
-            end: u(4),
-            step: u(1),
-            body: [
+        let inner = vec![for_(
+            4,
+            var(1),
+            vec![store(bin(BinOp::Add, var(2), var(4)))],
+        )];
+        let body = vec![for_(
+            0,
+            u(4),
+            [
                 vec![
                     let_(1, tok.clone()),
                     let_(2, bin(BinOp::Add, var(1), lid())),
@@ -409,7 +404,7 @@ mod tests {
                 inner.clone(),
             ]
             .concat(),
-        }];
+        )];
         use VarStorage::{PerItem, Private, Uniform};
         let st = [Uniform, PerItem, PerItem, PerItem, Private];
         let defs = kernel_wide(&body, &st);
@@ -419,13 +414,11 @@ mod tests {
         assert_eq!(defs[3], None);
         assert_eq!(
             rewrite_uses(&inner, &defs),
-            vec![Stmt::For {
-                var: 4,
-                start: u(0),
-                end: tok.clone(),
-                step: u(1),
-                body: vec![store(bin(BinOp::Add, w, var(4)))],
-            }]
+            vec![for_(
+                4,
+                tok.clone(),
+                vec![store(bin(BinOp::Add, w, var(4)))]
+            )]
         );
         // The `let`s stay where they are.
         let first = vec![let_(1, tok.clone())];
@@ -443,17 +436,15 @@ mod tests {
         // for kb in 0..8 { let k = kb * 4; out[k] = 1 }; a `let` of the same variable twice
         // stays.
         let block = vec![
-            Stmt::For {
-                var: 0,
-                start: u(0),
-                end: u(8),
-                step: u(1),
-                body: vec![
+            for_(
+                0,
+                u(8),
+                vec![
                     let_(1, bin(BinOp::Mul, var(0), u(4))),
                     store(var(1)),
                     let_(2, u(1)),
                 ],
-            },
+            ),
             let_(2, u(2)),
         ];
         let st = [VarStorage::Private; 3];
