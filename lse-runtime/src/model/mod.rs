@@ -418,7 +418,7 @@ impl HybridLM {
         let mut m = dev.alloc(t * h)?;
         // Each norm after the first adds the residual it follows (`x += m`) in the same pass;
         // the last layer's second one is the final norm.
-        let (Some(first), Some(last)) = (self.layers.first(), self.layers.last()) else {
+        let Some(first) = self.layers.first() else {
             let kept = x.slice(from * h..)?;
             crate::ops::rmsnorm(dev, kept, &self.final_norm, eps, &mut *out)?;
             return Ok(());
@@ -446,33 +446,28 @@ impl HybridLM {
                 }
                 _ => unreachable!("session layer kinds follow the model config"),
             }
-            if i + 1 == self.layers.len() {
+            // Past the last layer's mixer only the kept rows go on: no later layer reads the
+            // others.
+            let rows = if i + 1 == self.layers.len() {
+                from * h..t * h
+            } else {
+                0..t * h
+            };
+            let n = rows.len();
+            if n == 0 {
                 break;
             }
-            crate::ops::add_rmsnorm(dev, &mut x, &m, &layer.post_norm, eps, &mut u)?;
-            layer.ffn.forward(dev, u.view(), m.view_mut())?;
-            let next_norm = &self.layers[i + 1].input_norm;
-            crate::ops::add_rmsnorm(dev, &mut x, &m, next_norm, eps, &mut u)?;
+            let post = m.slice(rows.clone())?;
+            let x_rows = x.slice_mut(rows.clone())?;
+            crate::ops::add_rmsnorm(dev, x_rows, post, &layer.post_norm, eps, u.slice_mut(..n)?)?;
+            layer.ffn.forward(dev, u.slice(..n)?, m.slice_mut(..n)?)?;
+            let x_rows = x.slice_mut(rows)?;
+            let (norm, dest) = match self.layers.get(i + 1) {
+                Some(next) => (&next.input_norm, u.slice_mut(..n)?),
+                None => (&self.final_norm, out.view_mut()),
+            };
+            crate::ops::add_rmsnorm(dev, x_rows, m.slice(..n)?, norm, eps, dest)?;
         }
-        // The last layer past its mixer, on the kept rows only: no later layer reads the
-        // others.
-        let kept = from * h..t * h;
-        if kept.is_empty() {
-            return Ok(());
-        }
-        let n = kept.len();
-        let (post, last_u) = (m.slice(kept.clone())?, u.slice_mut(..n)?);
-        crate::ops::add_rmsnorm(
-            dev,
-            x.slice_mut(kept.clone())?,
-            post,
-            &last.post_norm,
-            eps,
-            last_u,
-        )?;
-        last.ffn.forward(dev, u.slice(..n)?, m.slice_mut(..n)?)?;
-        let x = x.slice_mut(kept)?;
-        crate::ops::add_rmsnorm(dev, x, m.slice(..n)?, &self.final_norm, eps, &mut *out)?;
         Ok(())
     }
 
