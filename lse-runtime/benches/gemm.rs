@@ -36,6 +36,7 @@ mod common;
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops::{self, Activations, GemmOut, HeadWeight};
+use lse_runtime::scoring::kld_table::median;
 use rayon::prelude::*;
 
 use common::{best_within, random};
@@ -408,7 +409,10 @@ fn main() {
                 theirs.push(t.bf16);
                 loom.push(run(best_level, Activations::RoundedToWeight));
             }
-            if let (Some(l), Some(t)) = (median(&mut loom), median(&mut theirs)) {
+            loom.sort_by(f64::total_cmp);
+            theirs.sort_by(f64::total_cmp);
+            if !loom.is_empty() {
+                let (l, t) = (median(&loom), median(&theirs));
                 println!(
                     "  {} paired rounds on {}: LOOM bf16 median {l:.1}, PyTorch bf16 median {t:.1}, ratio of medians {:.2} (LOOM {:.1} to {:.1}, PyTorch {:.1} to {:.1})",
                     loom.len(),
@@ -421,17 +425,6 @@ fn main() {
                 );
             }
         }
-    }
-}
-
-/// The median of `v` (sorted in place), or `None` when it is empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 
