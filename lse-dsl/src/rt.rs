@@ -242,10 +242,30 @@ pub fn host_level_target(level: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// Whether this CPU and OS can run host code built for `cpu` (one of [`HOST_CPUS`]). For
-/// `x86-64-v4-amx` this also asks Linux for AMX tile data permission
-/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), without which the first tile
-/// instruction raises SIGILL; the permission holds for the whole process.
+/// Set by [`declare_amx_emulated`].
+static AMX_EMULATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Declares that this process runs AMX tile instructions in software (the SIGILL handler of
+/// the test crate `lse-amx-emu`), so that `x86-64-v4-amx` runs wherever the rest of that
+/// level does ([`cpu_supports`], [`cpu_emulates`]). Only tests call it.
+pub fn declare_amx_emulated() {
+    AMX_EMULATED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether host level `cpu` runs here only through an emulator ([`declare_amx_emulated`]):
+/// the runtime runs such a level when asked for it by name, never as its default.
+pub fn cpu_emulates(cpu: &str) -> bool {
+    cpu == "x86-64-v4-amx"
+        && AMX_EMULATED.load(std::sync::atomic::Ordering::Relaxed)
+        && cpu_supports(cpu)
+        && !native_amx()
+}
+
+/// Whether this CPU and OS can run host code built for `cpu` (one of [`HOST_CPUS`]), natively
+/// or, for `x86-64-v4-amx`, through a declared emulator. For `x86-64-v4-amx` this also asks
+/// Linux for AMX tile data permission (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`),
+/// without which the first tile instruction raises SIGILL; the permission holds for the whole
+/// process.
 pub fn cpu_supports(cpu: &str) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -268,13 +288,29 @@ pub fn cpu_supports(cpu: &str) -> bool {
             "x86-64-v3" => v3,
             "x86-64-v4" => v4,
             "x86-64-v4-bf16" => v4 && has!("avx512vnni") && amx::avx512_bf16(),
-            "x86-64-v4-amx" => v4 && has!("avx512vnni") && amx::avx512_bf16() && amx::usable(),
+            "x86-64-v4-amx" => {
+                v4 && has!("avx512vnni")
+                    && amx::avx512_bf16()
+                    && (amx::usable() || AMX_EMULATED.load(std::sync::atomic::Ordering::Relaxed))
+            }
             _ => false,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = cpu;
+        false
+    }
+}
+
+/// Whether the CPU and OS run AMX tile instructions themselves.
+fn native_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::usable()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
         false
     }
 }

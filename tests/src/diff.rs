@@ -117,8 +117,10 @@ pub fn compare(got: &[Out], want: &[Out], tol: Tol) -> Result<(), String> {
     Ok(())
 }
 
-/// Every host code variant this CPU can run, not only the one the runtime picks.
+/// Every host code variant this CPU can run, not only the one the runtime picks; the AMX
+/// level through [`lse_amx_emu`] on CPUs with AVX512-BF16 and no AMX.
 pub fn host_variants() -> Vec<Device> {
+    lse_amx_emu::install();
     lse_dsl::rt::HOST_CPUS
         .iter()
         .filter_map(|cpu| Device::host_variant(cpu))

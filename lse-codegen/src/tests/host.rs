@@ -31,9 +31,10 @@ fn load(k: &Kernel, cpu: &str) -> (Option<Lib>, crate::CompiledHost) {
 
 /// Compiles `w` for the host level `cpu` and links it into a shared library, on every level;
 /// loads the library only where this CPU can run the level (`None` elsewhere: its code would
-/// stop the test process with SIGILL), so a test checks every level's code and runs the ones
-/// it can.
+/// stop the test process with SIGILL; the AMX level runs through [`lse_amx_emu`] on CPUs with
+/// AVX512-BF16 and no AMX), so a test checks every level's code and runs the ones it can.
 fn load_wil(k: &Kernel, w: &WilKernel, cpu: &str) -> (Option<Lib>, crate::CompiledHost) {
+    lse_amx_emu::install();
     let c = compile_host(w, cpu).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
     let obj = dir.path().join("k.o");

@@ -167,12 +167,13 @@ impl Device {
 
     /// The host device running one particular host code variant (an entry of
     /// `lse_dsl::rt::HOST_CPUS`), for tests that compare every variant this CPU can run.
-    /// `None` if this CPU cannot run it.
+    /// `None` if this CPU cannot run it, or it is above the level `LSE_HOST_CPU` names; a
+    /// level that runs through an emulator (`lse_dsl::rt::cpu_emulates`) is always offered.
     pub fn host_variant(cpu: &'static str) -> Option<Device> {
         let order = lse_dsl::rt::HOST_CPUS;
         let best = order.iter().position(|&c| c == select::best_host_cpu())?;
         let wanted = order.iter().position(|&c| c == cpu)?;
-        (wanted <= best).then_some(Device {
+        (wanted <= best || lse_dsl::rt::cpu_emulates(cpu)).then_some(Device {
             pool: Pool::Host,
             host_cpu: Some(order[wanted]),
             gpu: None,

@@ -4,13 +4,13 @@
 /// benchmarks use it to run every level the CPU has), e.g. `LSE_HOST_CPU=x86-64-v3`.
 pub const HOST_CPU_ENV: &str = "LSE_HOST_CPU";
 
-/// The best of `lse_dsl::rt::HOST_CPUS` the running CPU supports, or the level
-/// `LSE_HOST_CPU` names when the CPU supports it.
+/// The best of `lse_dsl::rt::HOST_CPUS` the running CPU supports natively, or the level
+/// `LSE_HOST_CPU` names when the CPU supports it (an emulated level only so, by name).
 pub fn best_host_cpu() -> &'static str {
     let best = lse_dsl::rt::HOST_CPUS
         .iter()
         .rev()
-        .find(|c| lse_dsl::rt::cpu_supports(c))
+        .find(|c| lse_dsl::rt::cpu_supports(c) && !lse_dsl::rt::cpu_emulates(c))
         .copied()
         .unwrap_or("x86-64");
     match std::env::var(HOST_CPU_ENV) {
