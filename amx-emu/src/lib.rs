@@ -113,11 +113,11 @@ mod trap {
             }
             Insn::Zero(tile) => t.zero(tile),
             Insn::Load { tile, mem } => {
-                let (start, stride) = rows(mem, gregs)?;
+                let (start, stride) = rows(mem, gregs);
                 t.load(tile, start, stride)
             }
             Insn::Store { tile, mem } => {
-                let (start, stride) = rows(mem, gregs)?;
+                let (start, stride) = rows(mem, gregs);
                 t.store(tile, start, stride)
             }
             Insn::DotBf16 { dst, a, b } => t.dot_bf16(dst, a, b),
@@ -160,16 +160,11 @@ mod trap {
     }
 
     /// A tile load/store operand's first row address (`base + disp`) and row stride
-    /// (`index << scale`).
-    fn rows(mem: Mem, gregs: &[i64; 23]) -> Result<(u64, u64), Fault> {
-        let Some(index) = mem.index else {
-            return Err(Fault("tile load or store without a stride register"));
-        };
+    /// (`index << scale`, 0 without an index register, as the SDM says).
+    fn rows(mem: Mem, gregs: &[i64; 23]) -> (u64, u64) {
         let base = mem.base.map_or(0, |b| reg(gregs, b));
-        Ok((
-            base.wrapping_add(mem.disp as i64 as u64),
-            reg(gregs, index) << mem.scale,
-        ))
+        let stride = mem.index.map_or(0, |i| reg(gregs, i) << mem.scale);
+        (base.wrapping_add(mem.disp as i64 as u64), stride)
     }
 
     /// Prints `why` and `rip` (async-signal-safe: no allocation) and restores SIGILL's default

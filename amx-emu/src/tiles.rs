@@ -31,9 +31,9 @@ impl Tiles {
     };
 
     /// `ldtilecfg`: palette 0 returns to the init state; palette 1 takes each tile's rows and
-    /// bytes per row, and zeroes every tile. Reserved bytes must be zero, a tile has rows and
-    /// columns or neither, within the palette's limits, and `start_row` is 0 (as after every
-    /// completed load).
+    /// bytes per row, and zeroes every tile. Reserved bytes must be zero and a tile has rows
+    /// and columns or neither, within the palette's limits. A `start_row` other than 0 (what
+    /// an interrupted load leaves, for its restart) is not emulated: it is reported.
     pub fn load_config(&mut self, cfg: &[u8; 64]) -> Result<(), Fault> {
         *self = Tiles::INIT;
         match cfg[0] {
@@ -41,9 +41,12 @@ impl Tiles {
             1 => {}
             _ => return Err(Fault("ldtilecfg: palette other than 0 or 1")),
         }
-        let reserved = cfg[1..16].iter().chain(&cfg[32..48]).chain(&cfg[56..64]);
+        if cfg[1] != 0 {
+            return Err(Fault("ldtilecfg: start_row other than 0 is not emulated"));
+        }
+        let reserved = cfg[2..16].iter().chain(&cfg[32..48]).chain(&cfg[56..64]);
         if reserved.into_iter().any(|&b| b != 0) {
-            return Err(Fault("ldtilecfg: nonzero start_row or reserved byte"));
+            return Err(Fault("ldtilecfg: nonzero reserved byte"));
         }
         for t in 0..TILES {
             let colsb = u16::from_le_bytes([cfg[16 + 2 * t], cfg[17 + 2 * t]]);
@@ -272,6 +275,15 @@ mod tests {
         let mut cfg = config(&[(16, 64)]);
         cfg[1] = 3;
         assert!(t.load_config(&cfg).is_err(), "start_row");
+        let mut cfg = config(&[(16, 64)]);
+        cfg[20] = 1;
+        assert!(
+            t.load_config(&cfg).is_err(),
+            "colsb of tile 2 set, its rows not"
+        );
+        let mut cfg = config(&[(16, 64)]);
+        cfg[40] = 1;
+        assert!(t.load_config(&cfg).is_err(), "reserved byte");
         t.load_config(&config(&[(16, 64), (16, 64), (16, 64), (8, 64)]))
             .unwrap();
         assert!(t.zero(4).is_err(), "tile 4 has no shape");

@@ -145,6 +145,31 @@ fn tilezero_clears_a_tile_and_each_thread_has_its_own_tiles() {
     }
 }
 
+#[test]
+fn a_tile_load_without_an_index_register_repeats_its_first_row() {
+    if !runnable() {
+        return;
+    }
+    let cfg = config(&[(4, 8)]);
+    let row = [1.5f32, -2.0];
+    let mut out = [0f32; 8];
+    // SAFETY: tile 0 is 4 rows of 8 bytes: read from `row` (stride 0), written to `out`
+    // (4 rows of 2 floats at a stride of 8 bytes).
+    unsafe {
+        asm!(
+            "ldtilecfg [{cfg}]",
+            "tileloadd tmm0, [{row}]",
+            "tilestored [{out} + {stride}*1], tmm0",
+            "tilerelease",
+            cfg = in(reg) cfg.as_ptr(),
+            row = in(reg) row.as_ptr(),
+            out = in(reg) out.as_mut_ptr(),
+            stride = in(reg) 8usize,
+        );
+    }
+    assert_eq!(out, [1.5, -2.0, 1.5, -2.0, 1.5, -2.0, 1.5, -2.0]);
+}
+
 /// The child side of [`other_illegal_instructions_still_end_the_process`]: with the handler
 /// installed, runs `ud2` or a tile load before any configuration.
 #[test]
