@@ -9,6 +9,19 @@ pub const MAX_ROWS: usize = 16;
 /// Bytes a tile row can have.
 pub const ROW_BYTES: usize = 64;
 
+/// The 64-byte `ldtilecfg` operand for palette 1 with tile `t` of `shapes[t]` = (rows, bytes
+/// per row) and the other tiles unused: what code that issues tile instructions (tests)
+/// loads.
+pub fn palette1(shapes: &[(u8, u16)]) -> [u8; 64] {
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    for (t, &(rows, colsb)) in shapes.iter().enumerate().take(TILES) {
+        cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
+        cfg[48 + t] = rows;
+    }
+    cfg
+}
+
 /// Why an instruction cannot run: what the hardware would raise instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault(pub &'static str);
@@ -174,17 +187,6 @@ mod tests {
     use super::*;
     use half::bf16;
 
-    /// Palette 1 with `shapes[t] = (rows, bytes per row)`.
-    fn config(shapes: &[(u8, u16)]) -> [u8; 64] {
-        let mut cfg = [0u8; 64];
-        cfg[0] = 1;
-        for (t, &(rows, colsb)) in shapes.iter().enumerate() {
-            cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
-            cfg[48 + t] = rows;
-        }
-        cfg
-    }
-
     fn bytes_of_bf16(v: &[f32]) -> Vec<u8> {
         v.iter()
             .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
@@ -201,7 +203,7 @@ mod tests {
             (m as u8, 4 * k as u16),
             (k as u8, 4 * n as u16),
         ];
-        t.load_config(&config(&shapes)).unwrap();
+        t.load_config(&palette1(&shapes)).unwrap();
         let a: Vec<f32> = (0..m * 2 * k).map(|i| (i % 11) as f32 - 5.0).collect();
         let b: Vec<f32> = (0..k * 2 * n)
             .map(|i| (i % 7) as f32 * 0.25 - 0.5)
@@ -237,7 +239,8 @@ mod tests {
     #[test]
     fn denormal_inputs_and_results_flush_to_zero() {
         let mut t = Tiles::INIT;
-        t.load_config(&config(&[(1, 4), (1, 4), (1, 4)])).unwrap();
+        t.load_config(&palette1(&[(1, 4), (1, 4), (1, 4)]))
+            .unwrap();
         let tiny = f32::from_bits(1 << 16); // a bf16 denormal
         let a = [bf16::from_f32(tiny), bf16::from_f32(1e-30)];
         let b = [bf16::from_f32(1e30), bf16::from_f32(1e-10)];
@@ -266,25 +269,25 @@ mod tests {
     fn bad_configurations_and_mismatched_shapes_fault() {
         let mut t = Tiles::INIT;
         assert!(t.zero(0).is_err(), "no configuration yet");
-        let mut cfg = config(&[(16, 64)]);
+        let mut cfg = palette1(&[(16, 64)]);
         cfg[0] = 2;
         assert!(t.load_config(&cfg).is_err());
-        assert!(t.load_config(&config(&[(17, 64)])).is_err());
-        assert!(t.load_config(&config(&[(16, 65)])).is_err());
-        assert!(t.load_config(&config(&[(0, 64)])).is_err());
-        let mut cfg = config(&[(16, 64)]);
+        assert!(t.load_config(&palette1(&[(17, 64)])).is_err());
+        assert!(t.load_config(&palette1(&[(16, 65)])).is_err());
+        assert!(t.load_config(&palette1(&[(0, 64)])).is_err());
+        let mut cfg = palette1(&[(16, 64)]);
         cfg[1] = 3;
         assert!(t.load_config(&cfg).is_err(), "start_row");
-        let mut cfg = config(&[(16, 64)]);
+        let mut cfg = palette1(&[(16, 64)]);
         cfg[20] = 1;
         assert!(
             t.load_config(&cfg).is_err(),
             "colsb of tile 2 set, its rows not"
         );
-        let mut cfg = config(&[(16, 64)]);
+        let mut cfg = palette1(&[(16, 64)]);
         cfg[40] = 1;
         assert!(t.load_config(&cfg).is_err(), "reserved byte");
-        t.load_config(&config(&[(16, 64), (16, 64), (16, 64), (8, 64)]))
+        t.load_config(&palette1(&[(16, 64), (16, 64), (16, 64), (8, 64)]))
             .unwrap();
         assert!(t.zero(4).is_err(), "tile 4 has no shape");
         assert!(t.dot_bf16(0, 0, 1).is_err());

@@ -5,19 +5,9 @@
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
 use half::bf16;
+use lse_amx_emu::tiles::palette1;
 use lse_amx_emu::{install, Amx};
 use std::arch::asm;
-
-/// Palette 1 with `shapes[t] = (rows, bytes per row)`.
-fn config(shapes: &[(u8, u16)]) -> [u8; 64] {
-    let mut cfg = [0u8; 64];
-    cfg[0] = 1;
-    for (t, &(rows, colsb)) in shapes.iter().enumerate() {
-        cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
-        cfg[48 + t] = rows;
-    }
-    cfg
-}
 
 /// Whether the instructions can run here; prints why not otherwise.
 fn runnable() -> bool {
@@ -40,7 +30,7 @@ fn tile_product(
     acc: &mut [f32],
     acc_stride: usize,
 ) {
-    let cfg = config(&[
+    let cfg = palette1(&[
         (m as u8, 4 * n as u16),
         (m as u8, 4 * k as u16),
         (k as u8, 4 * n as u16),
@@ -107,7 +97,7 @@ fn tilezero_clears_a_tile_and_each_thread_has_its_own_tiles() {
     let threads: Vec<_> = (0..4u8)
         .map(|t| {
             std::thread::spawn(move || {
-                let cfg = config(&[(2, 8)]);
+                let cfg = palette1(&[(2, 8)]);
                 let mut out = [f32::NAN; 4];
                 let fill = [t as f32 + 1.0; 4];
                 for _ in 0..200 {
@@ -150,7 +140,7 @@ fn a_tile_load_without_an_index_register_repeats_its_first_row() {
     if !runnable() {
         return;
     }
-    let cfg = config(&[(4, 8)]);
+    let cfg = palette1(&[(4, 8)]);
     let row = [1.5f32, -2.0];
     let mut out = [0f32; 8];
     // SAFETY: tile 0 is 4 rows of 8 bytes: read from `row` (stride 0), written to `out`
