@@ -239,8 +239,7 @@ mod tests {
     #[test]
     fn denormal_inputs_and_results_flush_to_zero() {
         let mut t = Tiles::INIT;
-        t.load_config(&palette1(&[(1, 4), (1, 4), (1, 4)]))
-            .unwrap();
+        t.load_config(&palette1(&[(1, 4), (1, 4), (1, 4)])).unwrap();
         let tiny = f32::from_bits(1 << 16); // a bf16 denormal
         let a = [bf16::from_f32(tiny), bf16::from_f32(1e-30)];
         let b = [bf16::from_f32(1e30), bf16::from_f32(1e-10)];

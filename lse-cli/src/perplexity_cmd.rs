@@ -14,7 +14,7 @@ use lse_runtime::perplexity::{
 use lse_runtime::scoring::{self, Method};
 
 use crate::progress_bar::Bar;
-use crate::summary::{kernel_times_table, summary};
+use crate::summary::{kernel_times_table, launch_times_table, summary, LAUNCH_ROWS};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum OnOff {
@@ -306,6 +306,7 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     if args.kernel_times {
         let dev = engine.device();
         eprint!("{}", kernel_times_table(&dev.kernel_times(), &dev.arch()));
+        eprint!("{}", launch_times_table(&dev.launch_times(), LAUNCH_ROWS));
     }
     let report = result.map_err(|e| e.to_string())?;
     let json = report

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use lse_runtime::device::KernelTime;
+use lse_runtime::device::{KernelTime, LaunchTime};
 use lse_runtime::scoring::{KldReport, KldTable, PerplexityReport, Quantiles};
 
 /// The whole summary: the run, then the KL-divergence table when the run compared.
@@ -37,6 +37,39 @@ pub fn kernel_times_table(times: &[KernelTime], device: &str) -> String {
             s,
             "{share:>6.1}% {:>11.3} {:>9}  {}",
             t.ms, t.launches, t.kernel
+        );
+    }
+    s
+}
+
+/// Rows of `--kernel-times`' second table, the launches split by their scalar arguments.
+pub const LAUNCH_ROWS: usize = 15;
+
+/// `--kernel-times`' second table: the `limit` largest of `rows` (a kernel with one set of
+/// scalar arguments each, the largest first), each with its share of all rows' time, its
+/// milliseconds, launches, kernel and arguments, so a GEMM's time reads by shape.
+pub fn launch_times_table(rows: &[LaunchTime], limit: usize) -> String {
+    let total = rows.iter().fold(0.0f64, |s, t| s + t.ms);
+    let mut s = format!(
+        "by scalar arguments, the {} largest of {}:\n",
+        rows.len().min(limit),
+        rows.len()
+    );
+    let _ = writeln!(
+        s,
+        "{:>7} {:>11} {:>9}  kernel  arguments",
+        "share", "ms", "launches"
+    );
+    for t in rows.iter().take(limit) {
+        let share = if total > 0.0 {
+            100.0 * t.ms / total
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "{share:>6.1}% {:>11.3} {:>9}  {}  {}",
+            t.ms, t.launches, t.kernel, t.scalars
         );
     }
     s
@@ -221,6 +254,46 @@ mod tests {
         let empty = kernel_times_table(&[], "host-x86-64-v4");
         assert_eq!(empty.lines().count(), 2);
         assert!(empty.starts_with("kernel times on host-x86-64-v4: 0.0 ms in 0 launches"));
+    }
+
+    #[test]
+    fn launch_times_table_keeps_the_largest_rows_with_their_arguments() {
+        let row = |kernel, scalars: &str, launches, ms| LaunchTime {
+            kernel,
+            scalars: scalars.to_string(),
+            launches,
+            ms,
+        };
+        let rows = [
+            row(
+                "gemm.xwt_exact_bf16.v5",
+                "m=512 n=3584 k=1024 accumulate=0",
+                4,
+                6.0,
+            ),
+            row(
+                "gemm.xwt_exact_bf16.v5",
+                "m=512 n=16 k=1024 accumulate=0",
+                8,
+                3.0,
+            ),
+            row("norm.rms.v1", "d=1024 eps=0.000001", 2, 1.0),
+        ];
+        let t = launch_times_table(&rows, 2);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "by scalar arguments, the 2 largest of 3:");
+        assert_eq!(
+            lines[2],
+            "  60.0%       6.000         4  gemm.xwt_exact_bf16.v5  m=512 n=3584 k=1024 accumulate=0"
+        );
+        assert_eq!(
+            lines[3],
+            "  30.0%       3.000         8  gemm.xwt_exact_bf16.v5  m=512 n=16 k=1024 accumulate=0"
+        );
+        assert_eq!(lines.len(), 4);
+        let empty = launch_times_table(&[], LAUNCH_ROWS);
+        assert_eq!(empty.lines().count(), 2);
+        assert!(empty.starts_with("by scalar arguments, the 0 largest of 0:"));
     }
 
     #[test]

@@ -764,7 +764,9 @@ fn kl_table_on_stderr_is_the_json_statistics_and_agrees_with_the_per_token_value
 }
 
 /// `--kernel-times` prints, even with `--quiet`, one row per kernel the run launched (its
-/// launches and time, the largest first) under the totals, and leaves the report alone.
+/// launches and time, the largest first) under the totals, then the largest rows of those
+/// launches split by their scalar arguments (a GEMM's `m`, `n`, `k`), and leaves the report
+/// alone.
 #[test]
 fn kernel_times_list_every_launched_kernel_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
@@ -776,13 +778,40 @@ fn kernel_times_list_every_launched_kernel_on_stderr() {
     assert_eq!(report["mean_nll"], plain["mean_nll"]);
     let lines: Vec<&str> = err.lines().collect();
     assert!(lines[0].starts_with("kernel times on host-"), "{err}");
-    let rows: Vec<(f64, u64, &str)> = lines[2..]
+    let split = lines
         .iter()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3])
-        })
+        .position(|l| l.starts_with("by scalar arguments, the "))
+        .unwrap_or_else(|| panic!("no second table in:\n{err}"));
+    // "by scalar arguments, the SHOWN largest of ALL:"
+    let counts: Vec<usize> = lines[split]
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
         .collect();
+    let parse = |l: &&str| -> (f64, u64, String) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3..].join(" "),
+        )
+    };
+    let rows: Vec<(f64, u64, String)> = lines[2..split].iter().map(parse).collect();
+    let by_args: Vec<(f64, u64, String)> = lines[split + 2..].iter().map(parse).collect();
+    assert_eq!(counts, [by_args.len(), counts[1]], "{err}");
+    assert!(
+        by_args.len() == counts[1].min(15) && by_args.len() > 1,
+        "{err}"
+    );
+    assert!(
+        by_args.iter().any(|r| r.2.starts_with("gemm.xwt_exact")
+            && r.2.contains(" m=")
+            && r.2.contains(" k=")),
+        "no GEMM row with its shape in:\n{err}"
+    );
+    assert!(
+        by_args.windows(2).all(|w| w[0].0 >= w[1].0),
+        "not largest first:\n{err}"
+    );
     for kernel in [
         "gemm.xwt_exact",
         "norm.add_rmsnorm",

@@ -281,6 +281,23 @@ fn marshal(
     Ok((bufs, scalars))
 }
 
+/// `kernel`'s scalar arguments as `marshal` packed them, `name=value` in parameter order.
+fn scalar_arguments(kernel: &KernelDef, scalars: &[u64]) -> String {
+    let params = kernel.params.iter().filter_map(|p| match p.kind {
+        ParamKind::Scalar { ty } => Some((p.name, ty)),
+        ParamKind::Buffer { .. } => None,
+    });
+    let named: Vec<String> = params
+        .zip(scalars)
+        .map(|((name, ty), &bits)| match ty {
+            "i32" => format!("{name}={}", bits as u32 as i32),
+            "f32" => format!("{name}={}", f32::from_bits(bits as u32)),
+            _ => format!("{name}={bits}"),
+        })
+        .collect();
+    named.join(" ")
+}
+
 impl Device {
     /// Runs a kernel over `grid` workgroups with `args`, its generated `Args` (one field per
     /// parameter, types checked by rustc): on the CPU-side devices spreading workgroups over
@@ -410,7 +427,8 @@ impl Device {
             let ms = self
                 .last_gpu_kernel_ms()
                 .map_or_else(|| t0.elapsed().as_secs_f64() * 1e3, f64::from);
-            self.kernel_times_table().add(kernel.id, ms);
+            let named = scalar_arguments(kernel, &scalars);
+            self.kernel_times_table().add(kernel.id, named, ms);
         }
         Ok(())
     }

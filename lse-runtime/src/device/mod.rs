@@ -29,7 +29,7 @@ mod scratch;
 mod select;
 
 pub use buffer::{BufError, DevSlice, DevSliceMut, DeviceBuf};
-pub use kernel_times::KernelTime;
+pub use kernel_times::{KernelTime, LaunchTime};
 pub use launch::{Arg, LaunchError};
 pub use lse_dsl::rt::Elem;
 pub use pool::{Device, DeviceOpenError, Pool, PoolParseError};
