@@ -28,18 +28,15 @@ pub fn kernel_times_table(times: &[KernelTime], device: &str) -> String {
     );
     let _ = writeln!(s, "{:>7} {:>11} {:>9}  kernel", "share", "ms", "launches");
     for t in times {
-        let share = if total > 0.0 {
-            100.0 * t.ms / total
-        } else {
-            0.0
-        };
-        let _ = writeln!(
-            s,
-            "{share:>6.1}% {:>11.3} {:>9}  {}",
-            t.ms, t.launches, t.kernel
-        );
+        time_row(&mut s, total, t.ms, t.launches, t.kernel);
     }
     s
+}
+
+/// One row of the `--kernel-times` tables: `ms`' share of `total`, `ms`, `launches`, `what`.
+fn time_row(s: &mut String, total: f64, ms: f64, launches: u64, what: &str) {
+    let share = if total > 0.0 { 100.0 * ms / total } else { 0.0 };
+    let _ = writeln!(s, "{share:>6.1}% {ms:>11.3} {launches:>9}  {what}");
 }
 
 /// Rows of `--kernel-times`' second table, the launches split by their scalar arguments.
@@ -61,16 +58,8 @@ pub fn launch_times_table(rows: &[LaunchTime], limit: usize) -> String {
         "share", "ms", "launches"
     );
     for t in rows.iter().take(limit) {
-        let share = if total > 0.0 {
-            100.0 * t.ms / total
-        } else {
-            0.0
-        };
-        let _ = writeln!(
-            s,
-            "{share:>6.1}% {:>11.3} {:>9}  {}  {}",
-            t.ms, t.launches, t.kernel, t.scalars
-        );
+        let what = format!("{}  {}", t.kernel, t.scalars);
+        time_row(&mut s, total, t.ms, t.launches, &what);
     }
     s
 }
