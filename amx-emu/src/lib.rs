@@ -147,16 +147,14 @@ mod trap {
         gregs[AT[n as usize] as usize] as u64
     }
 
-    /// The effective address of an ordinary memory operand.
+    /// The effective address of an ordinary memory operand: `base + disp + (index << scale)`,
+    /// the two parts [`rows`] gives, or `next + disp` when rip-relative.
     fn address(mem: Mem, gregs: &[i64; 23], next: u64) -> u64 {
-        let base = match (mem.rip_relative, mem.base) {
-            (true, _) => next,
-            (false, Some(b)) => reg(gregs, b),
-            (false, None) => 0,
-        };
-        let index = mem.index.map_or(0, |i| reg(gregs, i) << mem.scale);
-        base.wrapping_add(index)
-            .wrapping_add(mem.disp as i64 as u64)
+        if mem.rip_relative {
+            return next.wrapping_add(mem.disp as i64 as u64);
+        }
+        let (start, index) = rows(mem, gregs);
+        start.wrapping_add(index)
     }
 
     /// A tile load/store operand's first row address (`base + disp`) and row stride
