@@ -2,28 +2,29 @@
 //! `[m, k]` activations, `w` `[n, k]` in its stored dtype and `y` `[m, n]` f32. `gemm.xwt`
 //! takes the activations transposed and in the weight's type, in blocks of 64 rows of `x`
 //! with each two K interleaved (`xp`, see [`transpose_x`], written once per GEMM);
-//! `gemm.xwt_exact` takes f32 activations against a 16-bit weight.
+//! `gemm.xwt_exact` takes f32 activations (transposed, in blocks of 64 rows of `x`: `xt`, see
+//! [`transpose_x_f32`]) against a weight of any of the three types.
 //!
 //! Both are written once with tiles (`LOOM.md`, "Tiles"). `gemm.xwt` runs one 64 x 64
 //! accumulator per workgroup over K steps of 128 (48 KiB of GPU shared memory);
-//! `gemm.xwt_exact` shares one operand block per K step between two 64 x 64 accumulators in
-//! 64 KiB (K steps of 64 f32 values; an NVIDIA launch gives it as dynamic shared memory, past
-//! the 48 KiB a block may declare statically). Partial blocks at the edges are zero-padded by
-//! the loads and clipped by the stores; a workgroup whose second accumulator lies past the
-//! matrix skips it.
+//! `gemm.xwt_exact` runs two 64 x 64 accumulators, one K loop each, with K steps of 64 f32
+//! values in 64 KiB (an NVIDIA launch gives it as dynamic shared memory, past the 48 KiB a
+//! block may declare statically). Partial blocks at the edges are zero-padded by the loads
+//! and clipped by the stores; a workgroup whose second accumulator lies past the matrix
+//! skips it.
 //!
-//! `gemm.xwt` computes blocks of `yᵀ = w · xᵀ`: its `a` operand is a block of weight rows as
-//! stored, which the host reads in place (no copy), and its `b` operand a block of `xᵀ`
-//! loaded from a pairs window (`tile_load_pairs`) that is 16 KiB of contiguous memory: on
-//! AVX512-BF16 levels the operand layout of `vdpbf16ps`, read in place too (in `xᵀ` rows of
-//! the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
-//! reads missed; copying them into the pair layout cost 5 to 10%). Nothing is transposed,
-//! interleaved or copied inside the K loop on those levels, and `y` is written transposed
-//! once at the end. Its K loop is only the two loads and the dot, so where every step's
-//! blocks are whole the host runs it fused: each register block of the dot goes through the
-//! whole K with its accumulators in registers (`lse-codegen/src/host/tiles/fused.rs`).
-//! `gemm.xwt_exact` computes blocks of `y` itself: its weight block is widened to f32 and
-//! transposed every K step, the activations read in place. The host's AMX level runs the
+//! Both compute blocks of `yᵀ = w · xᵀ`: the `a` operand is a block of weight rows as stored,
+//! which the host reads in place (no copy), and the `b` operand a block of `xᵀ` that is 16 KiB
+//! of contiguous memory, read in place too: for `gemm.xwt` a pairs window
+//! (`tile_load_pairs`), on AVX512-BF16 levels the operand layout of `vdpbf16ps` (in `xᵀ` rows
+//! of the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
+//! reads missed; copying them into the pair layout cost 5 to 10%), for `gemm.xwt_exact` 64
+//! rows of 64 f32 values. Nothing is transposed, interleaved or copied inside the K loop, and
+//! `y` is written transposed once at the end. Each K loop is only the two loads and the dot,
+//! so where every step's blocks are whole the host runs it fused: each register block of the
+//! dot goes through the whole K with its accumulators in registers
+//! (`lse-codegen/src/host/tiles/fused.rs`); `gemm.xwt_exact`'s 16-bit weight rows are widened
+//! (exactly) as its `fma` register blocks broadcast them. The host's AMX level runs the bf16
 //! dots on AMX tiles; other levels and GPUs use the portable lowering.
 
 use loom::kernel;
@@ -105,17 +106,37 @@ fn transpose_x<W>(
     tile_store_pairs(r, xp, m0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, m - m0);
 }
 
+/// `xt` = `xᵀ` for `x` `[m, k]` f32, laid out `[ceil(m / 64), k, 64]`: `x[c][j]` at
+/// `xt[c / 64][j][c % 64]`, so the K rows of a block of 64 rows of `x` are contiguous 256-byte
+/// rows (the padding of a last block of fewer than 64 rows is not written). The activations
+/// of [`gemm_xwt_exact`], transposed once per input. Grid: x = ceil(k / 64), y = ceil(m / 64).
+#[kernel(name = "gemm.transpose_x_f32", version = 1, workgroup = 64)]
+fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: u32, k: u32) {
+    let t = tile::<f32, 64, 64>();
+    let k0 = group_id() * 64;
+    let m0 = group_id_y() * 64;
+    tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
+    tile_store(t, xt, m0 * k + k0 * 64, 64, k - k0, m - m0);
+}
+
 /// [`gemm_xwt`] with f32 products: the weight is widened to f32 (exactly) and the
 /// activations stay f32, so every product is rounded once by `fma`, as an f32 SGEMM on the
 /// widened weight computes it. The model's projections use it: rounding activations to
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM"). A workgroup owns
-/// 128 x 64 of `y`; K steps of 64 (with v3's 32, within 48 KiB, the host's register blocks
-/// loaded and stored their accumulators twice as often, and it ran about 5% slower at M =
-/// 512). Grid: x = ceil(m / 128) row blocks, y = ceil(n / 64) column blocks (in groups of 8
-/// row blocks, row blocks fastest inside a group, as in [`gemm_xwt`]; v5 added the groups).
-#[kernel(name = "gemm.xwt_exact", version = 5, workgroup = 64, elem = [bf16, f16, f32])]
+/// 128 x 64 of `y`, computed as two 64 x 64 blocks of `yᵀ = w · xᵀ` from `xt`
+/// ([`transpose_x_f32`]'s layout): per K step of 64 the `a` operand is a block of weight
+/// rows as stored and serves both blocks, whose `b` operands are 16 KiB of contiguous `xt`
+/// each; `y` is written transposed once at the end. The host reads both operands in place
+/// and widens each weight element as its dot broadcasts it, so the K loop is only the loads
+/// and the dots and runs fused (`lse-codegen/src/host/tiles/fused.rs`): each register block's
+/// accumulators stay in registers over the whole K. v5 read `x` in place and widened and
+/// transposed the weight block into a tile every step, and loaded and stored its register
+/// blocks' accumulators around every step. Grid: x = ceil(m / 128) row blocks, y = ceil(n /
+/// 64) column blocks (in groups of 8 row blocks, row blocks fastest inside a group, as in
+/// [`gemm_xwt`]).
+#[kernel(name = "gemm.xwt_exact", version = 6, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
-    x: &[f32; m * k],
+    xt: &[f32; (m + 63) / 64 * k * 64],
     w: &[W; n * k],
     y: &mut [f32; m * n],
     m: u32,
@@ -126,10 +147,10 @@ fn gemm_xwt_exact<W>(
     const BM: u32 = 64;
     const BN: u32 = 64;
     const BK: u32 = 64;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
+    let a = tile::<f32, BN, BK>();
+    let b = tile::<f32, BK, BM>();
+    let acc0 = tile::<f32, BN, BM>();
+    let acc1 = tile::<f32, BN, BM>();
     // Workgroups in groups of 8 row blocks, as in `gemm_xwt` (LOOM has no shared helpers).
     let linear = group_id() + num_groups() * group_id_y();
     let span = 8 * num_groups_y();
@@ -140,22 +161,26 @@ fn gemm_xwt_exact<W>(
     let row1 = row0 + BM;
     let col0 = in_group / rows_here * BN;
     if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+        tile_load_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
         if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+            tile_load_t(acc1, y, row1 * n + col0, n, n - col0, m - row1);
         }
     }
     for k0 in (0..k).step_by(BK) {
-        tile_load_t(b, w, col0 * k + k0, k, k - k0, n - col0);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
+        tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
+        // Block row0 / 64 of `xt` (BM is its block of rows), row k0 of it.
+        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, m - row0);
         tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
+    }
+    if row1 < m {
+        for k0 in (0..k).step_by(BK) {
+            tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
+            tile_load(b, xt, row1 * k + k0 * BM, BM, k - k0, m - row1);
             tile_dot(acc1, a, b);
         }
     }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
+    tile_store_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
     if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
+        tile_store_t(acc1, y, row1 * n + col0, n, n - col0, m - row1);
     }
 }

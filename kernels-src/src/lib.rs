@@ -57,6 +57,7 @@ kernels!(
     gemm::gemm_xwt_exact_f32,
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
+    gemm::transpose_x_f32,
     gemm_int::gemm_xwt_q4_k_q8_k,
     gemm_int::gemm_xwt_q5_k_q8_k,
     gemm_int::gemm_xwt_q6_k_q8_k,

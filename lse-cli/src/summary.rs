@@ -255,13 +255,13 @@ mod tests {
         };
         let rows = [
             row(
-                "gemm.xwt_exact_bf16.v5",
+                "gemm.xwt_exact_bf16.v6",
                 "m=512 n=3584 k=1024 accumulate=0",
                 4,
                 6.0,
             ),
             row(
-                "gemm.xwt_exact_bf16.v5",
+                "gemm.xwt_exact_bf16.v6",
                 "m=512 n=16 k=1024 accumulate=0",
                 8,
                 3.0,
@@ -273,11 +273,11 @@ mod tests {
         assert_eq!(lines[0], "by scalar arguments, the 2 largest of 3:");
         assert_eq!(
             lines[2],
-            "  60.0%       6.000         4  gemm.xwt_exact_bf16.v5  m=512 n=3584 k=1024 accumulate=0"
+            "  60.0%       6.000         4  gemm.xwt_exact_bf16.v6  m=512 n=3584 k=1024 accumulate=0"
         );
         assert_eq!(
             lines[3],
-            "  30.0%       3.000         8  gemm.xwt_exact_bf16.v5  m=512 n=16 k=1024 accumulate=0"
+            "  30.0%       3.000         8  gemm.xwt_exact_bf16.v6  m=512 n=16 k=1024 accumulate=0"
         );
         assert_eq!(lines.len(), 4);
         let empty = launch_times_table(&[], LAUNCH_ROWS);

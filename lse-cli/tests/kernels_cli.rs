@@ -37,7 +37,7 @@ fn list_shows_each_kernel_with_registers_per_arch() {
     for id in [
         "logits.lse_pick.v1",
         "topk_pairs.v1",
-        "gemm.xwt_exact_bf16.v5",
+        "gemm.xwt_exact_bf16.v6",
         "lm_head.matvec_f32.v1",
     ] {
         let line = list_line(id);

@@ -1441,6 +1441,66 @@ fn fused_k_loops_match_the_reference_on_every_cpu() {
     }
 }
 
+/// An f32 dot's K loop ([`kernels::TILE_FUSED_F32_K_SRC`]) with `a` loaded from bf16 rows
+/// and `b` from f32 rows: on the levels with FMA the host stores `a` as bf16, reads both in
+/// place and runs the loop in one pass per register block where every step's windows are
+/// whole, and as written elsewhere (a partial last step, short rows or columns, no steps).
+/// Every level gives the reference's bits (one `fma` per product, in increasing k).
+#[test]
+fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_FUSED_F32_K_SRC);
+    let text = |k: &Kernel, cpu: &str| host_llvm_text(&lse_dsl::wil::transform(k), cpu);
+    let fmas = |k: &Kernel| {
+        text(k, "x86-64-v4")
+            .matches("call <16 x float> @llvm.fma.v16f32(")
+            .count()
+    };
+    let runtime_step = kernels::from_source(
+        &kernels::TILE_FUSED_F32_K_SRC.replace("step_by(32)", "step_by(m / m * 32)"),
+    );
+    assert_eq!(fmas(&k), 2 * fmas(&runtime_step));
+    // `a` is a 16-bit array where FMA runs the dot, an f32 one elsewhere.
+    assert!(text(&k, "x86-64-v3").contains("[512 x i16]"));
+    assert!(!text(&k, "x86-64").contains("[512 x i16]"));
+    let val = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
+    let kmax = 160;
+    let w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
+    let x: Vec<f32> = (0..kmax * 32).map(|i| val(i, 2)).collect();
+    let y0: Vec<f32> = (0..16 * 32).map(|i| val(i, 3) * 10.0).collect();
+    for (n, m, kk) in [
+        (16, 32, 96),
+        (16, 32, 160),
+        (16, 32, 32),
+        (16, 32, 100),
+        (11, 32, 96),
+        (16, 20, 64),
+        (16, 32, 0),
+        (16, 32, 1),
+    ] {
+        let w: Vec<bf16> = w[..16 * kk].to_vec();
+        let mut want = y0.clone();
+        for r in 0..n {
+            for c in 0..m {
+                want[r * 32 + c] = (0..kk).fold(want[r * 32 + c], |acc, j| {
+                    w[r * kk + j].to_f32().mul_add(x[j * 32 + c], acc)
+                });
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut x, mut w, mut y) = (x.clone(), w.clone(), y0.clone());
+            let bufs = [raw(&mut x), raw(&mut w), raw(&mut y)];
+            let scalars = [m as u64, n as u64, kk as u64];
+            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+            let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+            let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{cpu}: n {n}, m {m}, k {kk}");
+        }
+    }
+}
+
 /// bf16 and f16 dot operands ([`kernels::TILE_HALF_DOT_SRC`]) with zeros, subnormals,
 /// infinities and NaNs (a signaling bf16 NaN among them), whole and ragged windows: on the
 /// levels with FMA the host stores them widened to f32 (their loads widen, the dots read f32),

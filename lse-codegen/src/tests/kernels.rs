@@ -870,6 +870,24 @@ fn tile_fused_k(xp: &[bf16], w: &[bf16], y: &mut [f32], m: u32, n: u32, k: u32) 
 }
 "#;
 
+/// An f32 dot's K loop of only its loads: `a` from bf16 weight rows (stored as bf16 and read
+/// in place on the levels with FMA, widened as broadcast), `b` from f32 rows read in place.
+pub const TILE_FUSED_F32_K_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_fused_f32_k", version = 1, workgroup = 32)]
+fn tile_fused_f32_k(x: &[f32], w: &[bf16], y: &mut [f32], m: u32, n: u32, k: u32) {
+    let a = tile::<f32, 16, 32>();
+    let b = tile::<f32, 32, 32>();
+    let acc = tile::<f32, 16, 32>();
+    tile_load(acc, y, 0, 32, n, m);
+    for k0 in (0..k).step_by(32) {
+        tile_load(b, x, k0 * 32, 32, k - k0, m);
+        tile_load(a, w, k0, k, n, k - k0);
+        tile_dot(acc, a, b);
+    }
+    tile_store(acc, y, 0, 32, n, m);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

@@ -502,10 +502,11 @@ mod tests {
             );
             assert!(out.iter().all(|&v| v == -7.0), "{pool}: the kernel ran");
 
-            let (x, w) = (vec![1.0f32; 6], vec![1.0f32; 6]);
+            // `xt`: one block of 64 columns of `xᵀ` per K row.
+            let (xt, w) = (vec![1.0f32; 3 * 64], vec![1.0f32; 6]);
             let mut y = dev.alloc::<f32>(3).unwrap();
             let args = gemm_xwt_exact_f32::Args {
-                x: &x,
+                xt: &xt,
                 w: &w,
                 y: y.slice_mut(..).unwrap(),
                 m: 2,

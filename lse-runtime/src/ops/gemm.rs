@@ -15,7 +15,7 @@ use half::{bf16, f16};
 use lse_kernels::act_quant::{q8_0, q8_k};
 use lse_kernels::gemm::{
     gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
-    transpose_x_bf16, transpose_x_f16,
+    transpose_x_bf16, transpose_x_f16, transpose_x_f32,
 };
 use lse_kernels::gemm_mlx::{
     gemm_xwt_mlx4_bf16, gemm_xwt_mlx4_f16, gemm_xwt_mlx4_f32, gemm_xwt_mlx8_bf16,
@@ -223,27 +223,30 @@ fn integer_route<'a>(
         .map(|i| (q.format, i))
 }
 
-/// The 16-bit type `gemm.xwt` takes `xᵀ` in.
+/// The type `gemm.xwt` (bf16, f16) or `gemm.xwt_exact` (f32) takes `xᵀ` in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum XtType {
     Bf16,
     F16,
+    F32,
 }
 
-/// `xᵀ` rounded to [`XtType`] in `gemm.transpose_x`'s blocked pairs layout, written once by
-/// it and read by the products on it; in a buffer the device keeps between calls.
+/// `xᵀ` rounded to [`XtType`] in `gemm.transpose_x`'s blocked pairs layout, or kept f32 in
+/// `gemm.transpose_x_f32`'s blocked layout, written once and read by the products on it; in
+/// a buffer the device keeps between calls.
 enum TransposedX<'d> {
     Bf16(Scratch<'d, bf16>),
     F16(Scratch<'d, f16>),
+    F32(Scratch<'d, f32>),
 }
 
-/// The type `gemm.xwt` takes the activations in for `w` and `act`, when that GEMM runs the
-/// product (a 16-bit weight, activations rounded to it).
-fn transposed_route(w: WeightView<'_>, act: Activations) -> Option<XtType> {
+/// The type `xᵀ` takes for a bf16, f16 or f32 weight `w` and `act`: the weight's for
+/// `gemm.xwt` (a 16-bit weight, activations rounded to it), else f32 for `gemm.xwt_exact`.
+fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
     match (w, act) {
-        (WeightView::Bf16(_), Activations::RoundedToWeight) => Some(XtType::Bf16),
-        (WeightView::F16(_), Activations::RoundedToWeight) => Some(XtType::F16),
-        _ => None,
+        (WeightView::Bf16(_), Activations::RoundedToWeight) => XtType::Bf16,
+        (WeightView::F16(_), Activations::RoundedToWeight) => XtType::F16,
+        _ => XtType::F32,
     }
 }
 
@@ -257,7 +260,8 @@ fn transpose<'d>(
     let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
     // Every element a product reads is written here (the padding of an odd `k` or of a last
     // block of fewer than 64 rows is neither written nor read).
-    let len = (m as usize).div_ceil(64) * (k as usize).div_ceil(2) * 128;
+    let blocks = (m as usize).div_ceil(64);
+    let len = blocks * (k as usize).div_ceil(2) * 128;
     Ok(match ty {
         XtType::Bf16 => {
             let mut xt = dev.scratch::<bf16>(len)?;
@@ -285,11 +289,24 @@ fn transpose<'d>(
             )?;
             TransposedX::F16(xt)
         }
+        XtType::F32 => {
+            let mut xt = dev.scratch::<f32>(blocks * k as usize * 64)?;
+            dev.launch(
+                grid,
+                transpose_x_f32::Args {
+                    x,
+                    xt: xt.view_mut(),
+                    m,
+                    k,
+                },
+            )?;
+            TransposedX::F32(xt)
+        }
     })
 }
 
-/// `y (=|+=) x · wᵀ` through `gemm.xwt` on `xt` = `xᵀ`, for a weight of `xt`'s type
-/// ([`transposed_route`]).
+/// `y (=|+=) x · wᵀ` through `gemm.xwt` (or `gemm.xwt_exact` for f32 `xt`) on `xt` = `xᵀ`,
+/// for a weight `xt`'s type was chosen for ([`xt_type`]).
 fn launch_transposed(
     dev: &Device,
     xt: &TransposedX<'_>,
@@ -331,14 +348,43 @@ fn launch_transposed(
                 },
             )?
         }
-        _ => {
-            return Err(OpError::Invalid {
-                op: "gemm",
-                message: "the transposed activations and the weight differ in type".into(),
-            })
+        (TransposedX::F32(xt), w) => {
+            let grid = [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1];
+            let xt = xt.view();
+            macro_rules! exact {
+                ($kernel:ident, $w:expr) => {
+                    dev.launch(
+                        grid,
+                        $kernel::Args {
+                            xt,
+                            w: $w,
+                            y,
+                            m,
+                            n,
+                            k,
+                            accumulate,
+                        },
+                    )?
+                };
+            }
+            match w {
+                WeightView::Bf16(w) => exact!(gemm_xwt_exact_bf16, w),
+                WeightView::F16(w) => exact!(gemm_xwt_exact_f16, w),
+                WeightView::F32(w) => exact!(gemm_xwt_exact_f32, w),
+                _ => return Err(mismatch()),
+            }
         }
+        _ => return Err(mismatch()),
     }
     Ok(())
+}
+
+/// A product asked of `xᵀ` in a type its weight does not take.
+fn mismatch() -> OpError {
+    OpError::Invalid {
+        op: "gemm",
+        message: "the transposed activations and the weight differ in type".into(),
+    }
 }
 
 /// `y` = the rows of `x` (`[m, k]`) as llama.cpp quantizes them for `act` (`Q8_0`: blocks of
@@ -428,13 +474,6 @@ fn launch_sharing<'d>(
     }
     let accumulate = u32::from(out == GemmOut::Accumulate);
     macro_rules! exact {
-        ($kernel:ident, $w:expr) => {
-            exact!(
-                $kernel,
-                $w,
-                [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1]
-            )
-        };
         ($kernel:ident, $w:expr, $grid:expr) => {
             dev.launch(
                 $grid,
@@ -450,15 +489,13 @@ fn launch_sharing<'d>(
             )
         };
     }
-    if let Some(ty) = transposed_route(w, act) {
-        let xt = once_per(&mut shared.transposed, ty, || transpose(dev, x, ty, [m, k]))?;
-        return launch_transposed(dev, xt, w, y, [m, n, k], out);
-    }
-    match (w, act) {
-        (WeightView::Bf16(w), _) => exact!(gemm_xwt_exact_bf16, w),
-        (WeightView::F16(w), _) => exact!(gemm_xwt_exact_f16, w),
-        (WeightView::F32(w), _) => exact!(gemm_xwt_exact_f32, w),
-        (WeightView::Quant(q), _) => {
+    match w {
+        WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_) => {
+            let ty = xt_type(w, act);
+            let xt = once_per(&mut shared.transposed, ty, || transpose(dev, x, ty, [m, k]))?;
+            return launch_transposed(dev, xt, w, y, [m, n, k], out);
+        }
+        WeightView::Quant(q) => {
             let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
             match q.format {
                 QuantFormat::Q4_0 => exact!(gemm_xwt_q4_0, q.words, grid),
@@ -471,7 +508,7 @@ fn launch_sharing<'d>(
                 QuantFormat::Q6_K => exact!(gemm_xwt_q6_k, q.words, grid),
             }
         }
-        (WeightView::Affine(q), _) => {
+        WeightView::Affine(q) => {
             let grid = [m.div_ceil(QUANT_ROWS), n.div_ceil(QUANT_COLS), 1];
             let (w, group) = (q.words, q.format.group() as u32);
             macro_rules! affine {

@@ -1,5 +1,5 @@
 //! A GEMM's K loop in one pass per register block. A uniform `for` loop whose body only loads
-//! the two operands of one register-blocked pair dot (`vdpbf16ps`, `vpdpwssd`, `vpdpbusd`)
+//! the two operands of one register-blocked dot (`vdpbf16ps`, `vpdpwssd`, `vpdpbusd`, `fma`)
 //! or AMX dot from buffer windows, both read in place ([`super::View`]), runs as the dot's
 //! register blocks (AMX: 2 x 2 blocks of accumulator tiles) with the loop's steps inside
 //! each: a block's accumulators stay in registers (tile registers) over the whole K instead
@@ -11,7 +11,7 @@
 //! a step would have to make while the other steps' blocks read theirs): a scalar pass over
 //! the steps checks that first, and the loop runs as written when one is not.
 
-use super::{HostPhases, PackedDot};
+use super::{HostPhases, Micro, PackedDot};
 use crate::emit::{Emitter, Lowered, WindowVals};
 use crate::host::remat::pure;
 use lse_dsl::ir::{Expr, ExprKind, Kernel, TileMem, TileOp, TileWindow, Ty, VarId};
@@ -74,7 +74,10 @@ impl HostPhases {
             return None;
         };
         let [acc, a, b] = [*acc, *a, *b].map(|t| t as usize);
-        let dot = self.packed_dot([acc, a, b])?;
+        let dot = self.packed_dot([acc, a, b]).or_else(|| {
+            self.fma_dot([acc, a, b])
+                .then_some(PackedDot::Blocked(Micro::Fma))
+        })?;
         let views = self.tiles[a].view.is_some() && self.tiles[b].view.is_some();
         if !views || a == b || acc == a || acc == b {
             return None;

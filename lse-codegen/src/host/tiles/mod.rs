@@ -20,7 +20,11 @@
 //!   shared array is always copied (the work-items may write the array after the load).
 //!   A pair-layout `b` operand (below) loaded only from pairs
 //!   windows (`tile_load_pairs`) of such buffers is read in place the same way: a pairs
-//!   window's memory rows are the layout's rows. A whole pairs window loaded into any other
+//!   window's memory rows are the layout's rows, and so is the row-major `b` operand of a dot
+//!   on `fma` register blocks. An f32 `a` operand of such dots loaded only from plain windows
+//!   of a read-only bf16 (or f16) buffer is stored in that type ([`narrowed`]) and read in
+//!   place too, each element widened (exactly) as the dot broadcasts it: the f32-activation
+//!   GEMM's weight rows. A whole pairs window loaded into any other
 //!   16-bit tile (or one widened to f32), or stored from one, moves two rows per vector load
 //!   or store.
 //! - A load of a whole buffer window inside a uniform loop also prefetches, into L2, the window it
@@ -54,7 +58,8 @@
 //! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
 //!   with `fma` on 16-lane vectors: 4 rows x 64 columns on x86-64-v4 (16 of its 32 zmm
 //!   registers), 6 rows x 16 columns on the AVX2 levels (12 of their 16 ymm registers; a
-//!   4 x 64 block there spilled, and ran at a third of the speed). Its bf16 and f16 operand
+//!   4 x 64 block there spilled, and ran at a third of the speed); with both operands read
+//!   in place, a K loop of only their loads and the dot runs fused ([`fused`]). Its bf16 and f16 operand
 //!   tiles, when only dots read them and they load from buffers of their own type, are
 //!   stored widened to f32 (each element widened once per load, not once per register block
 //!   that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster); other 16-bit
@@ -170,7 +175,14 @@ pub(super) fn allocate(
         _ => {}
     });
     let widened = widened(k, &packed, fma);
-    let views = viewable(k, &packed);
+    let narrowed = narrowed(k, &packed, fma);
+    let stored: Vec<Ty> = k
+        .tiles
+        .iter()
+        .zip(&narrowed)
+        .map(|(d, n)| n.unwrap_or(d.elem))
+        .collect();
+    let views = viewable(k, &packed, &stored, fma);
     let unwritten = read_before_written(k);
     k.tiles
         .iter()
@@ -178,7 +190,8 @@ pub(super) fn allocate(
         .zip(views)
         .zip(unwritten)
         .zip(widened)
-        .map(|((((d, layout), v), unwritten), wide)| {
+        .zip(stored)
+        .map(|(((((d, layout), v), unwritten), wide), elem)| {
             let mut t = HostTile {
                 ptr: String::new(),
                 decl: d.clone(),
@@ -187,9 +200,7 @@ pub(super) fn allocate(
                 zero_fill: unwritten,
                 widened: wide,
             };
-            if wide {
-                t.decl.elem = Ty::F32;
-            }
+            t.decl.elem = if wide { Ty::F32 } else { elem };
             // A packed layout's padding rows are never written: they must stay zero.
             t.zero_fill |= t.elems() != d.len();
             t.ptr = e.alloca(&format!("[{} x {}]", t.elems(), lty(t.decl.elem)), 64);
@@ -223,13 +234,79 @@ fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
     }
 }
 
-/// The access of the buffer window `from` loads tile `t` from, when that buffer holds the
-/// tile's own element type; `None` for a shared array or a buffer of another type.
-fn own_buffer_access(k: &Kernel, t: TileId, from: &TileWindow) -> Option<Access> {
+/// The access of the buffer window `from` loads a tile from, when that buffer holds `elem`
+/// (the tile's element type, or the one it is stored in); `None` for a shared array or a
+/// buffer of another type.
+fn buffer_access(k: &Kernel, elem: Ty, from: &TileWindow) -> Option<Access> {
     match k.params.get(from.buffer()? as usize)? {
-        Param::Buffer { elem, access, .. } if *elem == k.tiles[t as usize].elem => Some(*access),
+        Param::Buffer {
+            elem: e, access, ..
+        } if *e == elem => Some(*access),
         _ => None,
     }
+}
+
+/// [`buffer_access`] for tile `t`'s own element type.
+fn own_buffer_access(k: &Kernel, t: TileId, from: &TileWindow) -> Option<Access> {
+    buffer_access(k, k.tiles[t as usize].elem, from)
+}
+
+/// Whether `acc += a b` of `k`'s tiles runs in `fma` register blocks on a level with FMA
+/// (`fma`): an f32 accumulator of a multiple of 16 columns, row-major operands, no scale.
+fn fma_blocked(k: &Kernel, packed: &[Layout], fma: bool, op: &TileOp) -> bool {
+    let TileOp::Dot { acc, a, b, scale } = op else {
+        return false;
+    };
+    fma && scale.is_none()
+        && a != b
+        && k.tiles[*acc as usize].elem == Ty::F32
+        && k.tiles[*acc as usize].cols.is_multiple_of(16)
+        && packed[*a as usize] == Layout::RowMajor
+        && packed[*b as usize] == Layout::RowMajor
+}
+
+/// The 16-bit float type the host stores an f32 tile in, for tiles used only as the `a`
+/// operand of dots that run on `fma` register blocks ([`fma_blocked`]) and loaded only from
+/// plain windows (not transposed) of read-only buffers of that one type: the values are that
+/// type's anyway, so the tile can be read in place from the buffer ([`viewable`]) and each
+/// element is widened (exactly) as the dot broadcasts it. The f32-activation GEMM's weight
+/// rows: no copy and no widening pass per K step, and its K loop runs fused ([`fused`]).
+fn narrowed(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<Option<Ty>> {
+    let mut source: Vec<Option<Ty>> = vec![None; k.tiles.len()];
+    let mut a_operand = vec![false; k.tiles.len()];
+    let mut other = vec![false; k.tiles.len()];
+    each_tile_op(&k.body, &mut |op| match op {
+        TileOp::Load { dst, from } => {
+            let t = *dst as usize;
+            let half = [Ty::Bf16, Ty::F16]
+                .into_iter()
+                .find(|&ty| buffer_access(k, ty, from) == Some(Access::Read));
+            let plain = !from.transposed && !from.pairs && !from.quads;
+            match (half, source[t]) {
+                (Some(ty), None) if plain => source[t] = Some(ty),
+                (Some(ty), Some(seen)) if plain && ty == seen => {}
+                _ => other[t] = true,
+            }
+        }
+        TileOp::Dot { acc, a, b, .. } => {
+            a_operand[*a as usize] = true;
+            other[*a as usize] |= !fma_blocked(k, packed, fma, op);
+            other[*b as usize] = true;
+            other[*acc as usize] = true;
+        }
+        _ => {
+            let (reads, writes) = tile_access(op);
+            for t in reads.into_iter().chain(writes) {
+                other[t as usize] = true;
+            }
+        }
+    });
+    (0..k.tiles.len())
+        .map(|t| {
+            let f32_tile = k.tiles[t].elem == Ty::F32;
+            source[t].filter(|_| f32_tile && a_operand[t] && !other[t])
+        })
+        .collect()
 }
 
 /// Which 16-bit float tiles the host stores widened to f32: those used only as the `a` or
@@ -249,13 +326,7 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
             other[*dst as usize] |= !own || from.quads;
         }
         TileOp::Dot { acc, a, b, scale } => {
-            let blocked = fma
-                && scale.is_none()
-                && a != b
-                && k.tiles[*acc as usize].elem == Ty::F32
-                && k.tiles[*acc as usize].cols.is_multiple_of(16)
-                && packed[*a as usize] == Layout::RowMajor
-                && packed[*b as usize] == Layout::RowMajor;
+            let blocked = fma_blocked(k, packed, fma, op);
             for t in [*a, *b] {
                 operand[t as usize] = true;
                 other[t as usize] |= !blocked || !half(t);
@@ -276,17 +347,19 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
 }
 
 /// Which tiles may be read in place ([`View`]), unchanged for as long as they hold a window:
-/// those loaded only from read-only buffers of the tile's own element type (never a shared
+/// those loaded only from read-only buffers of the type they are `stored` in (never a shared
 /// array: the work-items may write it between two loads) and used only as dot operands of
-/// one kind. A row-major `a` operand loads from plain windows (not transposed, not pairs),
-/// whose whole rows are the tile's; a [`Layout::Pairs`] `b` operand loads
-/// from pairs windows, whose memory rows are the tile's pair rows.
-fn viewable(k: &Kernel, packed: &[Layout]) -> Vec<bool> {
+/// one kind. A row-major `a` operand (or the row-major `b` operand of a dot on `fma` register
+/// blocks, [`fma_blocked`]) loads from plain windows (not transposed, not pairs), whose whole
+/// rows are the tile's; a [`Layout::Pairs`] `b` operand loads from pairs windows, whose
+/// memory rows are the tile's pair rows.
+fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: bool) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
-            let own_read_only = own_buffer_access(k, *dst, from) == Some(Access::Read);
+            let access = buffer_access(k, stored[*dst as usize], from);
+            let own_read_only = access == Some(Access::Read);
             let rows_match = match packed[*dst as usize] {
                 Layout::RowMajor => !from.transposed && !from.pairs && !from.quads,
                 Layout::Pairs => from.pairs,
@@ -300,7 +373,8 @@ fn viewable(k: &Kernel, packed: &[Layout]) -> Vec<bool> {
             dotted[*a as usize] = true;
             other[*a as usize] |= packed[*a as usize] != Layout::RowMajor;
             dotted[*b as usize] = true;
-            other[*b as usize] |= packed[*b as usize] != Layout::Pairs;
+            let b_view = packed[*b as usize] == Layout::Pairs || fma_blocked(k, packed, fma, op);
+            other[*b as usize] |= !b_view;
             other[*acc as usize] = true;
             if let Some(s) = scale {
                 other[*s as usize] = true;
@@ -616,6 +690,17 @@ impl HostPhases {
         }
     }
 
+    /// Whether a `tile_dot` that no packed instruction takes runs in `fma` register blocks
+    /// (the tiles' side of [`fma_blocked`]).
+    pub(super) fn fma_dot(&self, [acc, a, b]: [usize; 3]) -> bool {
+        let dc = &self.tiles[acc].decl;
+        self.fma
+            && dc.elem == Ty::F32
+            && self.tiles[b].layout == Layout::RowMajor
+            && self.tiles[a].layout == Layout::RowMajor
+            && dc.cols.is_multiple_of(16)
+    }
+
     /// The pair instruction `tile_dot` of `elem` operands may use on this level, if any.
     pub(super) fn pair_dot(&self, elem: Ty) -> Option<Micro> {
         match elem {
@@ -648,18 +733,12 @@ impl HostPhases {
             TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
                 let scale = scale.map(|s| s as usize);
-                let dc = &self.tiles[acc].decl;
                 let packed = self.packed_dot([acc, a, b]);
                 if packed == Some(PackedDot::Amx) {
                     self.amx_dot(e, [acc, a, b], None)?
                 } else if let Some(PackedDot::Blocked(micro)) = packed {
                     self.blocked_dot(e, [acc, a, b], scale, micro, None)?
-                } else if self.fma
-                    && dc.elem == Ty::F32
-                    && self.tiles[b].layout == Layout::RowMajor
-                    && self.tiles[a].layout == Layout::RowMajor
-                    && dc.cols.is_multiple_of(16)
-                {
+                } else if self.fma_dot([acc, a, b]) {
                     self.blocked_dot(e, [acc, a, b], None, Micro::Fma, None)?
                 } else {
                     self.loop_dot(e, [acc, a, b], scale)
@@ -1554,7 +1633,7 @@ impl HostPhases {
                             e.b.op(format!("load <16 x i32>, ptr {p}, align {b_align}"))
                         }
                         (Micro::Fma, Ty::F32) => {
-                            e.b.op(format!("load <16 x float>, ptr {p}, align 64"))
+                            e.b.op(format!("load <16 x float>, ptr {p}, align {b_align}"))
                         }
                         (Micro::Fma, elem) => {
                             let bits = load_units(e, &p, elem, true, true);
