@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use lse_runtime::fuzz_targets::{Rng, TARGETS};
 use lse_runtime::model::config::ModelConfig;
+use lse_runtime::model::gguf::{GgufCheckpoint, GgufFile};
 use lse_runtime::model::safetensors_file;
 use lse_runtime::model::weights::parse_shard_index;
 use lse_runtime::perplexity::parse_token_ids;
@@ -242,6 +243,26 @@ fn shard_index_corpus_cases_are_refused_clearly() {
     let e = index("not_string.json").unwrap_err().to_string();
     assert!(
         e.contains("weight_map.a") && e.contains("a file name string"),
+        "{e}"
+    );
+}
+
+/// A GGUF whose `block_count` is 2^33 (found by AFL++) made the config reader allocate a
+/// layer list of that length and abort; it is refused by the bound a config.json's
+/// `num_hidden_layers` has.
+#[test]
+fn gguf_corpus_cases_are_refused_clearly() {
+    let read = |file: &str| {
+        let bytes = std::fs::read(corpus_dir("gguf").join(file)).unwrap();
+        let f = GgufFile::from_bytes(&bytes, Path::new(file)).unwrap();
+        GgufCheckpoint::config_of(&f)
+    };
+    read("qwen35.gguf").unwrap();
+    let e = read("huge_block_count.gguf").unwrap_err().to_string();
+    assert!(
+        e.contains("huge_block_count.gguf")
+            && e.contains("qwen35.block_count")
+            && e.contains("at most 4096 blocks"),
         "{e}"
     );
 }

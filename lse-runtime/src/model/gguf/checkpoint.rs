@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::file::{GgufFile, GgufTensorInfo, GgufValue};
 use super::quants::GgmlType;
-use crate::model::config::{ModelConfig, VHeadOrder};
+use crate::model::config::{ModelConfig, VHeadOrder, MAX_LAYERS};
 use crate::model::error::{ModelError, Result};
 use crate::model::weights::{Blob, Conventions, Entry, WeightStore};
 use crate::ops::Activations;
@@ -191,6 +191,16 @@ fn read_config(f: &GgufFile) -> Result<ModelConfig> {
         }
     };
     let blocks = int("block_count")?;
+    // The layer list below is built from the count: bound it first, as a config.json's
+    // `num_hidden_layers` is (a fuzzed file declaring 2^33 blocks made it allocate 64 GB).
+    if blocks as u64 > MAX_LAYERS {
+        return Err(ModelError::ConfigField {
+            path: f.path().to_path_buf(),
+            field: key("block_count"),
+            expected: format!("at most {MAX_LAYERS} blocks"),
+            found: blocks.to_string(),
+        });
+    }
     let mtp = opt_int("nextn_predict_layers")?.unwrap_or(0);
     let layers = blocks
         .checked_sub(mtp)
