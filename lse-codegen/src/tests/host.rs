@@ -1376,6 +1376,19 @@ fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
     }
 }
 
+/// `(n, m, k)` for the fused K loop tests (16 x 32 tiles, K steps of 32, K up to 160): whole
+/// steps, a partial last step, short rows, short columns, no steps, one value of K.
+const FUSED_K_SHAPES: [(usize, usize, usize); 8] = [
+    (16, 32, 96),
+    (16, 32, 160),
+    (16, 32, 32),
+    (16, 32, 100),
+    (11, 32, 96),
+    (16, 20, 64),
+    (16, 32, 0),
+    (16, 32, 1),
+];
+
 /// A dot's K loop ([`kernels::TILE_FUSED_K_SRC`]) run in one pass per register block where
 /// every step's windows are whole (whole K steps, `n` and `m` filling the tiles) and as
 /// written elsewhere (a partial last step, short rows or columns, no steps) gives the
@@ -1401,16 +1414,7 @@ fn fused_k_loops_match_the_reference_on_every_cpu() {
         .collect();
     let x: Vec<f32> = (0..kmax * 32).map(|i| small(i / 3, 2)).collect();
     let y0: Vec<f32> = (0..16 * 32).map(|i| small(i, 3) * 10.0).collect();
-    for (n, m, kk) in [
-        (16, 32, 96),
-        (16, 32, 160),
-        (16, 32, 32),
-        (16, 32, 100),
-        (11, 32, 96),
-        (16, 20, 64),
-        (16, 32, 0),
-        (16, 32, 1),
-    ] {
+    for (n, m, kk) in FUSED_K_SHAPES {
         let w: Vec<bf16> = w[..16 * kk].to_vec();
         // xp[(k / 2)][c][k % 2] = x[k][c]
         let mut xp = vec![bf16::ZERO; kmax * 32];
@@ -1467,16 +1471,7 @@ fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
     let w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
     let x: Vec<f32> = (0..kmax * 32).map(|i| val(i, 2)).collect();
     let y0: Vec<f32> = (0..16 * 32).map(|i| val(i, 3) * 10.0).collect();
-    for (n, m, kk) in [
-        (16, 32, 96),
-        (16, 32, 160),
-        (16, 32, 32),
-        (16, 32, 100),
-        (11, 32, 96),
-        (16, 20, 64),
-        (16, 32, 0),
-        (16, 32, 1),
-    ] {
+    for (n, m, kk) in FUSED_K_SHAPES {
         let w: Vec<bf16> = w[..16 * kk].to_vec();
         let mut want = y0.clone();
         for r in 0..n {
