@@ -59,11 +59,11 @@
 //!   with `fma` on 16-lane vectors: 4 rows x 64 columns on x86-64-v4 (16 of its 32 zmm
 //!   registers), 6 rows x 16 columns on the AVX2 levels (12 of their 16 ymm registers; a
 //!   4 x 64 block there spilled, and ran at a third of the speed); with both operands read
-//!   in place, a K loop of only their loads and the dot runs fused ([`fused`]). Its bf16 and f16 operand
-//!   tiles, when only dots read them and they load from buffers of their own type, are
-//!   stored widened to f32 (each element widened once per load, not once per register block
-//!   that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster); other 16-bit
-//!   operands are widened as they are read. Every other `tile_dot` is
+//!   in place, a K loop of only their loads and the dot runs fused ([`fused`]). Its bf16 and
+//!   f16 operand tiles, when only dots read them and they load from buffers of their own
+//!   type, are stored widened to f32 (each element widened once per load, not once per
+//!   register block that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster);
+//!   other 16-bit operands are widened as they are read. Every other `tile_dot` is
 //!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
 //!   the products in increasing k with one rounding each, the generated Rust's order, so they
 //!   agree with it bit for bit.
