@@ -247,8 +247,8 @@ fn shard_index_corpus_cases_are_refused_clearly() {
     );
 }
 
-/// A GGUF whose `block_count` is 2^33 (found by AFL++) made the config reader allocate a
-/// layer list of that length and abort; it is refused by the bound a config.json's
+/// A GGUF whose `block_count` is 4,278,190,080 (found by AFL++) made the config reader
+/// allocate a layer list of that length and abort; it is refused by the bound a config.json's
 /// `num_hidden_layers` has.
 #[test]
 fn gguf_corpus_cases_are_refused_clearly() {

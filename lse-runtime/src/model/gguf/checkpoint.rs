@@ -192,7 +192,8 @@ fn read_config(f: &GgufFile) -> Result<ModelConfig> {
     };
     let blocks = int("block_count")?;
     // The layer list below is built from the count: bound it first, as a config.json's
-    // `num_hidden_layers` is (a fuzzed file declaring 2^33 blocks made it allocate 64 GB).
+    // `num_hidden_layers` is (a fuzzed file declaring 4,278,190,080 blocks made it allocate
+    // 64 GB).
     if blocks as u64 > MAX_LAYERS {
         return Err(ModelError::ConfigField {
             path: f.path().to_path_buf(),
