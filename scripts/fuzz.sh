@@ -4,7 +4,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 1800 seconds, every target
 #
-# Targets: kld_base, config_json, token_ids, safetensors, shard_index. Seeds:
+# Targets: kld_base, config_json, token_ids, safetensors, shard_index, gguf. Seeds:
 # fuzz/corpus/<target>.
 # Findings land in fuzz/out/<target>/default/{crashes,hangs}; copy each into the corpus (the
 # test suite replays it, tests/fuzz_parsers.rs) once fixed. Needs `cargo install cargo-afl`
