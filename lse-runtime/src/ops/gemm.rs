@@ -1,9 +1,9 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v5` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v4` for
+//! The LOOM GEMM (`gemm.xwt_<ty>.v7` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v6` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed, in the weight's type and in blocks of 64 of
-//! their rows with pairs of K interleaved, written once per input
-//! (`gemm.transpose_x_<ty>.v2`) into a buffer the device keeps between calls
-//! ([`Device::scratch`]). A weight kept in a ggml block format
+//! their rows with pairs of K interleaved (`gemm.transpose_x_<ty>.v2`), `gemm.xwt_exact`
+//! transposed in f32 in blocks of 64 rows (`gemm.transpose_x_f32.v1`), each written once per
+//! input into a buffer the device keeps between calls ([`Device::scratch`]). A weight kept in a ggml block format
 //! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
 //! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
 //! same f32 products, except that a K-quant weight against Q8_K activations
