@@ -124,12 +124,13 @@ fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: 
 /// widened weight computes it. The model's projections use it: rounding activations to
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM"). A workgroup owns
 /// 128 x 64 of `y`, computed as two 64 x 64 blocks of `yᵀ = w · xᵀ` from `xt`
-/// ([`transpose_x_f32`]'s layout): per K step of 64 the `a` operand is a block of weight
-/// rows as stored and serves both blocks, whose `b` operands are 16 KiB of contiguous `xt`
-/// each; `y` is written transposed once at the end. The host reads both operands in place
-/// and widens each weight element as its dot broadcasts it, so the K loop is only the loads
-/// and the dots and runs fused (`lse-codegen/src/host/tiles/fused.rs`): each register block's
-/// accumulators stay in registers over the whole K. v5 read `x` in place and widened and
+/// ([`transpose_x_f32`]'s layout), one K loop per block: per K step of 64 the `a` operand
+/// is a block of weight rows as stored (the second block's loop reads the same rows again)
+/// and the `b` operand 16 KiB of contiguous `xt`; `y` is written transposed once at the end.
+/// The host reads both operands in place and widens each weight element as its dot
+/// broadcasts it, so each K loop is only the two loads and the dot and runs fused
+/// (`lse-codegen/src/host/tiles/fused.rs`): each register block's accumulators stay in
+/// registers over the whole K. v5 read `x` in place and widened and
 /// transposed the weight block into a tile every step, and loaded and stored its register
 /// blocks' accumulators around every step. Grid: x = ceil(m / 128) row blocks, y = ceil(n /
 /// 64) column blocks (in groups of 8 row blocks, row blocks fastest inside a group, as in
