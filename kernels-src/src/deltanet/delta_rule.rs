@@ -1,36 +1,44 @@
-//! `deltanet.delta_rule.v3`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
+//! `deltanet.delta_rule.v4`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
 //! 64 tokens), continuing from and updating the recurrent state of every value head, from
 //! the per-chunk matrices [`super::delta_prep`] formed.
 //!
 //! The value columns of a head's state `S` (`[dk, dv]`) evolve independently, so one
-//! workgroup takes one value head and a block of 64 value columns, one work-item per column,
-//! and keeps that block of `S` in shared memory for the whole pass; no work-item reads
-//! another's column, so the kernel has no barrier. Per chunk of `n <= 64` rows (the last one
-//! may be short; nothing is padded), with `M`, `e^Γ` and `e^(Γ_last - Γ)` from the prep:
+//! workgroup takes one value head and a block of 64 value columns and keeps that block of `S`
+//! in two 64 x 64 tiles (key rows 0..64 and 64..128) for the whole pass. Per chunk of `n <= 64`
+//! rows (the last one may be short; tile windows zero-pad it), with `M`, `e^Γ` and
+//! `e^(Γ_last - Γ)` from the prep:
 //!
-//! 1. Per row `i` in order, per column: `R_i = β_i (v_i - e^Γ_i k_i · S)`, the forward
-//!    substitution `V_new_i = R_i - Σ_{j<i} L_ij V_new_j` (this solves `(I + L) V_new = R`,
-//!    i.e. `V_new = U - W S` with `U = T diag(β) V`, `W = T diag(β e^Γ) K`, `T = (I + L)^-1`,
-//!    without forming `T` or `W`), then `O_i = e^Γ_i q_i · S + Σ_{j<=i} M[j, i] V_new_j`.
-//! 2. `S = e^Γ_last S + Σ_i e^(Γ_last - Γ_i) k_i V_new_iᵀ`.
+//! 1. `K S` by tile dots into `acc`, stored into the scratch `work` (the chunk's rows of this
+//!    head and column block); then per row `i` in order, one work-item per column, in place:
+//!    `R_i = β_i (v_i - e^Γ_i (K S)_i)` and the forward substitution
+//!    `V_new_i = R_i - Σ_{j<i} L_ij V_new_j` (this solves `(I + L) V_new = R`, i.e.
+//!    `V_new = U - W S` with `U = T diag(β) V`, `W = T diag(β e^Γ) K`, `T = (I + L)^-1`,
+//!    without forming `T` or `W`).
+//! 2. `Q S` by tile dots, stored into `out`; then per row, in place,
+//!    `O_i = e^Γ_i (Q S)_i + Σ_{j<=i} M[j, i] V_new_j`.
+//! 3. `S = e^Γ_last S + (e^(Γ_last - Γ) ⊙ K)ᵀ V_new` by tile dots: per half of `S`, the keys
+//!    loaded transposed and multiplied by a tile whose every row is the decays (a window of
+//!    row stride 0), `V_new` loaded from `work`.
 //!
 //! `q`, `k` and `v` are read in place from the conv output rows. Every accumulation is a
-//! chain of `fma` in increasing index order, so the host code and the generated Rust agree
-//! bit for bit. Shared memory: `128 * 64 + 64 * 64` floats = 48 KiB (the most static shared memory
-//! an NVIDIA block may have). 64 columns, not fewer: the host runs a workgroup's work-items
-//! side by side, so each `fma` chain over `dk` or over the chunk's rows has four vectors in
-//! flight, twice what 32 columns give (the chains are latency-bound).
+//! chain of `fma` in increasing index order, each product formed as v3 formed it (the f32
+//! `tile_dot`'s order on every target, `LOOM.md`), so v4 gives v3's values; the host code
+//! and the generated Rust agree bit for bit. v3 kept `S` and `V_new` in shared arrays and
+//! ran every product as a work-item's own `fma` chain, reading each key and query value from
+//! the rows once per product; here the three products of a chunk run as tile dots, so the
+//! host's register blocks and a GPU's tile lowering take them. Tiles: four 64 x 64 f32, 64 KiB.
 
 use loom::kernel;
 
 /// `qkv`: `[t, cd]` conv output rows `[q: hk dk | k: hk dk | v: hv dv]`, q and k normalised;
 /// `beta`: `[t, hv]`; `mats`, `decay`: [`super::delta_prep`]'s for the same rows; `state`:
-/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`. `dk <= 128`. Grid: x = ceil(dv /
-/// 64), y = hv / hk, z = hk; the workgroup's key head is `z` and its value head
-/// `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped order: value head `h`
-/// reads key head `h / (hv / hk)`), else `h = y * hk + z` (llama.cpp's tiled order, which its
-/// GGUF converter writes: value head `h` reads key head `h % hk`).
-#[kernel(name = "deltanet.delta_rule", version = 3, workgroup = 64)]
+/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`; `work`: scratch, `[t, 64]` per
+/// workgroup.
+/// `dk <= 128`. Grid: x = ceil(dv / 64), y = hv / hk, z = hk; the workgroup's key head is
+/// `z` and its value head `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped
+/// order: value head `h` reads key head `h / (hv / hk)`), else `h = y * hk + z` (llama.cpp's
+/// tiled order, which its GGUF converter writes: value head `h` reads key head `h % hk`).
+#[kernel(name = "deltanet.delta_rule", version = 4, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32; t * cd],
     beta: &[f32; t * num_groups_y() * num_groups_z()],
@@ -38,19 +46,21 @@ fn delta_rule(
     decay: &[f32; num_groups_y() * num_groups_z() * ((t + 63) / 64) * 2 * 64],
     state: &mut [f32; num_groups_y() * num_groups_z() * dk * dv],
     out: &mut [f32; t * num_groups_y() * num_groups_z() * dv],
+    work: &mut [f32; num_groups() * num_groups_y() * num_groups_z() * t * 64],
     t: u32,
     cd: u32,
     dk: u32,
     dv: u32,
     tiled: u32,
 ) {
-    // Chunk length, value columns per workgroup (the workgroup size), largest dk.
+    // Chunk length (and value columns per workgroup, the workgroup size), key rows per half
+    // of `S`.
     const CH: u32 = 64;
-    const DVB: u32 = 64;
-    const MAX_DK: u32 = 128;
-    let s = shared::<f32>(MAX_DK * DVB);
-    let vn = shared::<f32>(CH * DVB);
-    let hk = num_groups_z();
+    const DH: u32 = 64;
+    let s0 = tile::<f32, DH, CH>();
+    let s1 = tile::<f32, DH, CH>();
+    let a = tile::<f32, CH, DH>();
+    let acc = tile::<f32, CH, CH>();
     let hv = num_groups_y() * num_groups_z();
     let h = if tiled == 0 {
         group_id_z() * num_groups_y() + group_id_y()
@@ -59,64 +69,100 @@ fn delta_rule(
     };
     let kq = group_id_z() * dk;
     let kk = (num_groups_z() + group_id_z()) * dk;
-    let c = group_id() * DVB + local_id();
-    for d in 0..dk {
-        s[d * DVB + local_id()] = if c < dv {
-            state[(h * dk + d) * dv + c]
-        } else {
-            0.0
-        };
+    let col0 = group_id() * CH;
+    let c = col0 + local_id();
+    // Row `r` of this head's block of `out` is at `r * out_row + out_block`; `work` holds a
+    // `[t, 64]` block per workgroup (64 columns, so every work-item's column is its own, also
+    // past `dv`), the workgroup's at row `wg * t`.
+    let out_row = hv * dv;
+    let out_block = h * dv + col0;
+    let wg = (group_id_z() * num_groups_y() + group_id_y()) * num_groups() + group_id();
+    let upper = dk > DH;
+    tile_load(s0, state, h * dk * dv + col0, dv, dk, dv - col0);
+    if upper {
+        tile_load(s1, state, (h * dk + DH) * dv + col0, dv, dk - DH, dv - col0);
     }
     for c0 in (0..t).step_by(CH) {
         let n = min(CH, t - c0);
         // This chunk's M and decays.
         let mb = (h * ((t + CH - 1) / CH) + c0 / CH) * CH * CH;
         let db = (h * ((t + CH - 1) / CH) + c0 / CH) * 2 * CH;
+        // This chunk's first row in the workgroup's block of `work`.
+        let first = wg * t + c0;
+        let rows = first * CH;
+        // 1. K S, then the forward substitution in `work`.
+        tile_zero(acc);
+        tile_load(a, qkv, c0 * cd + kk, cd, n, dk);
+        tile_dot(acc, a, s0);
+        if upper {
+            tile_load(a, qkv, c0 * cd + kk + DH, cd, n, dk - DH);
+            tile_dot(acc, a, s1);
+        }
+        tile_store(acc, work, rows, CH, n, CH);
         for i in 0..n {
-            let mut ks = 0.0;
-            let mut qs = 0.0;
-            for d in 0..dk {
-                ks = fma(qkv[(c0 + i) * cd + kk + d], s[d * DVB + local_id()], ks);
-                qs = fma(qkv[(c0 + i) * cd + kq + d], s[d * DVB + local_id()], qs);
-            }
+            let ks = work[(first + i) * CH + local_id()];
             let v = if c < dv {
-                qkv[(c0 + i) * cd + 2 * hk * dk + h * dv + c]
+                qkv[(c0 + i) * cd + 2 * num_groups_z() * dk + h * dv + c]
             } else {
                 0.0
             };
             let mut r = beta[(c0 + i) * hv + h] * (v - decay[db + i] * ks);
             for j in 0..i {
-                r = fma(-mats[mb + i * CH + j], vn[j * DVB + local_id()], r);
+                r = fma(
+                    -mats[mb + i * CH + j],
+                    work[(first + j) * CH + local_id()],
+                    r,
+                );
             }
-            vn[i * DVB + local_id()] = r;
+            work[(first + i) * CH + local_id()] = r;
+        }
+        // 2. Q S, then the outputs in `out`.
+        tile_zero(acc);
+        tile_load(a, qkv, c0 * cd + kq, cd, n, dk);
+        tile_dot(acc, a, s0);
+        if upper {
+            tile_load(a, qkv, c0 * cd + kq + DH, cd, n, dk - DH);
+            tile_dot(acc, a, s1);
+        }
+        tile_store(acc, out, c0 * out_row + out_block, out_row, n, dv - col0);
+        for i in 0..n {
+            let qs = if c < dv {
+                out[c0 * out_row + out_block + i * out_row + local_id()]
+            } else {
+                0.0
+            };
             let mut o = decay[db + i] * qs;
             for j in 0..i + 1 {
-                o = fma(mats[mb + j * CH + i], vn[j * DVB + local_id()], o);
+                o = fma(
+                    mats[mb + j * CH + i],
+                    work[(first + j) * CH + local_id()],
+                    o,
+                );
             }
             if c < dv {
-                out[((c0 + i) * hv + h) * dv + c] = o;
+                out[c0 * out_row + out_block + i * out_row + local_id()] = o;
             }
         }
-        // Two rows of `S` per pass (with an odd `dk` the last pass computes its last row
-        // twice): their chains over the chunk's rows are independent, and one alone waited on
-        // each `fma`'s latency.
-        for d in (0..dk).step_by(2) {
-            let e = min(d + 1, dk - 1);
-            let mut x = decay[db + n - 1] * s[d * DVB + local_id()];
-            let mut y = decay[db + n - 1] * s[e * DVB + local_id()];
-            for i in 0..n {
-                let w = decay[db + CH + i];
-                let u = vn[i * DVB + local_id()];
-                x = fma(w * qkv[(c0 + i) * cd + kk + d], u, x);
-                y = fma(w * qkv[(c0 + i) * cd + kk + e], u, y);
-            }
-            s[d * DVB + local_id()] = x;
-            s[e * DVB + local_id()] = y;
+        // 3. The state: per half, the decayed keys transposed (`acc` holds the decays in
+        // every row while they are multiplied in), then `V_new` into `acc` and the dot.
+        let last = decay[db + n - 1];
+        tile_load(acc, decay, db + CH, 0, CH, n);
+        tile_load_t(a, qkv, c0 * cd + kk, cd, dk, n);
+        tile_mul(a, acc);
+        tile_load(acc, work, rows, CH, n, CH);
+        tile_scale(s0, last);
+        tile_dot(s0, a, acc);
+        if upper {
+            tile_load(acc, decay, db + CH, 0, CH, n);
+            tile_load_t(a, qkv, c0 * cd + kk + DH, cd, dk - DH, n);
+            tile_mul(a, acc);
+            tile_load(acc, work, rows, CH, n, CH);
+            tile_scale(s1, last);
+            tile_dot(s1, a, acc);
         }
     }
-    for d in 0..dk {
-        if c < dv {
-            state[(h * dk + d) * dv + c] = s[d * DVB + local_id()];
-        }
+    tile_store(s0, state, h * dk * dv + col0, dv, dk, dv - col0);
+    if upper {
+        tile_store(s1, state, (h * dk + DH) * dv + col0, dv, dk - DH, dv - col0);
     }
 }

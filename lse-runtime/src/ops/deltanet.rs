@@ -1,5 +1,5 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v3`,
-//! `deltanet.gates.v2`, `deltanet.delta_prep.v3` with `deltanet.delta_rule.v3`,
+//! `deltanet.gates.v2`, `deltanet.delta_prep.v3` with `deltanet.delta_rule.v4`,
 //! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
@@ -237,7 +237,8 @@ pub fn deltanet_gates<'a>(
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
 /// every chunk at once (`deltanet.delta_prep.v3`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
-/// (`deltanet.delta_rule.v3`).
+/// (`deltanet.delta_rule.v4`, with `t · hv · dv` floats of scratch, `dv` rounded up to a
+/// multiple of 64, for its intermediate products).
 pub fn delta_rule_chunked<'a>(
     dev: &Device,
     shape: &GdnShape,
@@ -249,7 +250,7 @@ pub fn delta_rule_chunked<'a>(
 ) -> Result<(), OpError> {
     let (qkv, beta, g) = (qkv.into(), beta.into(), g.into());
     let (state, out) = (state.into(), out.into());
-    const OP: &str = "deltanet.delta_rule.v3";
+    const OP: &str = "deltanet.delta_rule.v4";
     let cd = shape.check(OP)?;
     let t = qkv.len() / cd;
     shape.check_rows(OP, t)?;
@@ -268,6 +269,10 @@ pub fn delta_rule_chunked<'a>(
     // The per-chunk matrices stay in the device's memory between the two kernels.
     let mut mats = dev.scratch::<f32>(mats_len)?;
     let mut decay = dev.scratch::<f32>(shape.hv * chunks * 2 * CHUNK)?;
+    // The rule's intermediate products: [t, hv, dv rounded up to whole column blocks].
+    let work_len = t * shape.hv * shape.dv.next_multiple_of(VALUE_BLOCK);
+    to_u32(OP, "t * hv * dv", work_len)?;
+    let mut work = dev.scratch::<f32>(work_len)?;
     let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
     let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
     let tiled = u32::from(shape.v_order == VHeadOrder::Tiled);
@@ -291,6 +296,7 @@ pub fn delta_rule_chunked<'a>(
         decay: decay.view(),
         state,
         out,
+        work: work.view_mut(),
         t,
         cd,
         dk,

@@ -408,6 +408,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         delta((1, 2, 17, 8), &[70], true, false),
         // Qwen3.5's head sizes.
         delta((1, 2, 128, 128), &[100], true, false),
+        // The state's second half of key rows: partial (dk 96, 65) or absent (dk 64), with a
+        // second, partial block of value columns (dv 72, 130) and a short last chunk.
+        delta((1, 2, 96, 72), &[130], true, false),
+        delta((2, 4, 65, 64), &[70], true, true),
+        delta((1, 2, 64, 130), &[64, 7], true, false),
     ]);
     // llama.cpp's tiled value-head order: value head h reads key head h % hk.
     deltas.extend(
