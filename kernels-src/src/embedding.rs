@@ -22,7 +22,7 @@ fn embed_tokens<E>(
     }
 }
 
-/// [`embed_tokens`] on a table that stays in a ggml block format: `table` holds the tensor's
+/// `embed_tokens` on a table that stays in a ggml block format: `table` holds the tensor's
 /// bytes as little-endian `u32` words (rows of `hidden / QK` blocks), each value dequantized
 /// as ggml's `dequantize_row_*` does; `format` (uniform): 0 = Q8_0, 1 = Q4_K, 2 = Q5_K,
 /// 3 = Q6_K, 4 = Q4_0, 5 = Q4_1, 6 = Q5_0, 7 = Q5_1 (`gemm_quant.rs` reads the same bytes the
@@ -126,7 +126,7 @@ fn embed_tokens_q(
     }
 }
 
-/// [`embed_tokens`] on a table in mlx's affine quantization (`gemm_mlx.rs`): `table` holds
+/// `embed_tokens` on a table in mlx's affine quantization (`gemm_mlx.rs`): `table` holds
 /// `bits`-bit values (4 or 8, uniform) packed into little-endian `u32` words, rows of
 /// `hidden · bits / 32` words; `scales` and `biases` (`[vocab, hidden / group]`, `W`) give
 /// value `j` of a row as `mx.dequantize` does, `W(W(s · q) + b)`, the roundings through tiles

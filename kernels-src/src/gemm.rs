@@ -1,9 +1,9 @@
 //! The GEMM every projection uses: `y = x · wᵀ` (+ `y` when `accumulate` is 1), with `x`
 //! `[m, k]` activations, `w` `[n, k]` in its stored dtype and `y` `[m, n]` f32. `gemm.xwt`
 //! takes the activations transposed and in the weight's type, in blocks of 64 rows of `x`
-//! with each two K interleaved (`xp`, see [`transpose_x`], written once per GEMM);
+//! with each two K interleaved (`xp`, see `transpose_x`, written once per GEMM);
 //! `gemm.xwt_exact` takes f32 activations (transposed, in blocks of 64 rows of `x`: `xt`, see
-//! [`transpose_x_f32`]) against a weight of any of the three types.
+//! `transpose_x_f32`) against a weight of any of the three types.
 //!
 //! Both are written once with tiles (`LOOM.md`, "Tiles"). `gemm.xwt` runs one 64 x 64
 //! accumulator per workgroup over K steps of 128 (48 KiB of GPU shared memory);
@@ -87,7 +87,7 @@ fn gemm_xwt<W>(
 /// `xp` = `xᵀ` converted to `W` (round to nearest even), for `x` `[m, k]` f32, laid out
 /// `[ceil(m / 64), ceil(k / 2), 64, 2]`: `x[c][2i + j]` at `xp[c / 64][i][c % 64][j]`, so a
 /// block of 64 rows of `x` is contiguous with each two K interleaved (padding for an odd `k`
-/// or a last block of fewer than 64 rows is not written). The activations of [`gemm_xwt`],
+/// or a last block of fewer than 64 rows is not written). The activations of `gemm_xwt`,
 /// rounded and transposed once per GEMM instead of once per column block of `y`, in the
 /// layout its dots read. Grid: x = ceil(k / 64), y = ceil(m / 64).
 #[kernel(name = "gemm.transpose_x", version = 2, workgroup = 64, elem = [bf16, f16])]
@@ -109,7 +109,7 @@ fn transpose_x<W>(
 /// `xt` = `xᵀ` for `x` `[m, k]` f32, laid out `[ceil(m / 64), k, 64]`: `x[c][j]` at
 /// `xt[c / 64][j][c % 64]`, so the K rows of a block of 64 rows of `x` are contiguous 256-byte
 /// rows (the padding of a last block of fewer than 64 rows is not written). The activations
-/// of [`gemm_xwt_exact`], transposed once per input. Grid: x = ceil(k / 64), y = ceil(m / 64).
+/// of `gemm_xwt_exact`, transposed once per input. Grid: x = ceil(k / 64), y = ceil(m / 64).
 #[kernel(name = "gemm.transpose_x_f32", version = 1, workgroup = 64)]
 fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: u32, k: u32) {
     let t = tile::<f32, 64, 64>();
@@ -119,12 +119,12 @@ fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: 
     tile_store(t, xt, m0 * k + k0 * 64, 64, k - k0, m - m0);
 }
 
-/// [`gemm_xwt`] with f32 products: the weight is widened to f32 (exactly) and the
+/// `gemm_xwt` with f32 products: the weight is widened to f32 (exactly) and the
 /// activations stay f32, so every product is rounded once by `fma`, as an f32 SGEMM on the
 /// widened weight computes it. The model's projections use it: rounding activations to
 /// bf16 moves perplexity measurably (README, "Numerics of the GEMM"). A workgroup owns
 /// 128 x 64 of `y`, computed as two 64 x 64 blocks of `yᵀ = w · xᵀ` from `xt`
-/// ([`transpose_x_f32`]'s layout), one K loop per block: per K step of 64 the `a` operand
+/// (`transpose_x_f32`'s layout), one K loop per block: per K step of 64 the `a` operand
 /// is a block of weight rows as stored (the second block's loop reads the same rows again)
 /// and the `b` operand 16 KiB of contiguous `xt`; `y` is written transposed once at the end.
 /// The host reads both operands in place and widens each weight element as its dot
@@ -134,7 +134,7 @@ fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: 
 /// transposed the weight block into a tile every step, and loaded and stored its register
 /// blocks' accumulators around every step. Grid: x = ceil(m / 128) row blocks, y = ceil(n /
 /// 64) column blocks (in groups of 8 row blocks, row blocks fastest inside a group, as in
-/// [`gemm_xwt`]).
+/// `gemm_xwt`).
 #[kernel(name = "gemm.xwt_exact", version = 6, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
     xt: &[f32; (m + 63) / 64 * k * 64],

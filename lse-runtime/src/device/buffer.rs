@@ -127,7 +127,7 @@ fn byte_len<T: Elem>(len: usize) -> Result<usize, BufError> {
 impl Device {
     /// A zeroed buffer of `len` elements in this device's memory. Host memory comes from the
     /// allocator's zeroed pages, so elements never written cost no memory; its first element
-    /// is on a [`HOST_ALIGN`] boundary (up to that many bytes more are allocated for it).
+    /// is on a 64-byte boundary (up to that many bytes more are allocated for it).
     pub fn alloc<T: Elem + bytemuck::Zeroable>(
         &self,
         len: usize,

@@ -33,7 +33,7 @@ impl KvStore {
     }
 }
 
-/// Keys and values of one full-attention layer: layout [token][kv head][head_dim], in the
+/// Keys and values of one full-attention layer: layout `[token][kv head][head_dim]`, in the
 /// cache dtype, as the attention kernels read them, in the device's memory.
 pub struct KvCache {
     capacity: usize,
@@ -118,7 +118,7 @@ impl KvCache {
 pub struct LinearState {
     /// The last Kc−1 pre-conv rows of the qkv projection, oldest first: [(Kc−1), conv_dim].
     pub conv: DeviceBuf<f32>,
-    /// Recurrent state per value head, [Hv][dk][dv], f32.
+    /// Recurrent state per value head, `[Hv][dk][dv]`, f32.
     pub recurrent: DeviceBuf<f32>,
 }
 

@@ -1,4 +1,4 @@
-//! GGUF model files (llama.cpp's format): the container ([`file`]) and ggml's block
+//! GGUF model files (llama.cpp's format): the container ([`file`](mod@file)) and ggml's block
 //! quantizations ([`quants`]), so quantized weights can be read and dequantized exactly as
 //! llama.cpp's reference code does.
 //!
