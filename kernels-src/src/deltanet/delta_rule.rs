@@ -8,8 +8,8 @@
 //! rows (the last one may be short; tile windows zero-pad it), with `M`, `e^Γ` and
 //! `e^(Γ_last - Γ)` from the prep:
 //!
-//! 1. `K S` by tile dots into `acc`, stored into the scratch `work` (the chunk's rows of this
-//!    head and column block); then per row `i` in order, one work-item per column, in place:
+//! 1. `K S` by tile dots into `acc`, stored into the workgroup's 64 x 64 block of the scratch
+//!    `work`; then per row `i` in order, one work-item per column, in place:
 //!    `R_i = β_i (v_i - e^Γ_i (K S)_i)` and the forward substitution
 //!    `V_new_i = R_i - Σ_{j<i} L_ij V_new_j` (this solves `(I + L) V_new = R`, i.e.
 //!    `V_new = U - W S` with `U = T diag(β) V`, `W = T diag(β e^Γ) K`, `T = (I + L)^-1`,
@@ -32,7 +32,7 @@ use loom::kernel;
 
 /// `qkv`: `[t, cd]` conv output rows `[q: hk dk | k: hk dk | v: hv dv]`, q and k normalised;
 /// `beta`: `[t, hv]`; `mats`, `decay`: [`super::delta_prep`]'s for the same rows; `state`:
-/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`; `work`: scratch, `[t, 64]` per
+/// `[hv, dk, dv]`, read and updated; `out`: `[t, hv, dv]`; `work`: scratch, 64 x 64 per
 /// workgroup.
 /// `dk <= 128`. Grid: x = ceil(dv / 64), y = hv / hk, z = hk; the workgroup's key head is
 /// `z` and its value head `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped
@@ -46,7 +46,7 @@ fn delta_rule(
     decay: &[f32; num_groups_y() * num_groups_z() * ((t + 63) / 64) * 2 * 64],
     state: &mut [f32; num_groups_y() * num_groups_z() * dk * dv],
     out: &mut [f32; t * num_groups_y() * num_groups_z() * dv],
-    work: &mut [f32; num_groups() * num_groups_y() * num_groups_z() * t * 64],
+    work: &mut [f32; num_groups() * num_groups_y() * num_groups_z() * 64 * 64],
     t: u32,
     cd: u32,
     dk: u32,
@@ -72,11 +72,11 @@ fn delta_rule(
     let col0 = group_id() * CH;
     let c = col0 + local_id();
     // Row `r` of this head's block of `out` is at `r * out_row + out_block`; `work` holds a
-    // `[t, 64]` block per workgroup (64 columns, so every work-item's column is its own, also
-    // past `dv`), the workgroup's at row `wg * t`.
+    // 64 x 64 block per workgroup for the chunk at hand (64 columns, so every work-item's
+    // column is its own, also past `dv`), the workgroup's from row `first`.
     let out_row = hv * dv;
     let out_block = h * dv + col0;
-    let wg = (group_id_z() * num_groups_y() + group_id_y()) * num_groups() + group_id();
+    let first = ((group_id_z() * num_groups_y() + group_id_y()) * num_groups() + group_id()) * CH;
     let upper = dk > DH;
     tile_load(s0, state, h * dk * dv + col0, dv, dk, dv - col0);
     if upper {
@@ -87,9 +87,6 @@ fn delta_rule(
         // This chunk's M and decays.
         let mb = (h * ((t + CH - 1) / CH) + c0 / CH) * CH * CH;
         let db = (h * ((t + CH - 1) / CH) + c0 / CH) * 2 * CH;
-        // This chunk's first row in the workgroup's block of `work`.
-        let first = wg * t + c0;
-        let rows = first * CH;
         // 1. K S, then the forward substitution in `work`.
         tile_zero(acc);
         tile_load(a, qkv, c0 * cd + kk, cd, n, dk);
@@ -98,7 +95,7 @@ fn delta_rule(
             tile_load(a, qkv, c0 * cd + kk + DH, cd, n, dk - DH);
             tile_dot(acc, a, s1);
         }
-        tile_store(acc, work, rows, CH, n, CH);
+        tile_store(acc, work, first * CH, CH, n, CH);
         for i in 0..n {
             let ks = work[(first + i) * CH + local_id()];
             let v = if c < dv {
@@ -149,14 +146,14 @@ fn delta_rule(
         tile_load(acc, decay, db + CH, 0, CH, n);
         tile_load_t(a, qkv, c0 * cd + kk, cd, dk, n);
         tile_mul(a, acc);
-        tile_load(acc, work, rows, CH, n, CH);
+        tile_load(acc, work, first * CH, CH, n, CH);
         tile_scale(s0, last);
         tile_dot(s0, a, acc);
         if upper {
             tile_load(acc, decay, db + CH, 0, CH, n);
             tile_load_t(a, qkv, c0 * cd + kk + DH, cd, dk - DH, n);
             tile_mul(a, acc);
-            tile_load(acc, work, rows, CH, n, CH);
+            tile_load(acc, work, first * CH, CH, n, CH);
             tile_scale(s1, last);
             tile_dot(s1, a, acc);
         }

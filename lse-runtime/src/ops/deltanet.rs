@@ -15,7 +15,7 @@ use crate::device::{DevSlice, DevSliceMut, Device};
 /// the state in shared memory. Qwen3.5's is 128.
 pub const MAX_KEY_HEAD_DIM: usize = 128;
 
-/// Value columns per delta-rule workgroup (the kernel's `DVB`).
+/// Value columns per delta-rule workgroup (the kernel's workgroup size).
 const VALUE_BLOCK: usize = 64;
 
 /// Rows per chunk of the chunked delta rule (the kernels' `CH`; as in transformers, FLA and
@@ -237,8 +237,8 @@ pub fn deltanet_gates<'a>(
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
 /// every chunk at once (`deltanet.delta_prep.v3`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
-/// (`deltanet.delta_rule.v4`, with `t · hv · dv` floats of scratch, `dv` rounded up to a
-/// multiple of 64, for its intermediate products).
+/// (`deltanet.delta_rule.v4`, with 64 x 64 floats of scratch per workgroup for its
+/// intermediate products).
 pub fn delta_rule_chunked<'a>(
     dev: &Device,
     shape: &GdnShape,
@@ -269,10 +269,9 @@ pub fn delta_rule_chunked<'a>(
     // The per-chunk matrices stay in the device's memory between the two kernels.
     let mut mats = dev.scratch::<f32>(mats_len)?;
     let mut decay = dev.scratch::<f32>(shape.hv * chunks * 2 * CHUNK)?;
-    // The rule's intermediate products: [t, hv, dv rounded up to whole column blocks].
-    let work_len = t * shape.hv * shape.dv.next_multiple_of(VALUE_BLOCK);
-    to_u32(OP, "t * hv * dv", work_len)?;
-    let mut work = dev.scratch::<f32>(work_len)?;
+    // The rule's intermediate products: 64 x 64 floats per workgroup.
+    let blocks = shape.dv.div_ceil(VALUE_BLOCK) * shape.hv;
+    let mut work = dev.scratch::<f32>(blocks * CHUNK * VALUE_BLOCK)?;
     let (t, cd, dk, dv) = (t as u32, cd as u32, shape.dk as u32, shape.dv as u32);
     let (groups, hk) = ((shape.hv / shape.hk) as u32, shape.hk as u32);
     let tiled = u32::from(shape.v_order == VHeadOrder::Tiled);
