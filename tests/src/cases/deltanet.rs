@@ -413,6 +413,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         delta((1, 2, 96, 72), &[130], true, false),
         delta((2, 4, 65, 64), &[70], true, true),
         delta((1, 2, 64, 130), &[64, 7], true, false),
+        // One key or value dimension.
+        delta((1, 1, 1, 1), &[1, 65], true, false),
+        delta((1, 1, 128, 1), &[66], true, true),
+        delta((1, 1, 1, 200), &[3], true, false),
     ]);
     // llama.cpp's tiled value-head order: value head h reads key head h % hk.
     deltas.extend(
