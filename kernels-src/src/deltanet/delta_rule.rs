@@ -22,8 +22,9 @@
 //!
 //! `q`, `k` and `v` are read in place from the conv output rows. Every accumulation is a
 //! chain of `fma` in increasing index order, each product formed as v3 formed it (the f32
-//! `tile_dot`'s order on every target, `LOOM.md`), so v4 gives v3's values; the host code
-//! and the generated Rust agree bit for bit. v3 kept `S` and `V_new` in shared arrays and
+//! `tile_dot`'s order on every target, `LOOM.md`), so v4 gives v3's values (but for the sign
+//! of a zero: the zero padding of a short chunk adds `0 · 0`, which turns a -0 into +0); the
+//! host code and the generated Rust agree bit for bit. v3 kept `S` and `V_new` in shared arrays and
 //! ran every product as a work-item's own `fma` chain, reading each key and query value from
 //! the rows once per product; here the three products of a chunk run as tile dots, so the
 //! host's register blocks and a GPU's tile lowering take them. Tiles: four 64 x 64 f32, 64 KiB.

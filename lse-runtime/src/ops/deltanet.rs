@@ -12,7 +12,7 @@ use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
 
 /// Largest key head dim (`dk`) the delta rule takes: its kernel keeps a `dk x 64` block of
-/// the state in shared memory. Qwen3.5's is 128.
+/// the state in two 64 x 64 tiles. Qwen3.5's is 128.
 pub const MAX_KEY_HEAD_DIM: usize = 128;
 
 /// Value columns per delta-rule workgroup (the kernel's workgroup size).

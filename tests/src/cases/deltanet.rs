@@ -404,7 +404,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         // dk != dv with dv over 32 (a second, partial value block), dk not a power of two.
         delta((2, 4, 24, 40), &[70], true, true),
         delta((2, 4, 24, 40), &[33, 37], true, false),
-        // An odd dk: the state update's last pass has one row of S, not two.
+        // An odd dk (v3's state update took two rows of S per pass).
         delta((1, 2, 17, 8), &[70], true, false),
         // Qwen3.5's head sizes.
         delta((1, 2, 128, 128), &[100], true, false),
