@@ -3,13 +3,13 @@
 //! `gemm.xwt` takes the activations transposed, in the weight's type and in blocks of 64 of
 //! their rows with pairs of K interleaved (`gemm.transpose_x_<ty>.v2`), `gemm.xwt_exact`
 //! transposed in f32 in blocks of 64 rows (`gemm.transpose_x_f32.v1`), each written once per
-//! input into a buffer the device keeps between calls ([`Device::scratch`]). A weight kept in a ggml block format
-//! ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0, q4_1, q5_0, q5_1, q8_0,
-//! q4_k, q5_k, q6_k), which dequantizes each K step's block into shared memory and takes the
-//! same f32 products, except that a K-quant weight against Q8_K activations
-//! ([`Activations::Q8K`], how a GGUF model runs) takes the integer GEMM (`super::gemm_int`);
-//! one in mlx's affine quantization ([`super::AffineView`]) goes through
-//! `gemm.xwt_mlx<b>_<ty>.v1` (b = 4, 8; ty = the scales' dtype) the same way.
+//! input into a buffer the device keeps between calls ([`Device::scratch`]). A weight kept
+//! in a ggml block format ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0,
+//! q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k), which dequantizes each K step's block into
+//! shared memory and takes the same f32 products, except that a K-quant weight against Q8_K
+//! activations ([`Activations::Q8K`], how a GGUF model runs) takes the integer GEMM
+//! (`super::gemm_int`); one in mlx's affine quantization ([`super::AffineView`]) goes
+//! through `gemm.xwt_mlx<b>_<ty>.v1` (b = 4, 8; ty = the scales' dtype) the same way.
 
 use half::{bf16, f16};
 use lse_kernels::act_quant::{q8_0, q8_k};

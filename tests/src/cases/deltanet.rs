@@ -401,7 +401,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         delta((1, 2, 16, 8), &[1, 64, 3, 82], true, true),
         delta((1, 2, 16, 8), &[150], true, false),
         delta((1, 2, 16, 8), &[50, 100], true, false),
-        // dk != dv with dv over 32 (a second, partial value block), dk not a power of two.
+        // dk != dv with a partial block of value columns, dk not a power of two.
         delta((2, 4, 24, 40), &[70], true, true),
         delta((2, 4, 24, 40), &[33, 37], true, false),
         // An odd dk (v3's state update took two rows of S per pass).
