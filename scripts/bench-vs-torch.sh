@@ -11,8 +11,9 @@
 # /work/torchvenv/bin/python, else python3), THREADS (2), TEXT (data/wikitext-2-raw/wiki.test.raw),
 # RUNS ("512:4 8192:1", ctx:chunks pairs), ROUNDS (1: with R > 1 each run is repeated R times,
 # lse and PyTorch alternating, and a line after its rows gives both medians and the ratio of
-# medians, for machines whose speed changes between runs). Without torch the PyTorch column
-# says so.
+# medians, for machines whose speed changes between runs), LSE_ARGS (more `lse perplexity`
+# options, split on spaces, e.g. "--gemm-activations weight-dtype"). Without torch the PyTorch
+# column says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -20,6 +21,7 @@ THREADS="${THREADS:-2}"
 TEXT="${TEXT:-data/wikitext-2-raw/wiki.test.raw}"
 RUNS="${RUNS:-512:4 8192:1}"
 ROUNDS="${ROUNDS:-1}"
+read -r -a lse_args <<< "${LSE_ARGS:-}"
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "bench-vs-torch: ROUNDS must be a positive integer, not '$ROUNDS'" >&2; exit 1; }
 PYTHON="${PYTHON:-/work/torchvenv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
@@ -52,7 +54,7 @@ for run in $RUNS; do
         RAYON_NUM_THREADS="$THREADS" /usr/bin/time -v -o "$work/lse.time" "$LSE" perplexity \
             --model "$MODEL" --perplexity "$TEXT" --perplexity-ctx "$ctx" \
             --perplexity-chunks "$chunks" --batch-size "$ctx" --ubatch-size "$ctx" \
-            --kv-len "$ctx" --perplexity-output "$work/lse.json" > /dev/null 2> "$work/lse.err" \
+            --kv-len "$ctx" "${lse_args[@]}" --perplexity-output "$work/lse.json" > /dev/null 2> "$work/lse.err" \
             || { cat "$work/lse.err" >&2; exit 1; }
         lse_tps="$(jq -r '.prefill_tokens_per_second' "$work/lse.json")"
         lse_ppl="$(jq -r '.perplexity' "$work/lse.json")"

@@ -9,7 +9,7 @@ use lse_runtime::device::Pool;
 use lse_runtime::ops::FlashPrefillParams;
 use lse_runtime::perplexity::{
     check_request, effective_settings, parse_token_ids, Engine, EngineSettings, FlashPrefill,
-    Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
+    GemmActivations, Input, KvDtype, Request, DEFAULT_FLASHPREFILL_MIN_KV_LEN,
 };
 use lse_runtime::scoring::{self, Method};
 
@@ -33,6 +33,12 @@ pub enum KvDtypeArg {
     Bf16,
     F16,
     F32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum GemmActivationsArg {
+    Reference,
+    WeightDtype,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -64,6 +70,12 @@ pub struct PerplexityArgs {
     /// KV cache element type.
     #[arg(long, value_enum, default_value = "bf16")]
     kv_cache_dtype: KvDtypeArg,
+    /// How activations meet 16-bit float weights in the matrix products: reference (as the
+    /// checkpoint's reference computes: f32 for a Hugging Face or MLX directory, llama.cpp's
+    /// rules for a GGUF file) or weight-dtype (rounded to a bf16/f16 weight's dtype, as
+    /// llama.cpp does: faster on CPUs with AVX512-BF16 or AMX).
+    #[arg(long, value_enum, default_value = "reference")]
+    gemm_activations: GemmActivationsArg,
     /// KV cache capacity in tokens; each chunk or window must fit.
     #[arg(long, default_value_t = 8192)]
     kv_len: usize,
@@ -239,6 +251,10 @@ fn settings(args: &PerplexityArgs) -> EngineSettings {
         KvDtypeArg::Bf16 => KvDtype::Bf16,
         KvDtypeArg::F16 => KvDtype::F16,
         KvDtypeArg::F32 => KvDtype::F32,
+    };
+    settings.gemm_activations = match args.gemm_activations {
+        GemmActivationsArg::Reference => GemmActivations::Reference,
+        GemmActivationsArg::WeightDtype => GemmActivations::WeightDtype,
     };
     settings.kv_len = args.kv_len;
     settings.flash_prefill = match args.flash_prefill_v2 {

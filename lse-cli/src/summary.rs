@@ -85,13 +85,17 @@ pub fn run_summary(r: &PerplexityReport) -> String {
     let c = &r.config;
     let _ = writeln!(
         s,
-        "{} prefill tokens in {:.2} s: {:.1} tokens/s on {}, prefill attention {}, KV cache {}",
+        "{} prefill tokens in {:.2} s: {:.1} tokens/s on {}, prefill attention {}, KV cache {}{}",
         r.prefill_tokens,
         r.elapsed_seconds,
         r.prefill_tokens_per_second,
         c.device_arch,
         c.prefill_attention,
-        c.kv_cache_dtype
+        c.kv_cache_dtype,
+        match &c.gemm_activations {
+            Some(a) => format!(", GEMM activations {a}"),
+            None => String::new(),
+        }
     );
     s
 }

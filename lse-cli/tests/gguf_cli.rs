@@ -1,6 +1,7 @@
 //! `lse perplexity` on GGUF files that llama.cpp's converter and quantizer made
 //! (`tests/goldens/make_gguf_models.py`), against the perplexities `llama-perplexity` computed
-//! on the same files, text and windows (`tests/data/gguf/wide.llama-perplexity.json`).
+//! on the same files, text and windows (`tests/data/gguf/wide.llama-perplexity.json`), and
+//! against the Hugging Face checkpoints they were converted from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,4 +74,98 @@ fn quantized_gguf_files_score_as_llama_perplexity_does() {
         assert!(rel < 2e-3, "{file}: lse {got} vs llama-perplexity {want}");
         assert_eq!(report["windows_scored"], 8, "{file}");
     }
+}
+
+/// `lse perplexity` on `model` over `tokens` (ctx 128, an f32 KV cache) with
+/// `--gemm-activations act`; the parsed report.
+fn score_tokens(model: &Path, tokens: &Path, act: &str, out: &Path) -> Value {
+    let run = Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(["perplexity", "--model"])
+        .arg(model)
+        .arg("--perplexity-tokens")
+        .arg(tokens)
+        .args([
+            "--perplexity-ctx",
+            "128",
+            "--batch-size",
+            "128",
+            "--kv-cache-dtype",
+            "f32",
+            "--gemm-activations",
+            act,
+            "--quiet",
+            "--perplexity-output",
+        ])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{} {act}: {}",
+        model.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
+/// Each window's NLL sum relative to the same window's in `base`, smallest first.
+fn window_gaps(run: &Value, base: &Value) -> Vec<f64> {
+    let sums = |r: &Value| -> Vec<f64> {
+        r["windows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["nll_sum"].as_f64().unwrap())
+            .collect()
+    };
+    let mut gaps: Vec<f64> = sums(run)
+        .iter()
+        .zip(sums(base))
+        .map(|(x, y)| (x - y).abs() / y.abs())
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    gaps
+}
+
+/// `--gemm-activations weight-dtype` makes a Hugging Face bf16 checkpoint score as its llama.cpp
+/// BF16 conversion does (activations rounded to bf16 before every product with a bf16 weight,
+/// ggml's rule). Not bit for bit in every window: the conversion reorders the DeltaNet value
+/// heads, so `out_proj` sums its inputs in another order, and a one-ulp change that flips an
+/// activation's bf16 rounding is amplified by these random weights. So the test takes the
+/// median window of nine: observed (2026-12-05, host levels x86-64 to x86-64-v4-bf16) seven
+/// windows bit for bit with weight-dtype, a median of 5.9e-4 with the default's f32 products;
+/// the bounds are 1e-5 and 1e-4.
+/// The option leaves a GGUF file's own rule as it was.
+#[test]
+fn weight_dtype_activations_score_a_bf16_checkpoint_as_its_llama_cpp_conversion() {
+    let data = repo().join("tests/data");
+    let hf = data.join("models/dense_untied_bf16");
+    let gguf = data.join("gguf/dense_untied_bf16-bf16.gguf");
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    // Nine windows of 128 ids below the model's vocabulary of 512, from a linear
+    // congruential generator.
+    let mut state = 12_345u32;
+    let ids: Vec<u32> = (0..9 * 128)
+        .map(|_| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 16) % 512
+        })
+        .collect();
+    std::fs::write(&tokens, serde_json::to_string(&ids).unwrap()).unwrap();
+    let out = dir.path().join("out.json");
+    let hf_rounded = score_tokens(&hf, &tokens, "weight-dtype", &out);
+    let hf_reference = score_tokens(&hf, &tokens, "reference", &out);
+    let gguf_reference = score_tokens(&gguf, &tokens, "reference", &out);
+    let gguf_rounded = score_tokens(&gguf, &tokens, "weight-dtype", &out);
+
+    assert_eq!(hf_rounded["config"]["gemm_activations"], "weight-dtype");
+    assert!(hf_reference["config"].get("gemm_activations").is_none());
+    assert_eq!(hf_rounded["windows_scored"], 9);
+    let rounded = window_gaps(&hf_rounded, &gguf_reference);
+    let reference = window_gaps(&hf_reference, &gguf_reference);
+    println!("against the BF16 file: weight-dtype {rounded:?}, reference {reference:?}");
+    assert!(rounded[4] < 1e-5, "weight-dtype: {rounded:?}");
+    assert!(reference[4] > 1e-4, "reference: {reference:?}");
+    assert_eq!(window_gaps(&gguf_rounded, &gguf_reference), [0.0; 9]);
 }

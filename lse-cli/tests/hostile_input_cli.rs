@@ -552,6 +552,35 @@ fn argument_checks_come_before_the_model_and_the_text() {
     }
 }
 
+/// A value outside an option's set is a usage error (clap's exit status 2) that lists the
+/// values, before anything is read.
+#[test]
+fn option_values_outside_their_set_are_usage_errors_listing_the_values() {
+    for (option, value, values) in [
+        ("--gemm-activations", "bf16", "reference, weight-dtype"),
+        ("--kv-cache-dtype", "q8_0", "bf16, f16, f32"),
+    ] {
+        let out = lse(&[
+            "perplexity",
+            "--model",
+            "/nonexistent/model",
+            "--perplexity",
+            "/nonexistent/text",
+            option,
+            value,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {err}");
+        assert!(out.stdout.is_empty(), "{option} {value}");
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{option}"))
+                && err.contains(&format!("[possible values: {values}]"))
+                && !err.contains("/nonexistent"),
+            "{option} {value}: {err}"
+        );
+    }
+}
+
 #[test]
 fn unclear_messages_are_clear() {
     let dir = tempfile::tempdir().unwrap();

@@ -187,6 +187,12 @@ fn report_page_is_self_contained_and_its_numbers_are_the_runs() {
             run["config"]["kv_cache_dtype"].as_str().unwrap()
         );
         assert_eq!(
+            cells("gemm_activations")[i],
+            run["config"]["gemm_activations"]
+                .as_str()
+                .unwrap_or("reference")
+        );
+        assert_eq!(
             cells("device_arch")[i],
             run["config"]["device_arch"].as_str().unwrap()
         );

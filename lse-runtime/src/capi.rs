@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::device::Pool;
+use crate::model::GemmActivations;
 use crate::perplexity::{Engine, EngineSettings, FlashPrefill, Input, KvDtype, Request, Silent};
 use crate::scoring::Method;
 
@@ -30,6 +31,7 @@ struct EngineConfig {
     ubatch_size: Option<usize>,
     kv_len: Option<usize>,
     kv_cache_dtype: Option<KvDtype>,
+    gemm_activations: Option<GemmActivations>,
     flash_prefill_v2: Option<FlashPrefill>,
     prefill_attention_scale: Option<f32>,
     flashprefill_block_size: Option<usize>,
@@ -77,6 +79,7 @@ fn settings_from_json(json: &str) -> Result<EngineSettings, Failure> {
     s.ubatch_size = c.ubatch_size.unwrap_or(s.ubatch_size);
     s.kv_len = c.kv_len.unwrap_or(s.kv_len);
     s.kv_cache_dtype = c.kv_cache_dtype.unwrap_or(s.kv_cache_dtype);
+    s.gemm_activations = c.gemm_activations.unwrap_or(s.gemm_activations);
     s.flash_prefill = c.flash_prefill_v2.unwrap_or(s.flash_prefill);
     let fp = &mut s.flashprefill;
     fp.alpha = c.prefill_attention_scale.unwrap_or(fp.alpha);
@@ -300,5 +303,26 @@ mod tests {
         };
         assert_eq!(s.flashprefill, want);
         assert_eq!(s.flashprefill_min_kv_len, 9000);
+    }
+
+    #[test]
+    fn engine_config_reads_gemm_activations_and_names_a_bad_value() {
+        let s = |json: &str| settings_from_json(json).map(|s| s.gemm_activations);
+        assert!(matches!(
+            s(r#"{"model":"m"}"#),
+            Ok(GemmActivations::Reference)
+        ));
+        assert!(matches!(
+            s(r#"{"model":"m","gemm_activations":"weight-dtype"}"#),
+            Ok(GemmActivations::WeightDtype)
+        ));
+        let Err(Failure(code, msg)) = s(r#"{"model":"m","gemm_activations":"bf16"}"#) else {
+            panic!()
+        };
+        assert_eq!(code, LSE_ERR_INVALID_ARGUMENT);
+        assert!(
+            msg.contains("bf16") && msg.contains("weight-dtype"),
+            "{msg}"
+        );
     }
 }

@@ -161,6 +161,46 @@ fn gguf_conversions_of_the_golden_models_match_the_same_goldens() {
     assert_eq!(bf16.head_act(), Activations::RoundedToWeight);
 }
 
+/// `GemmActivations::WeightDtype` rounds the activations against 16-bit float weights only: a
+/// bf16 head meets them rounded, an f32 one (the tied f32 model's) keeps f32 products, and a
+/// GGUF file's rules are its own either way.
+#[test]
+fn weight_dtype_activations_round_against_16_bit_weights_only() {
+    use lse_runtime::model::GemmActivations;
+    let host = Device::open(Pool::Host).unwrap();
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf");
+    for (path, reference, rounded) in [
+        (
+            models_dir().join("dense_untied_bf16"),
+            Activations::F32,
+            Activations::RoundedToWeight,
+        ),
+        (
+            models_dir().join("dense_tied_f32"),
+            Activations::F32,
+            Activations::F32,
+        ),
+        (
+            gguf.join("dense_untied_bf16-bf16.gguf"),
+            Activations::RoundedToWeight,
+            Activations::RoundedToWeight,
+        ),
+        (
+            gguf.join("moe_fused-q8_0.gguf"),
+            Activations::Q8_0,
+            Activations::Q8_0,
+        ),
+    ] {
+        for (act, want) in [
+            (GemmActivations::Reference, reference),
+            (GemmActivations::WeightDtype, rounded),
+        ] {
+            let m = HybridLM::load_with(&path, &host, act).unwrap();
+            assert_eq!(m.head_act(), want, "{} {act:?}", path.display());
+        }
+    }
+}
+
 /// MLX quantized checkpoints made by mlx-lm's converter (`tests/goldens/make_mlx_models.py`:
 /// 4-bit groups of 64, 8-bit groups of 32, and per-module overrides of 2, 3, 5, 6 and 8 bits
 /// with one module left in bf16) score as mlx-lm does. The dequantized weights are mlx's own

@@ -56,7 +56,7 @@ pub fn document(runs: &[Run]) -> String {
 /// One row per field, one column per run.
 fn runs_table(s: &mut String, runs: &[Run]) {
     type Cell = fn(&Run) -> String;
-    let rows: [(&str, &str, Cell); 22] = [
+    let rows: [(&str, &str, Cell); 23] = [
         ("perplexity", "PPL ± (llama.cpp)", |r| {
             format!(
                 "{:.4} ± {:.5}",
@@ -106,6 +106,13 @@ fn runs_table(s: &mut String, runs: &[Run]) {
         }),
         ("kv_cache_dtype", "KV cache dtype", |r| {
             r.report.config.kv_cache_dtype.clone()
+        }),
+        ("gemm_activations", "GEMM activations", |r| {
+            r.report
+                .config
+                .gemm_activations
+                .clone()
+                .unwrap_or_else(|| "reference".into())
         }),
         ("kv_capacity", "KV capacity", |r| {
             r.report.config.kv_capacity.to_string()

@@ -9,7 +9,8 @@
 //! the final hidden rows stay on the device for the head.
 //!
 //! Numerics: activations stay f32 end to end (llama.cpp style); weights are read in their
-//! stored dtype and converted tile by tile. The KV cache rounds K/V to its dtype.
+//! stored dtype and converted tile by tile. The products with a weight follow its
+//! checkpoint's reference ([`GemmActivations`]). The KV cache rounds K/V to its dtype.
 
 pub mod attention;
 pub mod config;
@@ -112,6 +113,31 @@ fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig, Option<serde_json:
     Ok((path, ModelConfig::from_value(&root, &config)?, None))
 }
 
+/// How the activations of a checkpoint meet its 16-bit float weights in the GEMM
+/// (`--gemm-activations`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GemmActivations {
+    /// As the checkpoint's reference computes them: f32 for a Hugging Face or MLX directory
+    /// (transformers' f32 products), llama.cpp's rounding or quantization for a GGUF file.
+    #[default]
+    Reference,
+    /// Rounded to a bf16 or f16 weight's own dtype before its products, as llama.cpp's CPU
+    /// backend does: the products are exact, so the matrix instructions (`vdpbf16ps`, AMX)
+    /// apply. A GGUF file already runs so; f32 and quantized weights keep their rule.
+    WeightDtype,
+}
+
+impl GemmActivations {
+    /// The option's value as written on the command line and in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GemmActivations::Reference => "reference",
+            GemmActivations::WeightDtype => "weight-dtype",
+        }
+    }
+}
+
 /// Weight-name prefixes of the text model, tried in order (spec §3.1).
 const PREFIXES: [&str; 3] = ["model.language_model.", "language_model.model.", "model."];
 
@@ -143,7 +169,12 @@ impl HybridLM {
     /// `mx.dequantize` does), other widths are dequantized at load. Sessions of the model keep
     /// their state in `dev`'s memory.
     pub fn load_on(path: &Path, dev: &Device) -> Result<Self> {
-        let (cfg, ws, tokenizer, config_path) = if gguf::is_gguf(path) && path.is_file() {
+        Self::load_with(path, dev, GemmActivations::Reference)
+    }
+
+    /// [`HybridLM::load_on`] with the activations meeting 16-bit weights as `act` says.
+    pub fn load_with(path: &Path, dev: &Device, act: GemmActivations) -> Result<Self> {
+        let (cfg, mut ws, tokenizer, config_path) = if gguf::is_gguf(path) && path.is_file() {
             let ck = gguf::GgufCheckpoint::open(path)?;
             let beside = path.parent().unwrap_or(Path::new("."));
             let tokenizer = match TextTokenizer::load(beside)? {
@@ -165,6 +196,9 @@ impl HybridLM {
             };
             (cfg, ws, TextTokenizer::load(dir)?, config_path)
         };
+        if act == GemmActivations::WeightDtype {
+            ws.round_activations_to_weight_dtype();
+        }
         Self::from_store(path, cfg, ws, tokenizer, &config_path, dev)
     }
 
@@ -274,7 +308,8 @@ impl HybridLM {
     }
 
     /// How hidden rows meet the LM-head weight ([`crate::ops::Activations`]): f32 for a
-    /// Hugging Face checkpoint, llama.cpp's rule for the head's type in a GGUF file.
+    /// Hugging Face checkpoint (unless loaded with [`GemmActivations::WeightDtype`]),
+    /// llama.cpp's rule for the head's type in a GGUF file.
     pub fn head_act(&self) -> crate::ops::Activations {
         self.head_weight.as_ref().unwrap_or(&self.embed).act
     }

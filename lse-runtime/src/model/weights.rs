@@ -466,6 +466,19 @@ impl WeightStore {
         Ok(())
     }
 
+    /// Makes every 16-bit float weight (bf16, f16) that meets f32 activations meet them
+    /// rounded to its own dtype instead ([`Activations::RoundedToWeight`], what llama.cpp's
+    /// CPU backend does against such weights); f32 and quantized weights keep their rule.
+    pub fn round_activations_to_weight_dtype(&mut self) {
+        for e in self.entries.values_mut() {
+            if matches!(e.dtype, Ok(Storage::Float(DType::BF16 | DType::F16)))
+                && e.act == Activations::F32
+            {
+                e.act = Activations::RoundedToWeight;
+            }
+        }
+    }
+
     /// True if a tensor with this exact name exists.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)

@@ -9,7 +9,7 @@ use super::progress::Progress;
 use super::run;
 use super::settings::{EngineSettings, Input, Request};
 use crate::device::{Device, DeviceOpenError, LaunchError};
-use crate::model::{HybridLM, ModelError};
+use crate::model::{GemmActivations, HybridLM, ModelError};
 use crate::ops::OpError;
 use crate::scoring::{
     KldBaseError, OutputError, PerplexityReport, ReportConfig, RowError, WindowError,
@@ -73,7 +73,7 @@ impl Engine {
                 });
             }
         }
-        let model = HybridLM::load_on(&settings.model_dir, &device)?;
+        let model = HybridLM::load_with(&settings.model_dir, &device, settings.gemm_activations)?;
         Ok(Engine {
             settings,
             device,
@@ -144,6 +144,10 @@ impl Engine {
             // 0.10000000149011612.
             prefill_attention_scale: s.flashprefill.alpha.to_string().parse().unwrap_or(f64::NAN),
             kv_cache_dtype: s.kv_cache_dtype.as_str().into(),
+            gemm_activations: match s.gemm_activations {
+                GemmActivations::Reference => None,
+                a => Some(a.as_str().into()),
+            },
             kv_capacity: s.kv_len as u64,
             batch_size: s.batch_size as u64,
             ubatch_size: s.ubatch_size as u64,

@@ -15,6 +15,7 @@ mod run;
 pub mod settings;
 mod token_file;
 
+pub use crate::model::GemmActivations;
 pub use checks::{
     check_request, effective_settings, require_device_kernels_env, REQUIRE_DEVICE_KERNELS_ENV,
 };

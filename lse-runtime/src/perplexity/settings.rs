@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::device::Pool;
-use crate::model::SparseWhen;
+use crate::model::{GemmActivations, SparseWhen};
 use crate::ops::FlashPrefillParams;
 use crate::scoring::windows::Method;
 
@@ -82,6 +82,8 @@ pub struct EngineSettings {
     /// Physical batch: the most tokens one compute pass takes (llama.cpp `-ub`).
     pub ubatch_size: usize,
     pub kv_cache_dtype: KvDtype,
+    /// How activations meet 16-bit float weights (`--gemm-activations`).
+    pub gemm_activations: GemmActivations,
     /// KV cache capacity in tokens; every window must fit.
     pub kv_len: usize,
     pub flash_prefill: FlashPrefill,
@@ -97,7 +99,8 @@ pub struct EngineSettings {
 
 impl EngineSettings {
     /// Defaults for everything but the model: `host` device, batch 2048 and ubatch 512
-    /// (llama.cpp's defaults), bf16 KV cache of 8192 tokens, FlashPrefill V2 with its published
+    /// (llama.cpp's defaults), bf16 KV cache of 8192 tokens, the checkpoint's reference
+    /// activations, FlashPrefill V2 with its published
     /// parameters for passes reading at least [`DEFAULT_FLASHPREFILL_MIN_KV_LEN`] cache rows.
     pub fn new(model_dir: PathBuf) -> EngineSettings {
         EngineSettings {
@@ -106,6 +109,7 @@ impl EngineSettings {
             batch_size: 2048,
             ubatch_size: 512,
             kv_cache_dtype: KvDtype::Bf16,
+            gemm_activations: GemmActivations::Reference,
             kv_len: 8192,
             flash_prefill: FlashPrefill::Auto,
             flashprefill: FlashPrefillParams::default(),

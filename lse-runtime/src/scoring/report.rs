@@ -123,6 +123,10 @@ pub struct ReportConfig {
     pub prefill_attention_scale: f64,
     /// KV cache element type, e.g. `bf16`.
     pub kv_cache_dtype: String,
+    /// `--gemm-activations` when not the default `reference` (`weight-dtype`); absent, as in
+    /// the brief's report, when the products followed the checkpoint's reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_activations: Option<String>,
     /// KV cache capacity in tokens (`--kv-len`).
     pub kv_capacity: u64,
     /// `--batch-size`.
@@ -278,6 +282,7 @@ mod tests {
                 prefill_attention: "flashprefill-v2".into(),
                 prefill_attention_scale: 0.1,
                 kv_cache_dtype: "bf16".into(),
+                gemm_activations: None,
                 kv_capacity: 262_100,
                 batch_size: 1024,
                 ubatch_size: 1024,
@@ -392,6 +397,24 @@ mod tests {
         let mut want = sample(true, true);
         want.prefill_attention_density = None;
         assert_eq!(back, want);
+    }
+
+    #[test]
+    fn gemm_activations_appear_in_the_config_only_when_not_the_reference() {
+        let mut r = sample(false, false);
+        r.prefill_attention_density = None;
+        r.config.gemm_activations = Some("weight-dtype".into());
+        let json = r.to_json().unwrap();
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["config"]["gemm_activations"], "weight-dtype");
+        let back: PerplexityReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        // A report of the brief's shape (no such field) reads back as the reference.
+        r.config.gemm_activations = None;
+        let json = r.to_json().unwrap();
+        assert!(!json.contains("gemm_activations"), "{json}");
+        let back: PerplexityReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.config.gemm_activations, None);
     }
 
     #[test]
