@@ -3,6 +3,7 @@
 //! on the same files, text and windows (`tests/data/gguf/wide.llama-perplexity.json`), and
 //! against the Hugging Face checkpoints they were converted from.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,32 +16,19 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// `lse perplexity` on `model` with llama-perplexity's settings of the goldens (ctx 128, 8
-/// chunks, batch 128, an f16 KV cache as llama.cpp's default); the parsed report.
-fn perplexity(model: &Path, out: &Path) -> Value {
+/// `lse perplexity --model model <args> --quiet --perplexity-output out`; the parsed report.
+fn perplexity(model: &Path, args: &[&OsStr], out: &Path) -> Value {
     let run = Command::new(env!("CARGO_BIN_EXE_lse"))
         .args(["perplexity", "--model"])
         .arg(model)
-        .arg("--perplexity")
-        .arg(repo().join("data/wikitext-2-raw/wiki.test.raw"))
-        .args([
-            "--perplexity-ctx",
-            "128",
-            "--perplexity-chunks",
-            "8",
-            "--batch-size",
-            "128",
-            "--kv-cache-dtype",
-            "f16",
-            "--quiet",
-            "--perplexity-output",
-        ])
+        .args(args)
+        .args(["--quiet", "--perplexity-output"])
         .arg(out)
         .output()
         .unwrap();
     assert!(
         run.status.success(),
-        "{}: {}",
+        "{} {args:?}: {}",
         model.display(),
         String::from_utf8_lossy(&run.stderr)
     );
@@ -67,7 +55,22 @@ fn quantized_gguf_files_score_as_llama_perplexity_does() {
     let dir = tempfile::tempdir().unwrap();
     for file in ["wide-q8_0.gguf", "wide-q4_k_m.gguf", "wide-q5_k_m.gguf"] {
         let want = golden["files"][file]["ppl"].as_f64().unwrap();
-        let report = perplexity(&gguf.join(file), &dir.path().join("out.json"));
+        // llama-perplexity's settings of the goldens: ctx 128, 8 chunks, batch 128, an f16 KV
+        // cache (llama.cpp's default).
+        let text = repo().join("data/wikitext-2-raw/wiki.test.raw");
+        let args = [
+            "--perplexity".as_ref(),
+            text.as_os_str(),
+            "--perplexity-ctx".as_ref(),
+            "128".as_ref(),
+            "--perplexity-chunks".as_ref(),
+            "8".as_ref(),
+            "--batch-size".as_ref(),
+            "128".as_ref(),
+            "--kv-cache-dtype".as_ref(),
+            "f16".as_ref(),
+        ];
+        let report = perplexity(&gguf.join(file), &args, &dir.path().join("out.json"));
         let got = report["perplexity"].as_f64().unwrap();
         let rel = (got - want).abs() / want;
         println!("{file}: lse {got} llama-perplexity {want} relative {rel:.2e}");
@@ -79,33 +82,19 @@ fn quantized_gguf_files_score_as_llama_perplexity_does() {
 /// `lse perplexity` on `model` over `tokens` (ctx 128, an f32 KV cache) with
 /// `--gemm-activations act`; the parsed report.
 fn score_tokens(model: &Path, tokens: &Path, act: &str, out: &Path) -> Value {
-    let run = Command::new(env!("CARGO_BIN_EXE_lse"))
-        .args(["perplexity", "--model"])
-        .arg(model)
-        .arg("--perplexity-tokens")
-        .arg(tokens)
-        .args([
-            "--perplexity-ctx",
-            "128",
-            "--batch-size",
-            "128",
-            "--kv-cache-dtype",
-            "f32",
-            "--gemm-activations",
-            act,
-            "--quiet",
-            "--perplexity-output",
-        ])
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{} {act}: {}",
-        model.display(),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+    let args = [
+        "--perplexity-tokens".as_ref(),
+        tokens.as_os_str(),
+        "--perplexity-ctx".as_ref(),
+        "128".as_ref(),
+        "--batch-size".as_ref(),
+        "128".as_ref(),
+        "--kv-cache-dtype".as_ref(),
+        "f32".as_ref(),
+        "--gemm-activations".as_ref(),
+        act.as_ref(),
+    ];
+    perplexity(model, &args, out)
 }
 
 /// Each window's NLL sum relative to the same window's in `base`, smallest first.
