@@ -605,6 +605,24 @@ fn summary_is_printed_on_redirected_stderr_as_whole_lines() {
     assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
     assert!(!err.contains("KL divergence"), "no comparison, no table");
 
+    // A run with rounded activations says so on the same line.
+    let (err, r) = loud(
+        dir.path(),
+        "rounded.json",
+        &[
+            "--perplexity-ctx",
+            "64",
+            "--gemm-activations",
+            "weight-dtype",
+        ],
+    );
+    assert_eq!(r["config"]["gemm_activations"], "weight-dtype");
+    assert!(
+        err.lines()
+            .any(|l| l.ends_with(", KV cache bf16, GEMM activations weight-dtype")),
+        "{err}"
+    );
+
     // --quiet: nothing at all.
     let out = on_sample(dir.path(), &["--perplexity-ctx", "64"]);
     assert!(out.status.success());
