@@ -92,8 +92,8 @@ pub fn run_summary(r: &PerplexityReport) -> String {
         c.device_arch,
         c.prefill_attention,
         c.kv_cache_dtype,
-        match &c.gemm_activations {
-            Some(a) => format!(", GEMM activations {a}"),
+        match c.gemm_activations {
+            Some(a) => format!(", GEMM activations {}", a.as_str()),
             None => String::new(),
         }
     );

@@ -385,6 +385,16 @@ fn bad_inputs_are_refused_naming_file_and_field() {
         "{err}"
     );
 
+    let mut activations = base.clone();
+    activations["config"]["gemm_activations"] = "fast".into();
+    let err = refused(&[&write("act.json", &activations)], &page);
+    assert!(
+        err.contains("act.json")
+            && err.contains("`config.gemm_activations`")
+            && err.contains("expected `reference` or `weight-dtype`"),
+        "{err}"
+    );
+
     let mut no_windows = base.clone();
     no_windows.as_object_mut().unwrap().remove("windows");
     let err = refused(&[&write("nowin.json", &no_windows)], &page);

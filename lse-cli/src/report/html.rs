@@ -111,8 +111,9 @@ fn runs_table(s: &mut String, runs: &[Run]) {
             r.report
                 .config
                 .gemm_activations
-                .clone()
-                .unwrap_or_else(|| "reference".into())
+                .unwrap_or_default()
+                .as_str()
+                .into()
         }),
         ("kv_capacity", "KV capacity", |r| {
             r.report.config.kv_capacity.to_string()

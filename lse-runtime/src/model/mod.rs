@@ -115,7 +115,7 @@ fn checkpoint_dir(path: &Path) -> Result<(&Path, ModelConfig, Option<serde_json:
 
 /// How the activations of a checkpoint meet its 16-bit float weights in the GEMM
 /// (`--gemm-activations`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GemmActivations {
     /// As the checkpoint's reference computes them: f32 for a Hugging Face or MLX directory

@@ -144,10 +144,7 @@ impl Engine {
             // 0.10000000149011612.
             prefill_attention_scale: s.flashprefill.alpha.to_string().parse().unwrap_or(f64::NAN),
             kv_cache_dtype: s.kv_cache_dtype.as_str().into(),
-            gemm_activations: match s.gemm_activations {
-                GemmActivations::Reference => None,
-                a => Some(a.as_str().into()),
-            },
+            gemm_activations: Some(s.gemm_activations).filter(|&a| a != GemmActivations::Reference),
             kv_capacity: s.kv_len as u64,
             batch_size: s.batch_size as u64,
             ubatch_size: s.ubatch_size as u64,

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use super::kld_table::KldTable;
 use super::stats::{KldSummary, PplAccumulator};
 use super::windows::{Method, Window};
+use crate::model::GemmActivations;
 
 /// The report's `object` value.
 pub const REPORT_OBJECT: &str = "lse.perplexity";
@@ -126,7 +127,7 @@ pub struct ReportConfig {
     /// `--gemm-activations` when not the default `reference` (`weight-dtype`); absent, as in
     /// the brief's report, when the products followed the checkpoint's reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemm_activations: Option<String>,
+    pub gemm_activations: Option<GemmActivations>,
     /// KV cache capacity in tokens (`--kv-len`).
     pub kv_capacity: u64,
     /// `--batch-size`.
@@ -403,7 +404,7 @@ mod tests {
     fn gemm_activations_appear_in_the_config_only_when_not_the_reference() {
         let mut r = sample(false, false);
         r.prefill_attention_density = None;
-        r.config.gemm_activations = Some("weight-dtype".into());
+        r.config.gemm_activations = Some(GemmActivations::WeightDtype);
         let json = r.to_json().unwrap();
         let v: Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["config"]["gemm_activations"], "weight-dtype");
@@ -415,6 +416,17 @@ mod tests {
         assert!(!json.contains("gemm_activations"), "{json}");
         let back: PerplexityReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back.config.gemm_activations, None);
+        // Any other value is refused, naming the ones there are.
+        let bad = json.replace(
+            "\"kv_cache_dtype\": \"bf16\",",
+            "\"kv_cache_dtype\": \"bf16\", \"gemm_activations\": \"fast\",",
+        );
+        let err = serde_json::from_str::<PerplexityReport>(&bad).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown variant `fast`, expected `reference` or `weight-dtype`"),
+            "{err}"
+        );
     }
 
     #[test]
