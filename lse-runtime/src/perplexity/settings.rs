@@ -100,8 +100,8 @@ pub struct EngineSettings {
 impl EngineSettings {
     /// Defaults for everything but the model: `host` device, batch 2048 and ubatch 512
     /// (llama.cpp's defaults), bf16 KV cache of 8192 tokens, the checkpoint's reference
-    /// activations, FlashPrefill V2 with its published
-    /// parameters for passes reading at least [`DEFAULT_FLASHPREFILL_MIN_KV_LEN`] cache rows.
+    /// activations, FlashPrefill V2 with its published parameters for passes reading at least
+    /// [`DEFAULT_FLASHPREFILL_MIN_KV_LEN`] cache rows.
     pub fn new(model_dir: PathBuf) -> EngineSettings {
         EngineSettings {
             model_dir,
