@@ -9,9 +9,11 @@
 //! accumulator per workgroup over K steps of 128 (48 KiB of GPU shared memory);
 //! `gemm.xwt_exact` runs two 64 x 64 accumulators, one K loop each, with K steps of 64 f32
 //! values in 64 KiB (an NVIDIA launch gives it as dynamic shared memory, past the 48 KiB a
-//! block may declare statically). Partial blocks at the edges are zero-padded by the loads
-//! and clipped by the stores; a workgroup whose second accumulator lies past the matrix
-//! skips it.
+//! block may declare statically). The activations' blocks are read whole: the transposes
+//! write a last block of fewer than 64 rows of `x` out to 64 with zeros, whose products land
+//! in rows of `y` the stores clip, so a ragged M keeps every K step's windows whole and the
+//! host's fused K loop (below). Partial blocks of the weight (N, K) are zero-padded by the
+//! loads; a workgroup whose second accumulator lies past the matrix skips it.
 //!
 //! Both compute blocks of `yᵀ = w · xᵀ`: the `a` operand is a block of weight rows as stored,
 //! which the host reads in place (no copy), and the `b` operand a block of `xᵀ` that is 16 KiB
@@ -36,8 +38,11 @@ use loom::kernel;
 /// projection at M = 512. `accumulate` = 1 adds the product to `y` (a fused residual add);
 /// 0 overwrites `y`. v6: one accumulator and K steps of 128; v5's two accumulators shared
 /// each step's `xᵀ` block, but their loop was more than the two loads and one dot that the
-/// host's fused K loop takes. v7: the groups of 8 row blocks.
-#[kernel(name = "gemm.xwt", version = 7, workgroup = 64, elem = [bf16, f16])]
+/// host's fused K loop takes. v7: the groups of 8 row blocks. v8: `xp`'s blocks read whole
+/// (64 rows of `x`, the last one's padding zeros from `transpose_x` v3), so a ragged M no
+/// longer takes the unfused K loop in its last row block (M = 127 ran at 45% of the
+/// `vdpbf16ps` peak against 92% at M = 128).
+#[kernel(name = "gemm.xwt", version = 8, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt<W>(
     xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     w: &[W; n * k],
@@ -70,14 +75,7 @@ fn gemm_xwt<W>(
     }
     for k0 in (0..k).step_by(BK) {
         // Block row0 / 64 of `xp` (BM is its block of rows), pair row k0 / 2 of it.
-        tile_load_pairs(
-            b,
-            xp,
-            row0 * ((k + 1) / 2) * 2 + k0 * 64,
-            128,
-            k - k0,
-            m - row0,
-        );
+        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
         tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
         tile_dot(acc, a, b);
     }
@@ -86,11 +84,12 @@ fn gemm_xwt<W>(
 
 /// `xp` = `xᵀ` converted to `W` (round to nearest even), for `x` `[m, k]` f32, laid out
 /// `[ceil(m / 64), ceil(k / 2), 64, 2]`: `x[c][2i + j]` at `xp[c / 64][i][c % 64][j]`, so a
-/// block of 64 rows of `x` is contiguous with each two K interleaved (padding for an odd `k`
-/// or a last block of fewer than 64 rows is not written). The activations of `gemm_xwt`,
-/// rounded and transposed once per GEMM instead of once per column block of `y`, in the
-/// layout its dots read. Grid: x = ceil(k / 64), y = ceil(m / 64).
-#[kernel(name = "gemm.transpose_x", version = 2, workgroup = 64, elem = [bf16, f16])]
+/// block of 64 rows of `x` is contiguous with each two K interleaved (the padding of an odd
+/// `k` is not written; a last block of fewer than 64 rows is written out to 64 with zeros,
+/// which `gemm_xwt` reads). The activations of `gemm_xwt`, rounded and transposed once per
+/// GEMM instead of once per column block of `y`, in the layout its dots read. Grid: x =
+/// ceil(k / 64), y = ceil(m / 64). v3: the zero rows of the last block.
+#[kernel(name = "gemm.transpose_x", version = 3, workgroup = 64, elem = [bf16, f16])]
 fn transpose_x<W>(
     x: &[f32; m * k],
     xp: &mut [W; (m + 63) / 64 * ((k + 1) / 2) * 128],
@@ -103,20 +102,21 @@ fn transpose_x<W>(
     let m0 = group_id_y() * 64;
     tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
     tile_copy(r, t);
-    tile_store_pairs(r, xp, m0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, m - m0);
+    tile_store_pairs(r, xp, m0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, 64);
 }
 
 /// `xt` = `xᵀ` for `x` `[m, k]` f32, laid out `[ceil(m / 64), k, 64]`: `x[c][j]` at
 /// `xt[c / 64][j][c % 64]`, so the K rows of a block of 64 rows of `x` are contiguous 256-byte
-/// rows (the padding of a last block of fewer than 64 rows is not written). The activations
-/// of `gemm_xwt_exact`, transposed once per input. Grid: x = ceil(k / 64), y = ceil(m / 64).
-#[kernel(name = "gemm.transpose_x_f32", version = 1, workgroup = 64)]
+/// rows (a last block of fewer than 64 rows is written out to 64 with zeros, which
+/// `gemm_xwt_exact` reads). The activations of `gemm_xwt_exact`, transposed once per input.
+/// Grid: x = ceil(k / 64), y = ceil(m / 64). v2: the zero rows of the last block.
+#[kernel(name = "gemm.transpose_x_f32", version = 2, workgroup = 64)]
 fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: u32, k: u32) {
     let t = tile::<f32, 64, 64>();
     let k0 = group_id() * 64;
     let m0 = group_id_y() * 64;
     tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
-    tile_store(t, xt, m0 * k + k0 * 64, 64, k - k0, m - m0);
+    tile_store(t, xt, m0 * k + k0 * 64, 64, k - k0, 64);
 }
 
 /// `gemm_xwt` with f32 products: the weight is widened to f32 (exactly) and the
@@ -134,8 +134,8 @@ fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: 
 /// transposed the weight block into a tile every step, and loaded and stored its register
 /// blocks' accumulators around every step. Grid: x = ceil(m / 128) row blocks, y = ceil(n /
 /// 64) column blocks (in groups of 8 row blocks, row blocks fastest inside a group, as in
-/// `gemm_xwt`).
-#[kernel(name = "gemm.xwt_exact", version = 6, workgroup = 64, elem = [bf16, f16, f32])]
+/// `gemm_xwt`). v7: `xt`'s blocks read whole, as `gemm_xwt` v8 reads `xp`'s.
+#[kernel(name = "gemm.xwt_exact", version = 7, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
     xt: &[f32; (m + 63) / 64 * k * 64],
     w: &[W; n * k],
@@ -170,13 +170,13 @@ fn gemm_xwt_exact<W>(
     for k0 in (0..k).step_by(BK) {
         tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
         // Block row0 / 64 of `xt` (BM is its block of rows), row k0 of it.
-        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, m - row0);
+        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
         tile_dot(acc0, a, b);
     }
     if row1 < m {
         for k0 in (0..k).step_by(BK) {
             tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-            tile_load(b, xt, row1 * k + k0 * BM, BM, k - k0, m - row1);
+            tile_load(b, xt, row1 * k + k0 * BM, BM, k - k0, BM);
             tile_dot(acc1, a, b);
         }
     }

@@ -3,15 +3,16 @@
 //!
 //! Prints, in one run: the bf16 dot-product peaks of this CPU measured by a register-resident
 //! `vdpbf16ps` loop (AVX512-BF16) and a tile-resident AMX `tdpbf16ps` loop (where the CPU has
-//! AMX-BF16 and Linux grants the tile data), and the f32
-//! peak of a register-resident `vfmadd` loop, 16 lanes with AVX-512 or 8 with AVX2 (the bound
-//! of the f32-activation GEMM the model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
-//! Qwen3.5-0.8B prefill shapes at M = 512, the LM head (248,320 x 1024) at M = 128 and 256 and
-//! two of the prefill shapes at M = 8192 (a ctx-8192 pass),
-//! on each host level, with activations rounded to bf16 and with f32 activations (`bf16 / f32`
-//! per cell), and each path's best level as a fraction of its peak (the bf16 path's of the
-//! f32 peak on a CPU without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best
-//! of at least 3 runs, more while they take under a second (peaks: half a second).
+//! AMX-BF16 and Linux grants the tile data), and the f32 peak of a register-resident `vfmadd`
+//! loop, 16 lanes with AVX-512 or 8 with AVX2 (the bound of the f32-activation GEMM the
+//! model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
+//! Qwen3.5-0.8B prefill shapes at M = 512, the LM head (248,320 x 1024) at M = 128, 127 (a
+//! 512-token chunk's 255 scored rows are head calls of 128 and 127) and 256 and two of the
+//! prefill shapes at M = 8192 (a ctx-8192 pass), on each host level, with activations rounded
+//! to bf16 and with f32 activations (`bf16 / f32` per cell), and each path's best level as a
+//! fraction of its peak (the bf16 path's of the f32 peak on a CPU without AVX512-BF16, where it
+//! runs on `vfmadd` too). Every figure is the best of at least 3 runs, more while they take
+//! under a second (peaks: half a second).
 //! With `LSE_BENCH_PYTHON` naming a Python that has torch (a venv outside the repository),
 //! each shape first runs `scripts/bench-torch-gemm.py` on it (PyTorch's bf16 `matmul`, the
 //! same threads) and its row ends with PyTorch's GFLOP/s and the ratio of the best LOOM bf16
@@ -42,7 +43,7 @@ use rayon::prelude::*;
 use common::{best_within, random};
 
 /// (name, M, N, K).
-const SHAPES: [(&str, usize, usize, usize); 10] = [
+const SHAPES: [(&str, usize, usize, usize); 11] = [
     ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
     ("deltanet in_proj_qkv", 512, 4096, 1024),
     ("attn o / q", 512, 2048, 1024),
@@ -50,6 +51,7 @@ const SHAPES: [(&str, usize, usize, usize); 10] = [
     ("mlp down", 512, 1024, 3584),
     ("attn o_proj", 512, 1024, 2048),
     ("lm head, M = 128", 128, 248_320, 1024),
+    ("lm head, M = 127", 127, 248_320, 1024),
     ("lm head, M = 256", 256, 248_320, 1024),
     ("qkvz, ctx 8192 in one pass", 8192, 6144, 1024),
     ("mlp down, ctx 8192", 8192, 1024, 3584),

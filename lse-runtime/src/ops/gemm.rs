@@ -1,8 +1,8 @@
-//! The LOOM GEMM (`gemm.xwt_<ty>.v7` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v6` for
+//! The LOOM GEMM (`gemm.xwt_<ty>.v8` for ty = bf16, f16, and `gemm.xwt_exact_<ty>.v7` for
 //! ty = bf16, f16, f32): `y = x · wᵀ`, or `y += x · wᵀ`, with the weight in its stored dtype.
 //! `gemm.xwt` takes the activations transposed, in the weight's type and in blocks of 64 of
-//! their rows with pairs of K interleaved (`gemm.transpose_x_<ty>.v2`), `gemm.xwt_exact`
-//! transposed in f32 in blocks of 64 rows (`gemm.transpose_x_f32.v1`), each written once per
+//! their rows with pairs of K interleaved (`gemm.transpose_x_<ty>.v3`), `gemm.xwt_exact`
+//! transposed in f32 in blocks of 64 rows (`gemm.transpose_x_f32.v2`), each written once per
 //! input into a buffer the device keeps between calls ([`Device::scratch`]). A weight kept
 //! in a ggml block format ([`super::QuantView`]) goes through `gemm.xwt_<q>.v1` (q = q4_0,
 //! q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k), which dequantizes each K step's block into
@@ -258,8 +258,9 @@ fn transpose<'d>(
     [m, k]: [u32; 2],
 ) -> Result<TransposedX<'d>, OpError> {
     let grid = [k.div_ceil(TRANSPOSE_BLOCK), m.div_ceil(TRANSPOSE_BLOCK), 1];
-    // Every element a product reads is written here (the padding of an odd `k` or of a last
-    // block of fewer than 64 rows is neither written nor read).
+    // Every element a product reads is written here: a last block of fewer than 64 rows is
+    // written out to 64 with zeros (the products read whole blocks and the stores clip their
+    // rows); the padding of an odd `k` is neither written nor read.
     let blocks = (m as usize).div_ceil(64);
     let len = blocks * (k as usize).div_ceil(2) * 128;
     Ok(match ty {

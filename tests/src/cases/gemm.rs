@@ -126,6 +126,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (130, 70, 33),
             // 9 row blocks of 128: a group of 8 and a last group of 1 (the grid's order).
             (1100, 70, 33),
+            // Whole weight blocks and K steps with a last block of 6 rows: the fused K loop
+            // over the transpose's zero rows.
+            (70, 128, 256),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -169,6 +172,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (200, 65, 130),
             (128, 192, 256),
             (600, 65, 130),
+            // The fused K loop with a last row block of 6 rows.
+            (70, 128, 256),
         ] {
             out.push(Box::new(GemmCase {
                 m,
