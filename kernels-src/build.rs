@@ -43,7 +43,12 @@ fn run() -> Result<(), String> {
         })?;
         kernels.extend(found);
     }
-    lse_codegen::build_all(&kernels, &out_dir).map_err(|e| e.to_string())?;
+    let stats = lse_codegen::build_all(&kernels, &out_dir).map_err(|e| e.to_string())?;
+    // Shown by `cargo build -vv`: how much of the codegen an edit cost.
+    println!(
+        "LOOM kernels: {} jobs compiled, {} kept from the last build",
+        stats.compiled, stats.reused
+    );
     println!("cargo:rustc-link-search=native={}", out_dir.display());
     println!("cargo:rustc-link-lib=static=loom_host");
     Ok(())

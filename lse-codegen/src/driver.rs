@@ -1,23 +1,42 @@
 //! The build-script driver: compile every kernel for its AMDGPU targets, every host cpu and
-//! every PTX arch,
-//! in parallel, and write the artefacts the kernels crate embeds.
+//! every PTX arch, in parallel, and write the artefacts the kernels crate embeds. A job whose
+//! outputs an earlier build left for the same kernel IR and the same codegen is not run again,
+//! so editing one kernel recompiles that kernel only.
 
 use crate::error::CodegenError;
 use lse_dsl::ir::Kernel;
+use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// What a job leaves: the host object's path for host jobs.
-type JobResult = Result<Option<PathBuf>, CodegenError>;
+/// What [`build_all`] did with its jobs (one kernel on one target each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BuildStats {
+    /// Jobs run through LLVM.
+    pub compiled: usize,
+    /// Jobs whose outputs from an earlier build were current and kept.
+    pub reused: usize,
+}
 
 /// One unit of work: a kernel on one target.
 #[derive(Clone, Copy)]
-enum Job<'a> {
-    Gpu(&'a Kernel, &'a str),
-    Host(&'a Kernel, &'static str),
-    Ptx(&'a Kernel, &'static str),
+struct Job<'a> {
+    kernel: &'a Kernel,
+    /// The kernel's IR hash ([`lse_dsl::text::ir_hash`]).
+    ir_hash: &'a str,
+    target: Target<'a>,
 }
+
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Gpu(&'a str),
+    Host(&'static str),
+    Ptx(&'static str),
+}
+
+/// What a job leaves: the host object's path for host jobs, and whether it ran.
+type JobResult = Result<(Option<PathBuf>, bool), CodegenError>;
 
 fn write(path: &Path, data: impl AsRef<[u8]>) -> Result<(), CodegenError> {
     if let Some(dir) = path.parent() {
@@ -26,38 +45,121 @@ fn write(path: &Path, data: impl AsRef<[u8]>) -> Result<(), CodegenError> {
     std::fs::write(path, data).map_err(|e| CodegenError::io(path, e))
 }
 
-/// Runs one job, writing its files; returns the host object's path for host jobs.
-fn run_job(job: Job, out_dir: &Path) -> JobResult {
-    match job {
-        Job::Gpu(k, arch) => {
-            let c = crate::compile_amdgpu(k, arch)?;
-            let dir = out_dir.join("loom").join(&k.fn_name);
-            write(&dir.join(format!("{arch}.hsaco")), &c.code_object)?;
-            write(&dir.join(format!("{arch}.ll")), &c.llvm_ir_opt)?;
-            write(&dir.join(format!("{arch}.s")), &c.asm)?;
-            write(&dir.join(format!("{arch}.json")), &c.metadata_json)?;
-            Ok(None)
-        }
-        Job::Ptx(k, sm) => {
-            let c = crate::compile_nvptx(k, sm)?;
-            let dir = out_dir.join("loom").join(&k.fn_name);
-            write(&dir.join(format!("{sm}.ptx")), &c.ptx)?;
-            write(&dir.join(format!("{sm}.ll")), &c.llvm_ir_opt)?;
-            Ok(None)
-        }
-        Job::Host(k, cpu) => {
-            let w = lse_dsl::wil::transform(k);
-            let c = crate::compile_host(&w, cpu)?;
-            let dir = out_dir.join("loom").join(&k.fn_name);
-            write(&dir.join(format!("host-{cpu}.ll")), &c.llvm_ir_opt)?;
-            write(&dir.join(format!("host-{cpu}.s")), &c.asm)?;
-            let obj = out_dir
-                .join("loom-host-obj")
-                .join(format!("{}-{cpu}.o", k.fn_name));
-            write(&obj, &c.object)?;
-            Ok(Some(obj))
+impl Job<'_> {
+    /// The kernel's output folder.
+    fn dir(&self, out_dir: &Path) -> PathBuf {
+        out_dir.join("loom").join(&self.kernel.fn_name)
+    }
+
+    /// The target's name in file names: the AMDGPU arch, the PTX arch or `host-<cpu>`.
+    fn label(&self) -> String {
+        match self.target {
+            Target::Gpu(arch) => arch.to_string(),
+            Target::Ptx(sm) => sm.to_string(),
+            Target::Host(cpu) => format!("host-{cpu}"),
         }
     }
+
+    /// The host object's path.
+    fn object(&self, out_dir: &Path, cpu: &str) -> PathBuf {
+        out_dir
+            .join("loom-host-obj")
+            .join(format!("{}-{cpu}.o", self.kernel.fn_name))
+    }
+
+    /// Every file the job writes.
+    fn outputs(&self, out_dir: &Path) -> Vec<PathBuf> {
+        let (dir, label) = (self.dir(out_dir), self.label());
+        let exts: &[&str] = match self.target {
+            Target::Gpu(_) => &["hsaco", "ll", "s", "json"],
+            Target::Ptx(_) => &["ptx", "ll"],
+            Target::Host(_) => &["ll", "s"],
+        };
+        let mut files: Vec<PathBuf> = exts
+            .iter()
+            .map(|ext| dir.join(format!("{label}.{ext}")))
+            .collect();
+        if let Target::Host(cpu) = self.target {
+            files.push(self.object(out_dir, cpu));
+        }
+        files
+    }
+
+    /// The file recording which kernel IR and codegen wrote the outputs, written after them.
+    fn stamp(&self, out_dir: &Path) -> PathBuf {
+        self.dir(out_dir).join(format!("{}.stamp", self.label()))
+    }
+
+    /// Compiles the job and writes its outputs.
+    fn compile(&self, out_dir: &Path) -> Result<(), CodegenError> {
+        let k = self.kernel;
+        let files = self.outputs(out_dir);
+        // In the order of `outputs`.
+        let texts: Vec<Vec<u8>> = match self.target {
+            Target::Gpu(arch) => {
+                let c = crate::compile_amdgpu(k, arch)?;
+                vec![
+                    c.code_object,
+                    c.llvm_ir_opt.into_bytes(),
+                    c.asm.into_bytes(),
+                    c.metadata_json.into_bytes(),
+                ]
+            }
+            Target::Ptx(sm) => {
+                let c = crate::compile_nvptx(k, sm)?;
+                vec![c.ptx.into_bytes(), c.llvm_ir_opt.into_bytes()]
+            }
+            Target::Host(cpu) => {
+                let c = crate::compile_host(&lse_dsl::wil::transform(k), cpu)?;
+                vec![c.llvm_ir_opt.into_bytes(), c.asm.into_bytes(), c.object]
+            }
+        };
+        debug_assert_eq!(files.len(), texts.len());
+        for (path, data) in files.iter().zip(texts) {
+            write(path, data)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the job unless its stamp says its outputs are this kernel's under this codegen
+    /// (`identity`; `None` reuses nothing) and they are all there.
+    fn run(&self, out_dir: &Path, identity: Option<&str>) -> JobResult {
+        let key = identity.map(|id| format!("{id} {}\n", self.ir_hash));
+        let stamp = self.stamp(out_dir);
+        let current = key.as_ref().is_some_and(|key| {
+            std::fs::read_to_string(&stamp).is_ok_and(|s| s == *key)
+                && self.outputs(out_dir).iter().all(|f| f.is_file())
+        });
+        if !current {
+            // A failed job must not leave an earlier stamp beside half-written outputs.
+            match std::fs::remove_file(&stamp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(CodegenError::io(&stamp, e))
+                }
+                _ => {}
+            }
+            self.compile(out_dir)?;
+            if let Some(key) = key {
+                write(&stamp, key)?;
+            }
+        }
+        let object = match self.target {
+            Target::Host(cpu) => Some(self.object(out_dir, cpu)),
+            _ => None,
+        };
+        Ok((object, !current))
+    }
+}
+
+/// What identifies the code generator: a hash of the running executable (the build script,
+/// which links this crate, `lse-dsl` and the LLVM bindings) and the LLVM library's version.
+/// `None` (nothing reused) when the executable cannot be read.
+fn codegen_identity() -> Option<String> {
+    let exe = std::fs::read(std::env::current_exe().ok()?).ok()?;
+    let (major, minor, patch) = inkwell::support::get_llvm_version();
+    let digest = Sha256::digest(&exe);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{hex}-llvm{major}.{minor}.{patch}"))
 }
 
 /// Compiles every kernel for each of its `targets` and for every `lse_dsl::rt::HOST_CPUS`
@@ -66,11 +168,23 @@ fn run_job(job: Job, out_dir: &Path) -> JobResult {
 /// - `loom/<fn_name>/host-<cpu>.ll`, `host-<cpu>.s`;
 /// - `loom/<fn_name>/<sm>.ptx`, `<sm>.ll` for every `lse_dsl::rt::PTX_ARCHS` entry;
 /// - `loom/<fn_name>/build.hash`: the kernel's IR hash, so stale outputs are recognisable;
+/// - `loom/<fn_name>/<target>.stamp`: the codegen and IR hash that wrote that target's files;
 /// - `libloom_host.a`: every host object (the objects themselves stay in `loom-host-obj/`).
 ///
-/// Work runs on all available cores (each thread has its own LLVM context). Fails on the
-/// first error, or if two kernels share a `fn_name`.
-pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<(), CodegenError> {
+/// A target whose stamp names this codegen and the kernel's IR, with all its files present,
+/// keeps them (a build script's `out_dir` survives between builds). Work runs on all
+/// available cores (each thread has its own LLVM context). Fails on the first error, or if
+/// two kernels share a `fn_name`.
+pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<BuildStats, CodegenError> {
+    build_all_as(kernels, out_dir, codegen_identity().as_deref())
+}
+
+/// [`build_all`] with the codegen's identity given (`None`: compile everything).
+pub(crate) fn build_all_as(
+    kernels: &[Kernel],
+    out_dir: &Path,
+    identity: Option<&str>,
+) -> Result<BuildStats, CodegenError> {
     let mut names = BTreeSet::new();
     for k in kernels {
         if !names.insert(k.fn_name.as_str()) {
@@ -79,17 +193,17 @@ pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<(), CodegenError>
             });
         }
     }
+    let hashes: Vec<String> = kernels.iter().map(lse_dsl::text::ir_hash).collect();
     let mut jobs = Vec::new();
-    for k in kernels {
-        for arch in &k.targets {
-            jobs.push(Job::Gpu(k, arch));
-        }
-        for cpu in lse_dsl::rt::HOST_CPUS {
-            jobs.push(Job::Host(k, cpu));
-        }
-        for sm in lse_dsl::rt::PTX_ARCHS {
-            jobs.push(Job::Ptx(k, sm));
-        }
+    for (kernel, ir_hash) in kernels.iter().zip(&hashes) {
+        let targets = kernel.targets.iter().map(|arch| Target::Gpu(arch));
+        let hosts = lse_dsl::rt::HOST_CPUS.into_iter().map(Target::Host);
+        let ptx = lse_dsl::rt::PTX_ARCHS.into_iter().map(Target::Ptx);
+        jobs.extend(targets.chain(hosts).chain(ptx).map(|target| Job {
+            kernel,
+            ir_hash,
+            target,
+        }));
     }
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -102,7 +216,7 @@ pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<(), CodegenError>
             s.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
                 let Some((i, job)) = next else { break };
-                let r = run_job(*job, out_dir);
+                let r = job.run(out_dir, identity);
                 results
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -113,24 +227,24 @@ pub fn build_all(kernels: &[Kernel], out_dir: &Path) -> Result<(), CodegenError>
     let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     results.sort_by_key(|(i, _)| *i);
     let mut objects = Vec::new();
+    let mut stats = BuildStats::default();
     for (_, r) in results {
-        if let Some(obj) = r? {
-            objects.push(obj);
+        let (object, compiled) = r?;
+        objects.extend(object);
+        if compiled {
+            stats.compiled += 1;
+        } else {
+            stats.reused += 1;
         }
     }
-    for k in kernels {
+    for (k, hash) in kernels.iter().zip(&hashes) {
         let path = out_dir.join("loom").join(&k.fn_name).join("build.hash");
-        write(&path, kernel_hash(k))?;
+        write(&path, hash)?;
     }
     let lib = out_dir.join("libloom_host.a");
     crate::link::archive(&lib, &objects).map_err(|m| CodegenError::Io {
         path: lib.clone(),
         message: m,
     })?;
-    Ok(())
-}
-
-/// The hash written to `build.hash`.
-fn kernel_hash(k: &Kernel) -> String {
-    lse_dsl::text::ir_hash(k)
+    Ok(stats)
 }

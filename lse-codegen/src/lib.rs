@@ -19,7 +19,7 @@ mod nvptx;
 #[cfg(test)]
 mod tests;
 
-pub use driver::build_all;
+pub use driver::{build_all, BuildStats};
 pub use error::{CodegenError, Stage};
 pub use inspect::{inspect_code_object, ArgInfo, CodeObjectInfo, KernelInfo, SymbolInfo};
 

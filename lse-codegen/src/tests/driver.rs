@@ -1,7 +1,10 @@
-//! `build_all`: the files it writes and the errors it reports.
+//! `build_all`: the files it writes, what a rebuild keeps and the errors it reports.
 
 use super::kernels;
-use crate::{build_all, CodegenError};
+use crate::driver::build_all_as;
+use crate::{build_all, BuildStats, CodegenError};
+use lse_dsl::ir::Kernel;
+use lse_dsl::rt::{HOST_CPUS, PTX_ARCHS};
 
 #[test]
 fn build_all_writes_every_artifact() {
@@ -9,7 +12,12 @@ fn build_all_writes_every_artifact() {
     a.targets = vec!["gfx1201".into()];
     let b = kernels::reduce();
     let dir = tempfile::tempdir().unwrap();
-    build_all(&[a.clone(), b.clone()], dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let first = build_all(&[a.clone(), b.clone()], dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.reused, 0);
+    // The running executable names the codegen, so the same build again keeps everything.
+    let again = build_all(&[a.clone(), b.clone()], dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again.compiled, 0);
+    assert_eq!(again.reused, first.compiled);
     for (k, archs) in [
         (&a, vec!["gfx1201"]),
         (&b, vec!["gfx1201", "gfx1100", "gfx942"]),
@@ -44,6 +52,61 @@ fn build_all_writes_every_artifact() {
             );
         }
     }
+}
+
+/// A second build of the same kernels by the same codegen keeps every output; a changed
+/// kernel, a missing output, a damaged stamp or another codegen recompiles what they touch,
+/// and the archive always holds every kernel.
+#[test]
+fn a_rebuild_compiles_only_what_changed() {
+    let a = kernels::store_id();
+    let b = kernels::reduce();
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = |k: &Kernel| k.targets.len() + HOST_CPUS.len() + PTX_ARCHS.len();
+    let all = jobs(&a) + jobs(&b);
+    let build = |ks: &[Kernel], identity: Option<&str>| {
+        let stats = build_all_as(ks, dir.path(), identity).unwrap_or_else(|e| panic!("{e}"));
+        let lib = std::fs::read(dir.path().join("libloom_host.a")).unwrap();
+        let text = String::from_utf8_lossy(&lib);
+        for k in ks {
+            for cpu in HOST_CPUS {
+                let symbol = lse_dsl::rt::host_symbol(&k.fn_name, cpu);
+                assert!(text.contains(&symbol), "{symbol}");
+            }
+        }
+        stats
+    };
+    let stats = |compiled, reused| BuildStats { compiled, reused };
+    let both = [a.clone(), b.clone()];
+    assert_eq!(build(&both, Some("one")), stats(all, 0));
+    let asm = dir
+        .path()
+        .join("loom")
+        .join(&a.fn_name)
+        .join("host-x86-64.s");
+    let first = std::fs::read(&asm).unwrap();
+    assert_eq!(build(&both, Some("one")), stats(0, all));
+
+    let mut a2 = a.clone();
+    a2.version = 2;
+    let changed = [a2.clone(), b.clone()];
+    assert_eq!(build(&changed, Some("one")), stats(jobs(&a), jobs(&b)));
+    let hash = dir.path().join("loom").join(&a.fn_name).join("build.hash");
+    assert_eq!(
+        std::fs::read_to_string(hash).unwrap(),
+        lse_dsl::text::ir_hash(&a2)
+    );
+
+    std::fs::remove_file(&asm).unwrap();
+    assert_eq!(build(&changed, Some("one")), stats(1, all - 1));
+    assert_eq!(std::fs::read(&asm).unwrap(), first);
+
+    let stamp = dir.path().join("loom").join(&b.fn_name).join("sm_90.stamp");
+    std::fs::write(stamp, "damaged").unwrap();
+    assert_eq!(build(&changed, Some("one")), stats(1, all - 1));
+
+    assert_eq!(build(&changed, Some("two")), stats(all, 0));
+    assert_eq!(build(&changed, None), stats(all, 0));
 }
 
 #[test]
