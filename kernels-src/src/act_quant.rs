@@ -73,8 +73,10 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// Q8_K as three parts (`quantize_row_q8_K_ref`, as `act_quant.q8_k` computes it): per block
 /// of 256 values, `max` the first value of the largest magnitude (with its sign),
 /// `iscale = -127 / max`, `q = min(127, round(iscale · v))` (into `q`), `d = 1 / iscale`
-/// (into `d`; 0 for an all-zero block), and the sums of each 32 consecutive `q` (into
-/// `sums`, exact in f32). `x` holds rows of `k` values; grid: x = blocks.
+/// (into `d`; 0 for an all-zero block), the sums of each 32 consecutive `q` (into `sums`,
+/// exact in f32) and of each 16 (into `sums16`, as integers: ggml's `bsums`, which the Q6_K
+/// GEMM takes off for its quants' offset of 32). `x` holds rows of `k` values; grid: x =
+/// blocks.
 ///
 /// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`): rows in blocks of 48, and
 /// within a block each K step of 32 values its 48 rows' values one after another, i.e. value
@@ -83,21 +85,26 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// rows `k` apart fell into the same few cache sets.
 ///
 /// `max` is `broadcast` from the argmax's work-item (read through the argmax's index, every
-/// work-item's load of it was a gather on the host) and the sums a row sum of an `[8, 32]`
-/// tile of the `q` (a subgroup sum per 32 work-items was a tree of gathers and scatters there).
-#[kernel(name = "act_quant.q8_k_int", version = 3, workgroup = 256)]
+/// work-item's load of it was a gather on the host) and the sums row sums of `[8, 32]` and
+/// `[16, 16]` tiles of the `q` (a subgroup sum per 32 work-items was a tree of gathers and
+/// scatters there).
+#[kernel(name = "act_quant.q8_k_int", version = 4, workgroup = 256)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k],
     d: &mut [f32; num_groups()],
     sums: &mut [f32; num_groups() * 8],
+    sums16: &mut [i32; num_groups() * 16],
     k: u32,
 ) {
     let qt = tile::<f32, 8, 32>();
     let st = tile::<f32, 8, 1>();
+    let qt16 = tile::<f32, 16, 16>();
+    let st16 = tile::<f32, 16, 1>();
     let it = tile::<i32, 8, 32>();
     let qs = shared::<f32>(256);
     let qi = shared::<i32>(256);
+    let s16 = shared::<f32>(16);
     let v = x[group_id() * 256 + local_id()];
     let (amax, at) = argmax(abs(v), local_id());
     let max = broadcast(v, at);
@@ -123,4 +130,10 @@ fn q8_k_int(
     tile_load(qt, qs, 0, 32, 8, 32);
     tile_row_sum(st, qt);
     tile_store(st, sums, group_id() * 8, 1, 8, 1);
+    tile_load(qt16, qs, 0, 16, 16, 16);
+    tile_row_sum(st16, qt16);
+    tile_store(st16, s16, 0, 1, 16, 1);
+    if local_id() < 16 {
+        sums16[group_id() * 16 + local_id()] = s16[local_id()] as i32;
+    }
 }

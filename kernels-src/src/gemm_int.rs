@@ -1,6 +1,6 @@
 //! The quantized GEMMs in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K, Q6_K
 //! or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values
-//! `q`, one f32 scale `d` per block of 256, and the sum of each 32 values' `q`; Q8_0 for a Q8_0
+//! `q`, one f32 scale `d` per block of 256, and the sums of each 32 and each 16 values' `q`; Q8_0 for a Q8_0
 //! weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight block an exact integer dot
 //! product of `q` with the weight's quants times their 6- or 8-bit sub-block scales, and one
 //! f32 epilogue per block, `y += Σ q·(sc·w) · (d_x · d_w) + (Σ_j s_j · (-m_j · dmin_w)) · d_x`
@@ -15,11 +15,12 @@
 //! u8 tile `b`, the step's activations load into the i8 tile `a`, and
 //! `tile_dot_scaled(isum, a, b, sc)` adds the dot times the column's 6-bit sub-block scale
 //! into the i32 tile `isum` (`vpdpbusd` on the host levels with AVX512-VNNI: four products
-//! per lane). Q6_K, each K step of 32: work-item `c` writes `sc · (q - 32)` (at most 127 · 32
-//! in magnitude, an i16) into `wq`, one value per word; an i16 `tile_dot` adds it into `isum`
-//! (`vpdpwssd`). At the end of each block of 256 the epilogue runs on f32 tiles; the minimum
-//! term is an f32 `tile_dot` of the activation sums (`[48, 8]`) by the sub-blocks'
-//! `-m_j · dmin` (`[8, 64]`).
+//! per lane). Q6_K, each sub-block of 16: work-item `c` writes its 6-bit quants `q` (0..63)
+//! four to a word the same way, and one byte dot adds them times the sub-block's signed scale;
+//! the quants' offset of 32 comes off once per block as an i16 `tile_dot` (`vpdpwssd`) of the
+//! activations' sums per 16 by `-32 · sc`. At the end of each block of 256 the epilogue runs
+//! on f32 tiles; the minimum term is an f32 `tile_dot` of the activation sums (`[48, 8]`) by
+//! the sub-blocks' `-m_j · dmin` (`[8, 64]`).
 //!
 //! The weight comes interleaved by 64 rows (`lse_runtime::ops::gemm_int::interleave`): rows
 //! in groups of 64 (the last group padded with zero rows), each block's bytes padded with
@@ -253,13 +254,17 @@ fn gemm_xwt_q5_k_q8_k(
 }
 
 /// Q6_K (210-byte blocks of 256: 128 bytes `ql` of low nibbles, 64 bytes `qh` of high bit
-/// pairs, 16 signed 8-bit scales for the sub-blocks of 16, f16 `d`; the value is
-/// `d · sc · (q - 32)`, so `sc · (q - 32)` is the integer operand and there is no minimum
-/// term), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 3, workgroup = 64)]
+/// pairs, 16 signed 8-bit scales `sc_j` for the sub-blocks of 16, f16 `d`; the value is
+/// `d · sc_j · (q - 32)`, and there is no minimum term), interleaved by 64 rows. The quants
+/// `q` (0..63) go into the byte dot as they are, u8, one scaled dot per sub-block of 16; the
+/// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
+/// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
+/// exactly, as before.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 4, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
+    xs16: &[i32; m * (k / 16)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
     y: &mut [f32; m * n],
     m: u32,
@@ -270,15 +275,24 @@ fn gemm_xwt_q6_k_q8_k(
     const BM: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
-    let a = tile::<i16, BM, BK>();
-    let b = tile::<i16, BK, BN>();
+    // Values per sub-block (per scale).
+    const BS: u32 = 16;
+    let a = tile::<i8, BM, BS>();
+    let b = tile::<u8, BS, BN>();
+    let sc = tile::<i32, 1, BN>();
     let isum = tile::<i32, BM, BN>();
+    let xsum = tile::<i16, BM, BS>();
+    let offs = tile::<i16, BS, BN>();
     let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
     let dwx = tile::<f32, BM, BN>();
-    let wq = shared::<i32>(BK * BN);
+    // A sub-block's 16 quants, four to a word (`b`'s quads), and its scale.
+    let wq = shared::<i32>(BS / 4 * BN);
+    let ws = shared::<i32>(BN);
+    // The block's 16 offset factors `-32 · sc_j`.
+    let wo = shared::<i32>(BS * BN);
     let wf = shared::<f32>(BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
@@ -291,40 +305,51 @@ fn gemm_xwt_q6_k_q8_k(
         // w[(at + t) * 64 + local_id()].
         let at = (group_id() * (k / 256) + sb) * 53;
         wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
-        for step in 0..8u32 {
+        // The offset first: `-32 · sc_j` for the 16 scales (signed bytes 192.. of the block,
+        // four to a word), by the activations' sums per 16.
+        for t in 0..4u32 {
+            let sw = w[(at + 48 + t) * BN + local_id()];
+            for i in 0..4u32 {
+                wo[(4 * t + i) * BN + local_id()] = -32 * (((sw << (24 - 8 * i)) as i32) >> 24);
+            }
+        }
+        tile_load(xsum, xs16, row0 * (k / 16) + sb * 16, k / 16, m - row0, BS);
+        tile_load(offs, wo, 0, BN, BS, BN);
+        tile_dot(isum, xsum, offs);
+        for sub in 0..16u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
             let blk = (group_id() * (k / 256) + sb) * 53;
+            // The sub-block's K step of 32 (`half` of the block's two 128-value halves, the
+            // `kq`-th 32 of it) and which 16 of the step.
+            let step = sub / 2;
+            let j = sub % 2;
             let half = step / 4;
             let kq = step % 4;
-            // The two scales (signed bytes) of this step's 32 values: bytes 192 + 8 half + 2 kq
-            // and the next, in one half of word 48 + 2 half + kq / 2.
-            let sw = w[(blk + 48 + 2 * half + kq / 2) * BN + local_id()] >> (kq % 2 * 16);
-            let s0 = ((sw << 24) as i32) >> 24;
-            let s1 = ((sw << 16) as i32) >> 24;
+            // Its scale: the signed byte 192 + sub, in word 48 + sub / 4.
+            let sw = w[(blk + 48 + sub / 4) * BN + local_id()];
+            ws[local_id()] = ((sw << (24 - 8 * (sub % 4))) as i32) >> 24;
+            // Word t holds values 4t..4t + 3 of the sub-block, one per byte: four low nibbles
+            // and their high bit pairs.
             let low_shift = kq / 2 * 4;
-            let ql = blk + 16 * half + 8 * (kq % 2);
-            let qh = blk + 32 + 8 * half;
-            for t in 0..8u32 {
+            let ql = blk + 16 * half + 8 * (kq % 2) + 4 * j;
+            let qh = blk + 32 + 8 * half + 4 * j;
+            for t in 0..4u32 {
                 let wl = w[(ql + t) * BN + local_id()];
                 let wh = w[(qh + t) * BN + local_id()];
-                let s = if t < 4 { s0 } else { s1 };
-                for i in 0..4u32 {
-                    let lo = (wl >> (8 * i + low_shift)) & 15;
-                    let hi = (wh >> (8 * i + 2 * kq)) & 3;
-                    let q = (lo | (hi << 4)) as i32 - 32;
-                    wq[(4 * t + i) * BN + local_id()] = s * q;
-                }
+                let q = ((wl >> low_shift) & 0x0F0F_0F0F) | (((wh >> (2 * kq)) & 0x0303_0303) << 4);
+                wq[t * BN + local_id()] = q as i32;
             }
-            tile_load(b, wq, 0, BN, BK, BN);
+            tile_load_quads(b, wq, 0, BN, BS, BN);
             tile_load(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + step) * BM * BK,
+                (group_id_y() * (k / 32) + sb * 8 + step) * BM * BK + j * BS,
                 BK,
                 m - row0,
-                BK,
+                BS,
             );
-            tile_dot(isum, a, b);
+            tile_load(sc, ws, 0, BN, 1, BN);
+            tile_dot_scaled(isum, a, b, sc);
         }
         tile_copy(part, isum);
         tile_zero(isum);

@@ -3,7 +3,7 @@
 //!
 //! For Q4_K, Q5_K and Q6_K weights of the Qwen3.5-0.8B prefill shapes at M = 512, on the best
 //! host level this CPU runs, in one run: GFLOP/s of the integer GEMM (`Activations::Q8K`:
-//! `act_quant.q8_k_int`, then `gemm.xwt_<q>_q8_k`, i16 `tile_dot` into i32) and of the f32
+//! `act_quant.q8_k_int`, then `gemm.xwt_<q>_q8_k`, byte tile dots into i32) and of the f32
 //! path it replaced (`act_quant.q8_k`, then `gemm.xwt_<q>` dequantizing each block into an f32
 //! `tile_dot`), and their ratio. `LSE_BENCH_SHAPES=512x3584x1024,...` (M x N x K) runs only the
 //! named shapes.

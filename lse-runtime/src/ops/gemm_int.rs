@@ -1,7 +1,7 @@
 //! The quantized GEMMs in integers (`gemm.xwt_<q>_q8_k`, q = q4_k, q5_k, q6_k, and
 //! `gemm.xwt_q8_0_q8_0`): the activation rows quantized to Q8_K (Q8_0 for a Q8_0 weight) as
 //! parts (`act_quant.q8_k_int` / `q8_0_int`: the 8-bit values, one scale per block and the
-//! sums of each 32 values), then exact integer dot products with the weight's quants and
+//! sums of each 32 values, for Q8_K also of each 16), then exact integer dot products with the weight's quants and
 //! sub-block scales and one f32 epilogue per block, as llama.cpp's CPU backend multiplies
 //! such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the weight interleaved by
 //! 64 rows ([`interleave`], done once at load).
@@ -81,6 +81,8 @@ pub(super) struct QuantizedRows {
     q: DeviceBuf<i32>,
     d: DeviceBuf<f32>,
     sums: DeviceBuf<f32>,
+    /// Q8_K's integer sums per 16 values (the Q6_K GEMM's); a 1-element buffer for Q8_0.
+    sums16: DeviceBuf<i32>,
     m: u32,
     k: u32,
 }
@@ -104,29 +106,27 @@ pub(super) fn quantize(
     let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
     let mut xs = dev.alloc::<f32>(blocks as usize * sums)?;
-    macro_rules! quantize {
-        ($kernel:ident) => {
-            dev.launch(
-                [blocks, 1, 1],
-                $kernel::Args {
-                    x,
-                    q: xq.view_mut(),
-                    d: xd.view_mut(),
-                    sums: xs.view_mut(),
-                    k,
-                },
-            )
-        };
-    }
+    let mut xs16 = dev.alloc::<i32>(if q8_0 { 1 } else { blocks as usize * 16 })?;
+    let (q, d, sums) = (xq.view_mut(), xd.view_mut(), xs.view_mut());
     if q8_0 {
-        quantize!(q8_0_int)?;
+        dev.launch([blocks, 1, 1], q8_0_int::Args { x, q, d, sums, k })?;
     } else {
-        quantize!(q8_k_int)?;
+        let sums16 = xs16.view_mut();
+        let args = q8_k_int::Args {
+            x,
+            q,
+            d,
+            sums,
+            sums16,
+            k,
+        };
+        dev.launch([blocks, 1, 1], args)?;
     }
     Ok(QuantizedRows {
         q: xq,
         d: xd,
         sums: xs,
+        sums16: xs16,
         m,
         k,
     })
@@ -148,7 +148,13 @@ pub(super) fn launch_quantized(
     let (m, k) = (x.m, x.k);
     let accumulate = u32::from(out == GemmOut::Accumulate);
     let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
-    let (xq, xd, xs, w) = (x.q.view(), x.d.view(), x.sums.view(), w.words);
+    let (xq, xd, xs, xs16, w) = (
+        x.q.view(),
+        x.d.view(),
+        x.sums.view(),
+        x.sums16.view(),
+        w.words,
+    );
     macro_rules! args {
         ($kernel:ident $(, $sums:ident)?) => {
             $kernel::Args { xq, xd, $($sums,)? w, y, m, n, k, accumulate }
@@ -157,7 +163,7 @@ pub(super) fn launch_quantized(
     match format {
         QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs)),
         QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs)),
-        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k)),
+        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xs16)),
         QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs)),
         other => {
             return Err(OpError::Invalid {
@@ -500,7 +506,7 @@ mod tests {
     }
 
     /// `act_quant.q8_k_int` gives, on every device, `q` and `d` whose products are
-    /// `act_quant.q8_k`'s values bit for bit and the exact sums of each 32 `q`: for random
+    /// `act_quant.q8_k`'s values bit for bit and the exact sums of each 32 and each 16 `q`: for random
     /// blocks, an all-zero block, and blocks whose largest magnitude comes first with a minus
     /// sign and then with a plus sign (the first one sets the sign), and the other way round.
     #[test]
@@ -522,17 +528,21 @@ mod tests {
             let (r, c) = (i / k, i % k);
             ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
         };
-        let mut first: Option<(Vec<i32>, Vec<u32>, Vec<u32>)> = None;
+        // Each device's `q`, `d` and `sums` bits and `sums16`.
+        type Parts = (Vec<i32>, Vec<u32>, Vec<u32>, Vec<i32>);
+        let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
             let mut q = dev.alloc::<i32>(48 * k).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<f32>(blocks * 8).unwrap();
+            let mut sums16 = dev.alloc::<i32>(blocks * 16).unwrap();
             let args = q8_k_int::Args {
                 x: xd.view(),
                 q: q.view_mut(),
                 d: d.view_mut(),
                 sums: sums.view_mut(),
+                sums16: sums16.view_mut(),
                 k: k as u32,
             };
             dev.launch([blocks as u32, 1, 1], args).unwrap();
@@ -555,10 +565,16 @@ mod tests {
                 let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
                 assert_eq!(*s, exact as f32, "sum {j} on {}", dev.arch());
             }
+            let mut s16 = vec![0i32; blocks * 16];
+            sums16.download(&mut s16).unwrap();
+            for (j, s) in s16.iter().enumerate() {
+                let exact: i32 = qv[16 * j..16 * (j + 1)].iter().sum();
+                assert_eq!(*s, exact, "sum of 16 {j} on {}", dev.arch());
+            }
             // The first value of the largest magnitude becomes -127, whatever its sign.
             let signs = [qv[512 + 5], qv[512 + 200], qv[768 + 3], qv[768 + 100]];
             assert_eq!(signs, [-127, 127, -127, 127], "{}", dev.arch());
-            let got = (qv, bits(&dv), bits(&sv));
+            let got = (qv, bits(&dv), bits(&sv), s16);
             match &first {
                 Some(f) => assert_eq!(&got, f, "{}", dev.arch()),
                 None => first = Some(got),
