@@ -369,8 +369,11 @@ fn gemm_xwt_q6_k_q8_k(
 /// per block the exact integer `Σ q_x · q_w`, then `· d_w · d_x` in f32. The byte dot takes
 /// one unsigned operand, so the weight's bytes go in as `q_w + 128` (the sign bit flipped)
 /// and the block's `128 · Σ q_x` comes off before the scales (exact: both are integers below
-/// 2^24). Interleaved by 64 rows: 9 words per block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 1, workgroup = 64)]
+/// 2^24). One `tile_dot_dequant` per block does all of that on the sums where they are (in
+/// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
+/// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
+/// block, so `q`'s words straddle two stored words.
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 2, workgroup = 64)]
 fn gemm_xwt_q8_0_q8_0(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 32)],
@@ -387,13 +390,10 @@ fn gemm_xwt_q8_0_q8_0(
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
     let b = tile::<u8, BK, BN>();
-    let isum = tile::<i32, BM, BN>();
-    let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
-    let xsum = tile::<f32, BM, 1>();
+    let offset = tile::<f32, BM, 1>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let dwx = tile::<f32, BM, BN>();
     let wq = shared::<i32>(8 * BN);
     let wf = shared::<f32>(BN);
     let row0 = group_id_y() * BM;
@@ -423,19 +423,12 @@ fn gemm_xwt_q8_0_q8_0(
             m - row0,
             BK,
         );
-        tile_dot(isum, a, b);
-        tile_copy(part, isum);
-        tile_zero(isum);
-        tile_load(xsum, xs, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_scale(xsum, 128.0);
-        tile_sub(part, xsum);
-        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_scale(offset, -128.0);
         tile_load(dw, wf, 0, BN, 1, BN);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_zero(dwx);
-        tile_dot(dwx, dx, dw);
-        tile_mul(part, dwx);
-        tile_add(acc, part);
+        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_dot_dequant(acc, a, b, offset, dx, dw);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }

@@ -483,14 +483,13 @@ pub enum TileOp {
     /// (both the same) or f32, `acc: [M x N]` f32. Products of 16-bit operands are exact in
     /// f32; the order in which the K products are summed belongs to the target (LOOM.md).
     /// Integer operands (both i16, or one i8 and one u8) accumulate exactly into an i32 `acc`
-    /// (wrapping sums). `tile_dot_scaled(acc, a, b, s)` (integer operands only) sets `scale`:
-    /// `acc[m][n] += s[0][n] · (a b)[m][n]`, `s` a `[1 x N]` i32 tile (a per-column scale of
-    /// the whole K, as a quantized block's sub-block scale).
+    /// (wrapping sums). `tile_dot_scaled` and `tile_dot_dequant` (integer operands only) set
+    /// `scale`: what each element's sum of products is multiplied by ([`DotScale`]).
     Dot {
         acc: TileId,
         a: TileId,
         b: TileId,
-        scale: Option<TileId>,
+        scale: Option<DotScale>,
     },
     /// `tile_add(dst, src)` (and `tile_sub`, `tile_mul`, `tile_div`, `tile_max`):
     /// `dst[r][c] = dst[r][c] op src[r'][c']`, both f32. `src` has `dst`'s shape, or one
@@ -516,6 +515,35 @@ pub enum TileOp {
     /// `tile_copy(dst, src)`: tiles of one shape; each element converted to `dst`'s type
     /// (round to nearest even).
     Copy { dst: TileId, src: TileId },
+}
+
+/// How a dot of integer operands scales each element's sum of products `s = (a b)[m][n]`
+/// (over the statement's whole K) before adding it to `acc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DotScale {
+    /// `tile_dot_scaled(acc, a, b, s)`: `acc[m][n] += s[0][n] · s` in wrapping i32, `s` a
+    /// `[1 x N]` i32 tile (a quantized block's per-column sub-block scale); `acc` is i32.
+    Columns(TileId),
+    /// `tile_dot_dequant(acc, a, b, offset, rows, cols)`: `acc[m][n] += (f32(s) +
+    /// offset[m][0]) · (rows[m][0] · cols[0][n])` on an f32 `acc`, each operation one IEEE
+    /// rounding (no fused multiply-add), with `offset` and `rows` `[M x 1]` and `cols`
+    /// `[1 x N]` f32 tiles: a block of symmetric 8-bit quants (Q8_0) times its activation
+    /// and weight scales, `offset` taking off what a sign flip added to the integer sum.
+    Dequant {
+        offset: TileId,
+        rows: TileId,
+        cols: TileId,
+    },
+}
+
+impl DotScale {
+    /// The tiles the scaling reads.
+    pub fn tiles(&self) -> Vec<TileId> {
+        match *self {
+            DotScale::Columns(s) => vec![s],
+            DotScale::Dequant { offset, rows, cols } => vec![offset, rows, cols],
+        }
+    }
 }
 
 impl TileOp {

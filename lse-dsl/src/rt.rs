@@ -503,6 +503,33 @@ pub mod tile {
         }
     }
 
+    /// `tile_dot_dequant`: each element's integer sum of products `s` (exact, wrapping in
+    /// i32) becomes `acc[m][n] + (s as f32 + offset[m]) · (rows[m] · cols[n])`, one rounding per
+    /// operation (no fused multiply-add).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dot_dequant(
+        acc: &mut [f32],
+        a: &[i32],
+        b: &[i32],
+        n: u32,
+        k: u32,
+        offset: &[f32],
+        rows: &[f32],
+        cols: &[f32],
+    ) {
+        let (n, k) = (n as usize, k as usize);
+        for (m, row) in acc.chunks_mut(n).enumerate() {
+            for (j, out) in row.iter_mut().enumerate() {
+                let mut sum = 0i32;
+                for kk in 0..k {
+                    sum = sum.wrapping_add(a[m * k + kk] * b[kk * n + j]);
+                }
+                let d = rows[m] * cols[j];
+                *out += (sum as f32 + offset[m]) * d;
+            }
+        }
+    }
+
     /// `tile_add`, `tile_sub`, ...: `dst[r][c] = f(dst[r][c], src[r'][c'])` for a `dst` of
     /// `cols` columns and a `src` of `src_rows x src_cols` (the same shape, one column or one
     /// row, broadcast).

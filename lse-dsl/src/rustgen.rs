@@ -27,8 +27,8 @@ fn names_half(tokens: &TokenStream) -> bool {
 }
 
 use crate::ir::{
-    BinOp, Builtin, CollectiveOp, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileId,
-    TileMem, TileOp, TileWindow, Ty, UnOp, VarId,
+    BinOp, Builtin, CollectiveOp, DotScale, Expr, ExprKind, Kernel, MathFn, Param, Stmt,
+    TileBinary, TileId, TileMem, TileOp, TileWindow, Ty, UnOp, VarId,
 };
 use crate::wil::{Phase, VarStorage, WilKernel};
 
@@ -576,13 +576,20 @@ impl Gen<'_> {
                     self.tile_ident(*b),
                 );
                 let (n, k) = (decl(*acc).cols, decl(*a).cols);
-                if decl(*acc).elem == Ty::I32 {
+                if let Some(DotScale::Dequant { offset, rows, cols }) = scale {
+                    let (o, r, s) = (
+                        self.tile_ident(*offset),
+                        self.tile_ident(*rows),
+                        self.tile_ident(*cols),
+                    );
+                    quote!(::lse_dsl::rt::tile::dot_dequant(&mut #c, &#x, &#y, #n, #k, &#o, &#r, &#s);)
+                } else if decl(*acc).elem == Ty::I32 {
                     let s = match scale {
-                        Some(s) => {
+                        Some(DotScale::Columns(s)) => {
                             let s = self.tile_ident(*s);
                             quote!(Some(&#s))
                         }
-                        None => quote!(None),
+                        _ => quote!(None),
                     };
                     quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s);)
                 } else {

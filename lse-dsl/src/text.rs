@@ -11,8 +11,8 @@ use std::fmt::Write;
 use sha2::{Digest, Sha256};
 
 use crate::ir::{
-    Access, Block, Builtin, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary, TileMem,
-    TileOp, TileWindow, Ty, UnOp,
+    Access, Block, Builtin, DotScale, Expr, ExprKind, Kernel, MathFn, Param, Stmt, TileBinary,
+    TileMem, TileOp, TileWindow, Ty, UnOp,
 };
 
 /// Canonical, deterministic, human-readable text of the IR (what `lse kernels show --emit ir`
@@ -245,7 +245,15 @@ impl Printer<'_> {
             TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (self.tile(*acc), self.tile(*a), self.tile(*b));
                 match scale {
-                    Some(s) => format!("tile_dot_scaled({acc}, {a}, {b}, {});", self.tile(*s)),
+                    Some(DotScale::Columns(s)) => {
+                        format!("tile_dot_scaled({acc}, {a}, {b}, {});", self.tile(*s))
+                    }
+                    Some(DotScale::Dequant { offset, rows, cols }) => format!(
+                        "tile_dot_dequant({acc}, {a}, {b}, {}, {}, {});",
+                        self.tile(*offset),
+                        self.tile(*rows),
+                        self.tile(*cols)
+                    ),
                     None => format!("tile_dot({acc}, {a}, {b});"),
                 }
             }

@@ -1,10 +1,11 @@
 //! Benchmark of the GEMM on K-quant weights kept in their block format, run with
 //! `cargo bench -p lse-runtime --bench gemm_quant` (2 threads: `RAYON_NUM_THREADS=2`).
 //!
-//! For Q4_K, Q5_K and Q6_K weights of the Qwen3.5-0.8B prefill shapes at M = 512, on the best
-//! host level this CPU runs, in one run: GFLOP/s of the integer GEMM (`Activations::Q8K`:
-//! `act_quant.q8_k_int`, then `gemm.xwt_<q>_q8_k`, byte tile dots into i32) and of the f32
-//! path it replaced (`act_quant.q8_k`, then `gemm.xwt_<q>` dequantizing each block into an f32
+//! For Q4_K, Q5_K, Q6_K and Q8_0 weights of the Qwen3.5-0.8B prefill shapes at M = 512, on the
+//! best host level this CPU runs, in one run: GFLOP/s of the integer GEMM (`act_quant.q8_k_int`,
+//! then `gemm.xwt_<q>_q8_k`, byte tile dots into i32; `act_quant.q8_0_int` and
+//! `gemm.xwt_q8_0_q8_0` for Q8_0) and of the f32 path it replaced (the activations rounded
+//! through the same quantization, then `gemm.xwt_<q>` dequantizing each block into an f32
 //! `tile_dot`), and their ratio. `LSE_BENCH_SHAPES=512x3584x1024,...` (M x N x K) runs only the
 //! named shapes.
 
@@ -37,6 +38,7 @@ fn blocks(format: QuantFormat, rows: usize, k: usize) -> Vec<u8> {
         .collect();
     let scales: &[usize] = match format {
         QuantFormat::Q6_K => &[208],
+        QuantFormat::Q8_0 => &[0],
         _ => &[0, 2],
     };
     for block in b.chunks_exact_mut(format.block_bytes()) {
@@ -68,7 +70,12 @@ fn main() {
         let mut y = vec![0.0f32; m * n];
         let mut xq = vec![0.0f32; m * k];
         let flops = 2.0 * (m * n * k) as f64;
-        for format in [QuantFormat::Q4_K, QuantFormat::Q5_K, QuantFormat::Q6_K] {
+        for (format, act) in [
+            (QuantFormat::Q4_K, Activations::Q8K),
+            (QuantFormat::Q5_K, Activations::Q8K),
+            (QuantFormat::Q6_K, Activations::Q8K),
+            (QuantFormat::Q8_0, Activations::Q8_0),
+        ] {
             let mut bytes = blocks(format, n, k);
             let packed = interleave(format, &bytes, 1, n, k).expect("whole blocks");
             bytes.resize(bytes.len().div_ceil(4) * 4, 0);
@@ -87,21 +94,12 @@ fn main() {
                 })
             };
             let int = best_within(3, 1.0, || {
-                gemm(
-                    &dev,
-                    &x[..],
-                    k,
-                    w(),
-                    n,
-                    &mut y[..],
-                    GemmOut::Overwrite,
-                    Activations::Q8K,
-                )
-                .expect("integer GEMM");
+                gemm(&dev, &x[..], k, w(), n, &mut y[..], GemmOut::Overwrite, act)
+                    .expect("integer GEMM");
             });
             let f32_path = best_within(3, 1.0, || {
-                quantize_activations(&dev, &x[..], k, Activations::Q8K, &mut xq[..])
-                    .expect("Q8_K activations");
+                quantize_activations(&dev, &x[..], k, act, &mut xq[..])
+                    .expect("quantized activations");
                 gemm(
                     &dev,
                     &xq[..],

@@ -10,7 +10,7 @@
 
 use super::matrix::{self, MatrixUnit};
 use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
-use lse_dsl::ir::{Access, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
+use lse_dsl::ir::{Access, DotScale, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
 pub(super) fn global(t: u32) -> String {
@@ -152,11 +152,17 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
 /// their K products in increasing k with `fma` (integer operands: exact products added in
-/// wrapping i32, times the column's `scale` when there is one, then added to `acc`).
-fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u32>) {
+/// wrapping i32; with a `scale`, summed from 0 and then scaled into `acc` as the generated
+/// Rust does: times the column's scale in i32, or dequantized in f32).
+fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<DotScale>) {
     let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
-        (c.len(), c.cols, x.cols, c.elem == Ty::I32)
+        (
+            c.len(),
+            c.cols,
+            x.cols,
+            matches!(x.elem, Ty::I16 | Ty::I8 | Ty::U8),
+        )
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
     if e.k.tiles[acc as usize].elem == Ty::F32 && scale.is_none() {
@@ -179,10 +185,10 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u3
         let m = e.b.op(format!("udiv i32 {i}, {n}"));
         let j = e.b.op(format!("urem i32 {i}, {n}"));
         let old = read_raw(e, acc, i);
-        let acc_ty = lty(e.k.tiles[acc as usize].elem);
+        let sum_ty = if int { "i32" } else { "float" };
         // A scaled dot sums its products from 0 and adds the scaled sum to `acc` at the end.
         let init = if scale.is_some() { "0" } else { old.as_str() };
-        let s = e.carried_loop(k, acc_ty, &[init.to_string()], |e, kk, s| {
+        let s = e.carried_loop(k, sum_ty, &[init.to_string()], |e, kk, s| {
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
             let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
@@ -202,10 +208,19 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<u3
             }
         });
         let sum = match scale {
-            Some(st) => {
+            Some(DotScale::Columns(st)) => {
                 let f = read_raw(e, st, &j);
                 let p = e.b.op(format!("mul i32 {}, {f}", s[0]));
                 e.b.op(format!("add i32 {old}, {p}"))
+            }
+            Some(DotScale::Dequant { offset, rows, cols }) => {
+                let x = e.b.op(format!("sitofp i32 {} to float", s[0]));
+                let off = read_raw(e, offset, &m);
+                let x = e.b.op(format!("fadd float {x}, {off}"));
+                let (r, c) = (read_raw(e, rows, &m), read_raw(e, cols, &j));
+                let d = e.b.op(format!("fmul float {r}, {c}"));
+                let p = e.b.op(format!("fmul float {x}, {d}"));
+                e.b.op(format!("fadd float {old}, {p}"))
             }
             None => s[0].clone(),
         };

@@ -259,18 +259,21 @@ fn integer_tile_code_objects() {
     }
 }
 
-/// Byte tiles lower for every AMDGPU arch: 8-bit operands in LDS, the dot (scaled or not) on
-/// the portable path.
+/// Byte tiles lower for every AMDGPU arch: 8-bit operands in LDS, the dot (scaled,
+/// dequantized or not) on the portable path.
 #[test]
 fn byte_tile_code_objects() {
-    let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
-    for (arch, mach, wave) in ARCHES {
-        let c = check_common(&k, arch, mach, wave);
-        assert!(
-            ["ds_read_i8", "ds_read_u8", "ds_load_i8", "ds_load_u8"]
-                .iter()
-                .any(|i| c.asm.contains(i)),
-            "{arch}: no 8-bit LDS read"
-        );
+    for src in [kernels::TILE_BYTE_DOT_SRC, kernels::TILE_DEQUANT_DOT_SRC] {
+        let k = kernels::from_source(src);
+        for (arch, mach, wave) in ARCHES {
+            let c = check_common(&k, arch, mach, wave);
+            assert!(
+                ["ds_read_i8", "ds_read_u8", "ds_load_i8", "ds_load_u8"]
+                    .iter()
+                    .any(|i| c.asm.contains(i)),
+                "{} {arch}: no 8-bit LDS read",
+                k.name
+            );
+        }
     }
 }

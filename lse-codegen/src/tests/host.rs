@@ -1714,14 +1714,78 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
     }
 }
 
-/// On the levels with AVX512-VNNI a byte dot whose shapes suit it runs on `vpdpbusd`.
+/// `tile_dot_dequant` on every host level, the `vpdpbusd` register blocks included (their
+/// sums scaled where they are), equals the definition bit for bit: the exact integer sum of
+/// each K step, then `acc + (f32(sum) + offset) · (row · col)` with one rounding each; whole
+/// and partial windows, `y`'s values outside the window untouched.
+#[test]
+fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_DEQUANT_DOT_SRC);
+    let (w, x) = int_dot_operands(0x6a09_e667, 300);
+    let mut state = 0x3c6e_f372u32;
+    let mut unit = || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % 20_001) as f32 / 10_000.0 - 1.0
+    };
+    let sx: Vec<f32> = (0..192)
+        .map(|i| {
+            if i % 96 < 48 {
+                unit() * 4096.0
+            } else {
+                unit() / 64.0
+            }
+        })
+        .collect();
+    let sw: Vec<f32> = (0..64).map(|_| unit() / 32.0).collect();
+    let y0: Vec<f32> = (0..48 * 32).map(|_| unit()).collect();
+    for (m, n) in [(48u32, 32u32), (37, 19)] {
+        let mut want = y0.clone();
+        for r in 0..m as usize {
+            for c in 0..n as usize {
+                for step in 0..2 {
+                    let sum = (64 * step..64 * step + 64).fold(0i32, |s, kk| {
+                        s.wrapping_add(
+                            i32::from(x[r * 128 + kk] as i8) * i32::from(w[c * 128 + kk] as u8),
+                        )
+                    });
+                    let d = sx[96 * step + 48 + r] * sw[32 * step + c];
+                    want[r * 32 + c] += (sum as f32 + sx[96 * step + r]) * d;
+                }
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut ws, mut xs, mut sxs, mut sws) = (w.clone(), x.clone(), sx.clone(), sw.clone());
+            let mut y = y0.clone();
+            let bufs = [
+                raw(&mut ws),
+                raw(&mut xs),
+                raw(&mut sxs),
+                raw(&mut sws),
+                raw(&mut y),
+            ];
+            run(&lib, &bufs, &[u64::from(m), u64::from(n)], [1, 1, 1], 0, 1);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y), bits(&want), "{cpu} m={m} n={n}");
+        }
+    }
+}
+
+/// On the levels with AVX512-VNNI a byte dot whose shapes suit it runs on `vpdpbusd`, a
+/// dequantized one too.
 #[test]
 fn byte_tile_dots_use_vpdpbusd_where_the_level_has_it() {
-    let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
-    let w = lse_dsl::wil::transform(&k);
-    for cpu in HOST_CPUS {
-        let text = host_llvm_text(&w, cpu);
-        let vnni = lse_dsl::rt::host_level_target(cpu).is_some_and(|(_, f)| f.contains("vnni"));
-        assert_eq!(text.contains("vpdpbusd"), vnni, "{cpu}");
+    for src in [kernels::TILE_BYTE_DOT_SRC, kernels::TILE_DEQUANT_DOT_SRC] {
+        let k = kernels::from_source(src);
+        let w = lse_dsl::wil::transform(&k);
+        for cpu in HOST_CPUS {
+            let text = host_llvm_text(&w, cpu);
+            let vnni = lse_dsl::rt::host_level_target(cpu).is_some_and(|(_, f)| f.contains("vnni"));
+            assert_eq!(text.contains("vpdpbusd"), vnni, "{} {cpu}", k.name);
+        }
     }
 }

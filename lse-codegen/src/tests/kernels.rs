@@ -888,6 +888,38 @@ fn tile_fused_f32_k(x: &[f32], w: &[bf16], y: &mut [f32], m: u32, n: u32, k: u32
 }
 "#;
 
+/// Dequantized byte dots into f32 over two K steps of 64: `a` (i8) from an i32 buffer, `b`
+/// (u8) from an i32 shared array the work-items fill (row `k`, column `c`), and per step
+/// the rows' offsets and scales (`sx[96 s + r]`, `sx[96 s + 48 + r]`) and the columns'
+/// scales (`sw[32 s + c]`): `acc += (f32(a b) + offset) · (rows · cols)` onto `y`'s window.
+pub const TILE_DEQUANT_DOT_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_dequant_dot", version = 1, workgroup = 32)]
+fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32], m: u32, n: u32) {
+    let wq = shared::<i32>(2048);
+    let a = tile::<i8, 48, 64>();
+    let b = tile::<u8, 64, 32>();
+    let offset = tile::<f32, 48, 1>();
+    let rows = tile::<f32, 48, 1>();
+    let cols = tile::<f32, 1, 32>();
+    let acc = tile::<f32, 48, 32>();
+    let c = local_id();
+    tile_load(acc, y, 0, 32, m, n);
+    for step in 0u32..2u32 {
+        let k0 = step * 64;
+        for kk in 0u32..64u32 {
+            wq[kk * 32 + c] = w[c * 128 + k0 + kk];
+        }
+        tile_load(a, x, k0, 128, m, 64);
+        tile_load(b, wq, 0, 32, 64, n);
+        tile_load(offset, sx, step * 96, 1, m, 1);
+        tile_load(rows, sx, step * 96 + 48, 1, m, 1);
+        tile_load(cols, sw, step * 32, 32, 1, n);
+        tile_dot_dequant(acc, a, b, offset, rows, cols);
+    }
+    tile_store(acc, y, 0, 32, m, n);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

@@ -219,20 +219,28 @@ fn integer_tiles_ptx() {
     }
 }
 
-/// Byte tiles lower to PTX: 8-bit shared-memory operands, 32-bit integer products.
+/// Byte tiles lower to PTX: 8-bit shared-memory operands, 32-bit integer products (dequantized
+/// dots too).
 #[test]
 fn byte_tiles_ptx() {
-    let k = super::kernels::from_source(super::kernels::TILE_BYTE_DOT_SRC);
-    for sm in lse_dsl::rt::PTX_ARCHS {
-        let ptx = check_ptx(&k, sm);
-        assert!(
-            ptx.contains("ld.shared.u8") || ptx.contains("ld.shared.s8"),
-            "{sm}: {ptx}"
-        );
-        assert!(
-            ptx.contains("mad.lo.s32") || ptx.contains("mul.lo.s32"),
-            "{sm}: no integer product"
-        );
+    use super::kernels::{from_source, TILE_BYTE_DOT_SRC, TILE_DEQUANT_DOT_SRC};
+    for k in [
+        from_source(TILE_BYTE_DOT_SRC),
+        from_source(TILE_DEQUANT_DOT_SRC),
+    ] {
+        for sm in lse_dsl::rt::PTX_ARCHS {
+            let ptx = check_ptx(&k, sm);
+            assert!(
+                ptx.contains("ld.shared.u8") || ptx.contains("ld.shared.s8"),
+                "{} {sm}: {ptx}",
+                k.name
+            );
+            assert!(
+                ptx.contains("mad.lo.s32") || ptx.contains("mul.lo.s32"),
+                "{} {sm}: no integer product",
+                k.name
+            );
+        }
     }
 }
 

@@ -10,11 +10,12 @@ use super::fold::eval;
 use super::syntax::{err, strip, text};
 use super::types::named_ty;
 use crate::ir::{
-    Access, Block, Param, Stmt, TileBinary, TileDecl, TileId, TileMem, TileOp, TileWindow, Ty,
+    Access, Block, DotScale, Param, Stmt, TileBinary, TileDecl, TileId, TileMem, TileOp,
+    TileWindow, Ty,
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 20] = [
+pub(super) const TILE_STMTS: [&str; 21] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
@@ -25,6 +26,7 @@ pub(super) const TILE_STMTS: [&str; 20] = [
     "tile_store_pairs",
     "tile_dot",
     "tile_dot_scaled",
+    "tile_dot_dequant",
     "tile_add",
     "tile_sub",
     "tile_mul",
@@ -171,6 +173,7 @@ impl Cx {
             "tile_zero" | "tile_exp" => 1,
             "tile_dot" => 3,
             "tile_dot_scaled" => 4,
+            "tile_dot_dequant" => 6,
             "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_pairs" | "tile_store"
             | "tile_store_t" | "tile_store_pairs" => 6,
             _ => 2,
@@ -222,7 +225,7 @@ impl Cx {
                 let to = self.window(&args[1..], name == "tile_store_t", true, src)?;
                 TileOp::Store { src, to }
             }
-            "tile_dot" | "tile_dot_scaled" => self.dot(&args)?,
+            "tile_dot" | "tile_dot_scaled" | "tile_dot_dequant" => self.dot(name, &args)?,
             "tile_exp" => TileOp::Exp {
                 dst: self.f32_tile(args[0], name)?,
             },
@@ -311,7 +314,7 @@ impl Cx {
         Ok(())
     }
 
-    fn dot(&mut self, args: &[&syn::Expr]) -> syn::Result<TileOp> {
+    fn dot(&mut self, name: &str, args: &[&syn::Expr]) -> syn::Result<TileOp> {
         let acc = self.tile_arg(args[0])?;
         let a = self.tile_arg(args[1])?;
         let b = self.tile_arg(args[2])?;
@@ -326,9 +329,10 @@ impl Cx {
             &self.tiles[a as usize],
             &self.tiles[b as usize],
         );
-        // Float operands accumulate in f32, integer operands in i32.
+        // Float operands accumulate in f32, integer operands in i32 (dequantized: in f32).
         let int = ta.elem != Ty::I32 && is_int_tile(ta.elem);
-        let want_acc = if int { Ty::I32 } else { Ty::F32 };
+        let dequant = name == "tile_dot_dequant";
+        let want_acc = if int && !dequant { Ty::I32 } else { Ty::F32 };
         if ta.elem == Ty::I32 {
             return err(
                 args[1].span(),
@@ -378,11 +382,52 @@ impl Cx {
                 ),
             );
         }
-        let scale = match args.get(3) {
-            Some(s) => Some(self.dot_scale(s, acc, a)?),
-            None => None,
+        let scale = match args.len() {
+            4 => Some(DotScale::Columns(self.dot_scale(args[3], acc, a)?)),
+            6 => Some(self.dot_dequant(&args[3..], acc, a)?),
+            _ => None,
         };
         Ok(TileOp::Dot { acc, a, b, scale })
+    }
+
+    /// The scales of `tile_dot_dequant(acc, a, b, offset, rows, cols)`: f32 tiles of `acc`'s
+    /// rows and one column (`offset`, `rows`) and of one row and `acc`'s columns (`cols`),
+    /// for integer operands.
+    fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId, a: TileId) -> syn::Result<DotScale> {
+        let ta = &self.tiles[a as usize];
+        if !is_int_tile(ta.elem) {
+            return err(
+                args[0].span(),
+                format!(
+                    "`tile_dot_dequant` takes integer operands (i16, i8, u8), found {}",
+                    ta.elem.rust_name()
+                ),
+            );
+        }
+        let tc = &self.tiles[acc as usize];
+        let mut ids = [0; 3];
+        for ((id, e), (what, rows, cols)) in ids.iter_mut().zip(args).zip([
+            ("offset", tc.rows, 1),
+            ("row scale", tc.rows, 1),
+            ("column scale", 1, tc.cols),
+        ]) {
+            *id = self.tile_arg(e)?;
+            let t = &self.tiles[*id as usize];
+            if t.elem != Ty::F32 || (t.rows, t.cols) != (rows, cols) {
+                return err(
+                    e.span(),
+                    format!(
+                        "the {what} of `tile_dot_dequant` is an f32 tile of {rows} rows and {cols} columns, `{}` is {} {}x{}",
+                        t.name,
+                        t.elem.rust_name(),
+                        t.rows,
+                        t.cols
+                    ),
+                );
+            }
+        }
+        let [offset, rows, cols] = ids;
+        Ok(DotScale::Dequant { offset, rows, cols })
     }
 
     /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of one row and `acc`'s
@@ -827,6 +872,53 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tile_dot(acc#t3, b#t1, a#t0);"), "{text}");
+    }
+
+    #[test]
+    fn byte_tiles_dequantize_into_an_f32_accumulator_with_row_and_column_scales() {
+        let k = k("let q = shared::<i32>(256);
+            let f = shared::<f32>(16);
+            let a = tile::<i8, 16, 16>();
+            let b = tile::<u8, 16, 16>();
+            let off = tile::<f32, 16, 1>();
+            let dx = tile::<f32, 16, 1>();
+            let dw = tile::<f32, 1, 16>();
+            let acc = tile::<f32, 16, 16>();
+            tile_load(a, q, 0, 16, 16, 16);
+            tile_load(b, q, 0, 16, 16, 16);
+            tile_load(off, f, 0, 1, 16, 1);
+            tile_load(dx, f, 0, 1, 16, 1);
+            tile_load(dw, f, 0, 16, 1, 16);
+            tile_dot_dequant(acc, a, b, off, dx, dw);");
+        let text = ir_text(&k);
+        assert!(
+            text.contains("tile_dot_dequant(acc#t5, a#t0, b#t1, off#t2, dx#t3, dw#t4);"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn dequantized_dots_refuse_float_operands_an_integer_accumulator_and_bad_scales() {
+        let decls = "let a = tile::<i8, 16, 16>();
+            let u = tile::<u8, 16, 16>();
+            let g = tile::<f32, 16, 16>();
+            let acc = tile::<f32, 16, 16>();
+            let iacc = tile::<i32, 16, 16>();
+            let col = tile::<f32, 16, 1>();
+            let row = tile::<f32, 1, 16>();
+            let icol = tile::<i32, 16, 1>();
+            let wide = tile::<f32, 1, 8>();";
+        for (stmt, want) in [
+            ("tile_dot_dequant(acc, g, g, col, col, row);", "`tile_dot_dequant` takes integer operands (i16, i8, u8), found f32"),
+            ("tile_dot_dequant(iacc, a, u, col, col, row);", "the accumulator of a `tile_dot` of i8 tiles is an f32 tile, `iacc` is i32"),
+            ("tile_dot_dequant(acc, a, u, icol, col, row);", "the offset of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `icol` is i32 16x1"),
+            ("tile_dot_dequant(acc, a, u, col, row, row);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `row` is f32 1x16"),
+            ("tile_dot_dequant(acc, a, u, col, col, wide);", "the column scale of `tile_dot_dequant` is an f32 tile of 1 rows and 16 columns, `wide` is f32 1x8"),
+            ("tile_dot_dequant(acc, a, u, col, col);", "`tile_dot_dequant` takes 6 arguments, found 5"),
+        ] {
+            let msg = e(&format!("{decls}\n{stmt}"));
+            assert!(msg.contains(want), "{stmt}: {msg}");
+        }
     }
 
     #[test]

@@ -53,8 +53,10 @@
 //!   `b` in fours of rows ([`Layout::Quads`]: a `tile_load_quads` window's words as they are,
 //!   an i32 window's rows narrowed and interleaved) and runs `vpdpbusd`, the u8 operand
 //!   first. `tile_dot_scaled` starts the block's accumulators at zero and, after the K steps,
-//!   adds them times the columns' scales (`vpmulld`) to `acc`. Elsewhere an integer dot is
-//!   the element loop in wrapping i32.
+//!   adds them times the columns' scales (`vpmulld`) to `acc`; `tile_dot_dequant` likewise
+//!   converts them to f32, adds the rows' offsets and adds them times the rows' by the
+//!   columns' scales to its f32 `acc`, 16 lanes at a time. Elsewhere an integer dot is the
+//!   element loop in wrapping i32.
 //! - Any other `tile_dot` with N a multiple of 16 on levels with FMA runs in register blocks
 //!   with `fma` on 16-lane vectors: 4 rows x 64 columns on x86-64-v4 (16 of its 32 zmm
 //!   registers), 6 rows x 16 columns on the AVX2 levels (12 of their 16 ymm registers; a
@@ -80,8 +82,8 @@ use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
 use crate::emit::{convert, lty, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{
-    Access, BinOp, Block, Expr, ExprKind, Kernel, Param, Stmt, TileBinary, TileDecl, TileId,
-    TileOp, TileWindow, Ty,
+    Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary, TileDecl,
+    TileId, TileOp, TileWindow, Ty,
 };
 
 /// How a tile's elements are laid out in its stack array.
@@ -332,8 +334,8 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
                 other[t as usize] |= !blocked || !half(t);
             }
             other[*acc as usize] = true;
-            if let Some(s) = scale {
-                other[*s as usize] = true;
+            for s in scale.iter().flat_map(DotScale::tiles) {
+                other[s as usize] = true;
             }
         }
         _ => {
@@ -376,8 +378,8 @@ fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: bool) -> Vec<bool
             let b_view = packed[*b as usize] == Layout::Pairs || fma_blocked(k, packed, fma, op);
             other[*b as usize] |= !b_view;
             other[*acc as usize] = true;
-            if let Some(s) = scale {
-                other[*s as usize] = true;
+            for s in scale.iter().flat_map(DotScale::tiles) {
+                other[s as usize] = true;
             }
         }
         TileOp::Zero { dst } | TileOp::Exp { dst } | TileOp::Scale { dst, .. } => {
@@ -445,7 +447,7 @@ fn tile_access(op: &TileOp) -> (Vec<u32>, Option<u32>) {
         TileOp::Store { src, .. } => (vec![*src], None),
         TileOp::Dot { acc, a, b, scale } => {
             let mut r = vec![*acc, *a, *b];
-            r.extend(*scale);
+            r.extend(scale.iter().flat_map(DotScale::tiles));
             (r, None)
         }
         TileOp::Binary { dst, src, .. } | TileOp::RowReduce { dst, src, .. } => {
@@ -625,6 +627,40 @@ fn transpose16(e: &mut Emitter, v: &mut [String]) {
     }
 }
 
+/// `old` plus the integer sum `sum` scaled by `f` ([`HostPhases::scale_factors`]), on scalars
+/// or (`lanes`) 16-lane vectors: `Columns`, `old + sum · s` in wrapping i32; `Dequant`, `old +
+/// (f32(sum) + offset) · (row · col)` in f32, one rounding each, as the generated Rust.
+fn scaled_sum(
+    e: &mut Emitter,
+    s: DotScale,
+    f: &[String],
+    sum: &str,
+    old: &str,
+    lanes: bool,
+) -> String {
+    let ty = |elem: &str| {
+        if lanes {
+            format!("<16 x {elem}>")
+        } else {
+            elem.to_string()
+        }
+    };
+    let (int, float) = (ty("i32"), ty("float"));
+    match s {
+        DotScale::Columns(_) => {
+            let scaled = e.b.op(format!("mul {int} {sum}, {}", f[0]));
+            e.b.op(format!("add {int} {old}, {scaled}"))
+        }
+        DotScale::Dequant { .. } => {
+            let x = e.b.op(format!("sitofp {int} {sum} to {float}"));
+            let x = e.b.op(format!("fadd {float} {x}, {}", f[0]));
+            let d = e.b.op(format!("fmul {float} {}, {}", f[1], f[2]));
+            let p = e.b.op(format!("fmul {float} {x}, {d}"));
+            e.b.op(format!("fadd {float} {old}, {p}"))
+        }
+    }
+}
+
 /// `<16 x ty>` with every lane `x`.
 fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     let one =
@@ -732,13 +768,13 @@ impl HostPhases {
             }
             TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (*acc as usize, *a as usize, *b as usize);
-                let scale = scale.map(|s| s as usize);
+                let scale = *scale;
                 let packed = self.packed_dot([acc, a, b]);
                 if packed == Some(PackedDot::Amx) {
                     self.amx_dot(e, [acc, a, b], None)?
                 } else if let Some(PackedDot::Blocked(micro)) = packed {
                     self.blocked_dot(e, [acc, a, b], scale, micro, None)?
-                } else if self.fma_dot([acc, a, b]) {
+                } else if scale.is_none() && self.fma_dot([acc, a, b]) {
                     self.blocked_dot(e, [acc, a, b], None, Micro::Fma, None)?
                 } else {
                     self.loop_dot(e, [acc, a, b], scale)
@@ -1370,6 +1406,46 @@ impl HostPhases {
         convert(&mut e.b, &v, self.tiles[t].decl.elem, Ty::F32)
     }
 
+    /// The factors a scaled dot's sums at row `r` and column `c` take ([`scaled_sum`]):
+    /// scalars in `loop_dot`, and in a register block (`lanes`) 16-lane vectors of columns
+    /// `c..c + 16`, a row's value splatted. `Columns`: the column's i32 scale; `Dequant`: the
+    /// row's offset and scale, then the column's scale.
+    fn scale_factors(
+        &self,
+        e: &mut Emitter,
+        s: DotScale,
+        r: &str,
+        c: &str,
+        lanes: bool,
+    ) -> Vec<String> {
+        let column = |h: &Self, e: &mut Emitter, t: TileId| {
+            let t = t as usize;
+            if lanes {
+                let ty = lty(h.tiles[t].decl.elem);
+                let p = at(e, ty, &h.tiles[t].ptr, c);
+                e.b.op(format!("load <16 x {ty}>, ptr {p}, align 4"))
+            } else {
+                h.read_raw(e, t, "0", c)
+            }
+        };
+        let row = |h: &Self, e: &mut Emitter, t: TileId| {
+            let v = h.read_raw(e, t as usize, r, "0");
+            if lanes {
+                splat(e, "float", &v)
+            } else {
+                v
+            }
+        };
+        match s {
+            DotScale::Columns(t) => vec![column(self, e, t)],
+            DotScale::Dequant { offset, rows, cols } => vec![
+                row(self, e, offset),
+                row(self, e, rows),
+                column(self, e, cols),
+            ],
+        }
+    }
+
     fn write_raw(&self, e: &mut Emitter, t: usize, r: &str, c: &str, v: &str) {
         let p = self.elem_ptr(e, t, r, c);
         let elem = self.tiles[t].decl.elem;
@@ -1382,17 +1458,17 @@ impl HostPhases {
     }
 
     /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` (integer tiles: `acc + a b` in wrapping
-    /// i32), m, then k ascending, then n (vectorised). With `scale` (integer tiles), each
-    /// element's products are summed first, m, then n, then k, and the sum times the
-    /// column's scale added to `acc`.
-    fn loop_dot(&mut self, e: &mut Emitter, [acc, a, b]: [usize; 3], scale: Option<usize>) {
+    /// i32), m, then k ascending, then n (vectorised). With `scale` (integer operands), each
+    /// element's products are summed first, m, then n, then k, and the sum scaled
+    /// ([`scaled_sum`]) into `acc`.
+    fn loop_dot(&mut self, e: &mut Emitter, [acc, a, b]: [usize; 3], scale: Option<DotScale>) {
         let (m, n, k) = (
             self.tiles[acc].decl.rows,
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        let int = self.tiles[acc].decl.elem == Ty::I32;
-        // An operand as the accumulator's type: integers extended to i32, floats as f32.
+        let int = matches!(self.tiles[a].decl.elem, Ty::I16 | Ty::I8 | Ty::U8);
+        // An operand as its sum's type: integers extended to i32, floats as f32.
         let operand = |h: &Self, e: &mut Emitter, t: usize, r: &str, c: &str| {
             if int {
                 let v = h.read_raw(e, t, r, c);
@@ -1410,10 +1486,9 @@ impl HostPhases {
                         let p = e.b.op(format!("mul i32 {x}, {y}"));
                         vec![e.b.op(format!("add i32 {}, {p}", sum[0]))]
                     });
-                    let f = h.read_raw(e, s, "0", j);
-                    let scaled = e.b.op(format!("mul i32 {}, {f}", sum[0]));
                     let old = h.read_raw(e, acc, i, j);
-                    let r = e.b.op(format!("add i32 {old}, {scaled}"));
+                    let factors = h.scale_factors(e, s, i, j, false);
+                    let r = scaled_sum(e, s, &factors, &sum[0], &old, false);
                     h.write_raw(e, acc, i, j, &r);
                 })
             });
@@ -1450,7 +1525,7 @@ impl HostPhases {
         &mut self,
         e: &mut Emitter,
         tiles: [usize; 3],
-        scale: Option<usize>,
+        scale: Option<DotScale>,
         micro: Micro,
         steps: Option<&fused::Steps>,
     ) -> Lowered<()> {
@@ -1499,14 +1574,14 @@ impl HostPhases {
     /// the accumulators stay in registers over all K steps (pairs for `vdpbf16ps` and
     /// `vpdpwssd`, fours for `vpdpbusd`), and with `steps` over every step of the enclosing
     /// loop too ([`FusedDot`]), each pointing the operands' views at its windows first. With
-    /// `scale` they start at zero and, after the last step, are multiplied by the columns'
-    /// scales and added to `acc`.
+    /// `scale` they start at zero and, after the last step, are scaled ([`scaled_sum`]) into
+    /// `acc`.
     #[allow(clippy::too_many_arguments)]
     fn reg_block(
         &mut self,
         e: &mut Emitter,
         [acc, a, b]: [usize; 3],
-        scale: Option<usize>,
+        scale: Option<DotScale>,
         m0: &str,
         (mr, v0, nr): (u32, u32, u32),
         micro: Micro,
@@ -1514,7 +1589,12 @@ impl HostPhases {
     ) -> Lowered<()> {
         let n = self.tiles[acc].decl.cols;
         let acc_elem = lty(self.tiles[acc].decl.elem);
-        let vt = format!("<16 x {acc_elem}>");
+        let acc_vt = format!("<16 x {acc_elem}>");
+        // The sums' vectors: i32 for integer products (into an f32 `acc` when dequantized).
+        let vt = match micro {
+            Micro::Dpwssd | Micro::Dpbusd => "<16 x i32>".to_string(),
+            Micro::Dpbf16 | Micro::Fma => acc_vt.clone(),
+        };
         let pc = self.tiles[acc].ptr.clone();
         let rows: Vec<String> = (0..mr)
             .map(|r| e.b.op(format!("add nuw i32 {m0}, {r}")))
@@ -1566,28 +1646,26 @@ impl HostPhases {
         };
         let out = match scale {
             Some(s) => {
-                let ps = self.tiles[s].ptr.clone();
-                let scales: Vec<String> = (0..nr)
-                    .map(|j| {
-                        let p = at(e, "i32", &ps, &((v0 + j) * 16).to_string());
-                        e.b.op(format!("load <16 x i32>, ptr {p}, align 64"))
-                    })
+                // Each row's and each column vector's factors, loaded once per block.
+                let cols: Vec<String> = (0..nr).map(|j| ((v0 + j) * 16).to_string()).collect();
+                let factors: Vec<Vec<String>> = rows
+                    .iter()
+                    .flat_map(|r| cols.iter().map(move |c| (r, c)))
+                    .map(|(r, c)| self.scale_factors(e, s, r, c, true))
                     .collect();
                 out.iter()
                     .zip(&acc_ptrs)
-                    .enumerate()
-                    .map(|(i, (v, p))| {
-                        let f = &scales[i % nr as usize];
-                        let scaled = e.b.op(format!("mul <16 x i32> {v}, {f}"));
-                        let old = e.b.op(format!("load {vt}, ptr {p}, align 64"));
-                        e.b.op(format!("add <16 x i32> {old}, {scaled}"))
+                    .zip(&factors)
+                    .map(|((v, p), f)| {
+                        let old = e.b.op(format!("load {acc_vt}, ptr {p}, align 64"));
+                        scaled_sum(e, s, f, v, &old, true)
                     })
                     .collect()
             }
             None => out,
         };
         for (p, v) in acc_ptrs.iter().zip(out) {
-            e.b.ins(format!("store {vt} {v}, ptr {p}, align 64"));
+            e.b.ins(format!("store {acc_vt} {v}, ptr {p}, align 64"));
         }
         Ok(())
     }
