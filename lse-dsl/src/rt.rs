@@ -486,6 +486,14 @@ pub mod tile {
         }
     }
 
+    /// Element `(m, j)` of the integer product of `a` (`[M x k]`) and `b` (`[k x n]`): exact
+    /// products added in wrapping i32.
+    fn int_sum(a: &[i32], b: &[i32], (m, j): (usize, usize), n: usize, k: usize) -> i32 {
+        (0..k).fold(0i32, |sum, kk| {
+            sum.wrapping_add(a[m * k + kk] * b[kk * n + j])
+        })
+    }
+
     /// `tile_dot` of integer tiles (i16, or i8 by u8): `acc[m][n] += sum over k of
     /// a[m][k] * b[k][n]`, the products exact and the sums wrapping in i32 (any order gives
     /// these values); with `scale` (`tile_dot_scaled`), the sum times `scale[n]` (wrapping).
@@ -493,10 +501,7 @@ pub mod tile {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
-                let mut sum = 0i32;
-                for kk in 0..k {
-                    sum = sum.wrapping_add(a[m * k + kk] * b[kk * n + j]);
-                }
+                let sum = int_sum(a, b, (m, j), n, k);
                 let scaled = scale.map_or(sum, |s| sum.wrapping_mul(s[j]));
                 *out = out.wrapping_add(scaled);
             }
@@ -520,10 +525,7 @@ pub mod tile {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
-                let mut sum = 0i32;
-                for kk in 0..k {
-                    sum = sum.wrapping_add(a[m * k + kk] * b[kk * n + j]);
-                }
+                let sum = int_sum(a, b, (m, j), n, k);
                 let d = rows[m] * cols[j];
                 *out += (sum as f32 + offset[m]) * d;
             }
