@@ -1,7 +1,8 @@
 //! The quantized GEMMs in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K, Q6_K
 //! or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values
-//! `q`, one f32 scale `d` per block of 256, and the sums of each 32 and each 16 values' `q`; Q8_0 for a Q8_0
-//! weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight block an exact integer dot
+//! `q`, one f32 scale `d` per block of 256, and the sums of each 32 and each 16 values' `q`;
+//! Q8_0 for a Q8_0 weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight block an exact
+//! integer dot
 //! product of `q` with the weight's quants times their 6- or 8-bit sub-block scales, and one
 //! f32 epilogue per block, `y += Σ q·(sc·w) · (d_x · d_w) + (Σ_j s_j · (-m_j · dmin_w)) · d_x`
 //! (`d_x · d_w` formed first, as llama.cpp does; the minimum term, with `s_j` the sum of

@@ -80,6 +80,12 @@ impl Ty {
     pub fn is_int(self) -> bool {
         matches!(self, Ty::I32 | Ty::U32)
     }
+
+    /// The integer element types of `tile_dot` operands (i16, i8, u8), whose products sum
+    /// exactly in i32.
+    pub fn is_dot_int(self) -> bool {
+        matches!(self, Ty::I16 | Ty::I8 | Ty::U8)
+    }
 }
 
 /// Whether a kernel may write a buffer.

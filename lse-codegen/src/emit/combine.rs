@@ -2,7 +2,7 @@
 //! agree bit for bit with each other and with the generated Rust.
 
 use super::Builder;
-use lse_dsl::ir::{CollectiveOp, TileBinary, Ty};
+use lse_dsl::ir::{CollectiveOp, DotScale, TileBinary, Ty};
 
 /// `op(a, b)` for `ReduceSum`/`ReduceMax`/`ReduceMin` on `ty`; `None` if unsupported.
 pub(crate) fn combine(
@@ -92,4 +92,40 @@ fn arithmetic(b: &mut Builder, op: TileBinary, ty: &str, a: &str, c: &str) -> St
         TileBinary::Max => unreachable!("max is maxnum, not an instruction"),
     };
     b.op(format!("{inst} {ty} {a}, {c}"))
+}
+
+/// `old` plus an integer dot's sum `sum` scaled by the factors `f` (`Columns`: the column's
+/// scale; `Dequant`: the row's offset and scale, then the column's scale), on scalars or
+/// (`lanes`) 16-lane vectors: `Columns`, `old + sum · s` in wrapping i32; `Dequant`,
+/// `old + (f32(sum) + offset) · (row · col)` in f32, one rounding each, as the generated Rust
+/// does, so the host and GPU lowerings agree with it bit for bit.
+pub(crate) fn scaled_sum(
+    b: &mut Builder,
+    s: DotScale,
+    f: &[String],
+    sum: &str,
+    old: &str,
+    lanes: bool,
+) -> String {
+    let ty = |elem: &str| {
+        if lanes {
+            format!("<16 x {elem}>")
+        } else {
+            elem.to_string()
+        }
+    };
+    let (int, float) = (ty("i32"), ty("float"));
+    match s {
+        DotScale::Columns(_) => {
+            let scaled = b.op(format!("mul {int} {sum}, {}", f[0]));
+            b.op(format!("add {int} {old}, {scaled}"))
+        }
+        DotScale::Dequant { .. } => {
+            let x = b.op(format!("sitofp {int} {sum} to {float}"));
+            let x = b.op(format!("fadd {float} {x}, {}", f[0]));
+            let d = b.op(format!("fmul {float} {}, {}", f[1], f[2]));
+            let p = b.op(format!("fmul {float} {x}, {d}"));
+            b.op(format!("fadd {float} {old}, {p}"))
+        }
+    }
 }

@@ -9,7 +9,7 @@
 //! which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, lty, tile_binary, Emitter, Lowered, WindowVals};
+use crate::emit::{convert, lty, scaled_sum, tile_binary, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{Access, DotScale, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
@@ -157,12 +157,7 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<DotScale>) {
     let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
-        (
-            c.len(),
-            c.cols,
-            x.cols,
-            matches!(x.elem, Ty::I16 | Ty::I8 | Ty::U8),
-        )
+        (c.len(), c.cols, x.cols, x.elem.is_dot_int())
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
     if e.k.tiles[acc as usize].elem == Ty::F32 && scale.is_none() {
@@ -208,19 +203,16 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
             }
         });
         let sum = match scale {
-            Some(DotScale::Columns(st)) => {
-                let f = read_raw(e, st, &j);
-                let p = e.b.op(format!("mul i32 {}, {f}", s[0]));
-                e.b.op(format!("add i32 {old}, {p}"))
-            }
-            Some(DotScale::Dequant { offset, rows, cols }) => {
-                let x = e.b.op(format!("sitofp i32 {} to float", s[0]));
-                let off = read_raw(e, offset, &m);
-                let x = e.b.op(format!("fadd float {x}, {off}"));
-                let (r, c) = (read_raw(e, rows, &m), read_raw(e, cols, &j));
-                let d = e.b.op(format!("fmul float {r}, {c}"));
-                let p = e.b.op(format!("fmul float {x}, {d}"));
-                e.b.op(format!("fadd float {old}, {p}"))
+            Some(scale) => {
+                let factors = match scale {
+                    DotScale::Columns(st) => vec![read_raw(e, st, &j)],
+                    DotScale::Dequant { offset, rows, cols } => vec![
+                        read_raw(e, offset, &m),
+                        read_raw(e, rows, &m),
+                        read_raw(e, cols, &j),
+                    ],
+                };
+                scaled_sum(&mut e.b, scale, &factors, &s[0], &old, false)
             }
             None => s[0].clone(),
         };

@@ -330,7 +330,7 @@ impl Cx {
             &self.tiles[b as usize],
         );
         // Float operands accumulate in f32, integer operands in i32 (dequantized: in f32).
-        let int = ta.elem != Ty::I32 && is_int_tile(ta.elem);
+        let int = ta.elem.is_dot_int();
         let dequant = name == "tile_dot_dequant";
         let want_acc = if int && !dequant { Ty::I32 } else { Ty::F32 };
         if ta.elem == Ty::I32 {
@@ -382,9 +382,18 @@ impl Cx {
                 ),
             );
         }
+        if args.len() > 3 && !int {
+            return err(
+                args[3].span(),
+                format!(
+                    "`{name}` takes integer operands (i16, i8, u8), found {}",
+                    ta.elem.rust_name()
+                ),
+            );
+        }
         let scale = match args.len() {
-            4 => Some(DotScale::Columns(self.dot_scale(args[3], acc, a)?)),
-            6 => Some(self.dot_dequant(&args[3..], acc, a)?),
+            4 => Some(DotScale::Columns(self.dot_scale(args[3], acc)?)),
+            6 => Some(self.dot_dequant(&args[3..], acc)?),
             _ => None,
         };
         Ok(TileOp::Dot { acc, a, b, scale })
@@ -392,18 +401,8 @@ impl Cx {
 
     /// The scales of `tile_dot_dequant(acc, a, b, offset, rows, cols)`: f32 tiles of `acc`'s
     /// rows and one column (`offset`, `rows`) and of one row and `acc`'s columns (`cols`),
-    /// for integer operands.
-    fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId, a: TileId) -> syn::Result<DotScale> {
-        let ta = &self.tiles[a as usize];
-        if !is_int_tile(ta.elem) {
-            return err(
-                args[0].span(),
-                format!(
-                    "`tile_dot_dequant` takes integer operands (i16, i8, u8), found {}",
-                    ta.elem.rust_name()
-                ),
-            );
-        }
+    /// for integer operands (checked by [`Self::dot`]).
+    fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId) -> syn::Result<DotScale> {
         let tc = &self.tiles[acc as usize];
         let mut ids = [0; 3];
         for ((id, e), (what, rows, cols)) in ids.iter_mut().zip(args).zip([
@@ -431,23 +430,10 @@ impl Cx {
     }
 
     /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of one row and `acc`'s
-    /// columns, for integer operands.
-    fn dot_scale(&self, e: &syn::Expr, acc: TileId, a: TileId) -> syn::Result<TileId> {
+    /// columns, for integer operands (checked by [`Self::dot`]).
+    fn dot_scale(&self, e: &syn::Expr, acc: TileId) -> syn::Result<TileId> {
         let s = self.tile_arg(e)?;
-        let (tc, ta, ts) = (
-            &self.tiles[acc as usize],
-            &self.tiles[a as usize],
-            &self.tiles[s as usize],
-        );
-        if !is_int_tile(ta.elem) {
-            return err(
-                e.span(),
-                format!(
-                    "`tile_dot_scaled` takes integer operands (i16, i8, u8), found {}",
-                    ta.elem.rust_name()
-                ),
-            );
-        }
+        let (tc, ts) = (&self.tiles[acc as usize], &self.tiles[s as usize]);
         if ts.elem != Ty::I32 || ts.rows != 1 || ts.cols != tc.cols {
             return err(
                 e.span(),

@@ -1,9 +1,9 @@
 //! The quantized GEMMs in integers (`gemm.xwt_<q>_q8_k`, q = q4_k, q5_k, q6_k, and
 //! `gemm.xwt_q8_0_q8_0`): the activation rows quantized to Q8_K (Q8_0 for a Q8_0 weight) as
 //! parts (`act_quant.q8_k_int` / `q8_0_int`: the 8-bit values, one scale per block and the
-//! sums of each 32 values, for Q8_K also of each 16), then exact integer dot products with the weight's quants and
-//! sub-block scales and one f32 epilogue per block, as llama.cpp's CPU backend multiplies
-//! such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the weight interleaved by
+//! sums of each 32 values, for Q8_K also of each 16), then exact integer dot products with
+//! the weight's quants and sub-block scales and one f32 epilogue per block, as llama.cpp's CPU
+//! backend multiplies such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the weight interleaved by
 //! 64 rows ([`interleave`], done once at load).
 
 use lse_kernels::act_quant::{q8_0_int, q8_k_int};

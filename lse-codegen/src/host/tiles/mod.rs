@@ -80,7 +80,9 @@ mod fused;
 
 use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
-use crate::emit::{convert, lty, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals};
+use crate::emit::{
+    convert, lty, scaled_sum, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals,
+};
 use lse_dsl::ir::{
     Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary, TileDecl,
     TileId, TileOp, TileWindow, Ty,
@@ -624,40 +626,6 @@ fn transpose16(e: &mut Emitter, v: &mut [String]) {
             ));
         }
         b /= 2;
-    }
-}
-
-/// `old` plus the integer sum `sum` scaled by `f` ([`HostPhases::scale_factors`]), on scalars
-/// or (`lanes`) 16-lane vectors: `Columns`, `old + sum · s` in wrapping i32; `Dequant`, `old +
-/// (f32(sum) + offset) · (row · col)` in f32, one rounding each, as the generated Rust.
-fn scaled_sum(
-    e: &mut Emitter,
-    s: DotScale,
-    f: &[String],
-    sum: &str,
-    old: &str,
-    lanes: bool,
-) -> String {
-    let ty = |elem: &str| {
-        if lanes {
-            format!("<16 x {elem}>")
-        } else {
-            elem.to_string()
-        }
-    };
-    let (int, float) = (ty("i32"), ty("float"));
-    match s {
-        DotScale::Columns(_) => {
-            let scaled = e.b.op(format!("mul {int} {sum}, {}", f[0]));
-            e.b.op(format!("add {int} {old}, {scaled}"))
-        }
-        DotScale::Dequant { .. } => {
-            let x = e.b.op(format!("sitofp {int} {sum} to {float}"));
-            let x = e.b.op(format!("fadd {float} {x}, {}", f[0]));
-            let d = e.b.op(format!("fmul {float} {}, {}", f[1], f[2]));
-            let p = e.b.op(format!("fmul {float} {x}, {d}"));
-            e.b.op(format!("fadd {float} {old}, {p}"))
-        }
     }
 }
 
@@ -1467,7 +1435,7 @@ impl HostPhases {
             self.tiles[acc].decl.cols,
             self.tiles[a].decl.cols,
         );
-        let int = matches!(self.tiles[a].decl.elem, Ty::I16 | Ty::I8 | Ty::U8);
+        let int = self.tiles[a].decl.elem.is_dot_int();
         // An operand as its sum's type: integers extended to i32, floats as f32.
         let operand = |h: &Self, e: &mut Emitter, t: usize, r: &str, c: &str| {
             if int {
@@ -1488,7 +1456,7 @@ impl HostPhases {
                     });
                     let old = h.read_raw(e, acc, i, j);
                     let factors = h.scale_factors(e, s, i, j, false);
-                    let r = scaled_sum(e, s, &factors, &sum[0], &old, false);
+                    let r = scaled_sum(&mut e.b, s, &factors, &sum[0], &old, false);
                     h.write_raw(e, acc, i, j, &r);
                 })
             });
@@ -1658,7 +1626,7 @@ impl HostPhases {
                     .zip(&factors)
                     .map(|((v, p), f)| {
                         let old = e.b.op(format!("load {acc_vt}, ptr {p}, align 64"));
-                        scaled_sum(e, s, f, v, &old, true)
+                        scaled_sum(&mut e.b, s, f, v, &old, true)
                     })
                     .collect()
             }
