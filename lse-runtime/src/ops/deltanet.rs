@@ -1,5 +1,5 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v3`,
-//! `deltanet.gates.v2`, `deltanet.delta_prep.v3` with `deltanet.delta_rule.v4`,
+//! `deltanet.gates.v2`, `deltanet.delta_prep.v4` with `deltanet.delta_rule.v4`,
 //! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
@@ -235,7 +235,7 @@ pub fn deltanet_gates<'a>(
 /// conv_dim]`, q and k normalised), the result of the recurrence `S = e^g S; S += k (β (v -
 /// Sᵀk))ᵀ; o = Sᵀq`.
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
-/// every chunk at once (`deltanet.delta_prep.v3`, into `64 · 64 + 128` floats of scratch per
+/// every chunk at once (`deltanet.delta_prep.v4`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
 /// (`deltanet.delta_rule.v4`, with 64 x 64 floats of scratch per workgroup for its
 /// intermediate products).
@@ -373,6 +373,118 @@ mod tests {
             vec![0.0; s.recurrent_state_len()],
             vec![0.0; t * s.value_dim()],
         ]
+    }
+
+    /// With decays as strong as g = -3 a row (Γ reaches -192 in a chunk), the prep stores 0
+    /// for every decay `e^x` with `x < -69`, no subnormal float anywhere, and every other
+    /// entry as the kernel's formula gives it; on every CPU-side device, bit for bit alike.
+    #[test]
+    fn delta_prep_takes_decays_below_e_to_the_minus_69_as_zero_and_stores_no_subnormal() {
+        const FLOOR: f32 = -69.0;
+        let s = shape(16);
+        let (t, cd, chunks) = (70, s.conv_dim(), 2);
+        // The keys' first column in a row (the queries' is 0).
+        let kk = s.hk * s.dk;
+        let qkv = crate::device::test_values(t * cd, 7, 0.5);
+        let beta: Vec<f32> = (0..t).map(|i| 0.25 + (i % 3) as f32 * 0.25).collect();
+        let g: Vec<f32> = (0..t)
+            .map(|i| if i % 9 == 4 { -0.01 } else { -3.0 })
+            .collect();
+        let gam: Vec<Vec<f32>> = g
+            .chunks(CHUNK)
+            .map(|c| {
+                c.iter()
+                    .scan(0.0f32, |acc, &x| {
+                        *acc += x;
+                        Some(*acc)
+                    })
+                    .collect()
+            })
+            .collect();
+        let dot = |a: usize, b: usize, i: usize, j: usize| -> f64 {
+            (0..s.dk)
+                .map(|d| qkv[i * cd + a + d] as f64 * qkv[j * cd + b + d] as f64)
+                .sum()
+        };
+        let mut first: Option<(Vec<f32>, Vec<f32>)> = None;
+        for dev in crate::device::cpu_side_devices() {
+            let (mut mats, mut decay) = (
+                vec![f32::NAN; chunks * CHUNK * CHUNK],
+                vec![0.0; chunks * 128],
+            );
+            let args = delta_prep::Args {
+                qkv: &qkv,
+                beta: &beta,
+                g: &g,
+                mats: &mut mats,
+                decay: &mut decay,
+                t: t as u32,
+                cd: cd as u32,
+                dk: s.dk as u32,
+                tiled: 0,
+            };
+            dev.launch([chunks as u32, 1, 1], args).unwrap();
+            let arch = dev.arch();
+            for (c, gam) in gam.iter().enumerate() {
+                let n = gam.len();
+                let last = gam[n - 1];
+                for (r, &x0) in gam.iter().enumerate() {
+                    for (x, got) in [
+                        (x0, decay[c * 128 + r]),
+                        (last - x0, decay[c * 128 + 64 + r]),
+                    ] {
+                        let want = if x < FLOOR { 0.0 } else { (x as f64).exp() };
+                        assert!(
+                            (got as f64 - want).abs() <= want * 1e-5,
+                            "{arch}: decay {x}: {got}"
+                        );
+                    }
+                }
+                for i in 0..n {
+                    for r in 0..n {
+                        let got = mats[(c * CHUNK + i) * CHUNK + r];
+                        let (x, want) = if r < i {
+                            let x = gam[i] - gam[r];
+                            (
+                                x,
+                                beta[c * CHUNK + i] as f64
+                                    * dot(kk, kk, c * CHUNK + i, c * CHUNK + r),
+                            )
+                        } else {
+                            let x = gam[r] - gam[i];
+                            (x, dot(kk, 0, c * CHUNK + i, c * CHUNK + r))
+                        };
+                        assert!(!got.is_subnormal(), "{arch}: M[{i}][{r}] = {got:e}");
+                        if x < FLOOR {
+                            assert_eq!(got, 0.0, "{arch}: M[{i}][{r}] with decay e^{x}");
+                        } else {
+                            let want = want * (x as f64).exp();
+                            let tol = 1e-5 * want.abs() + 1e-6 * (x as f64).exp() + 2e-38;
+                            assert!(
+                                (got as f64 - want).abs() <= tol,
+                                "{arch}: M[{i}][{r}] {got:e} != {want:e}"
+                            );
+                        }
+                    }
+                }
+            }
+            match &first {
+                None => first = Some((mats, decay)),
+                Some((m, d)) => {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(m),
+                        bits(&mats),
+                        "{arch}: M differs from the generated Rust"
+                    );
+                    assert_eq!(
+                        bits(d),
+                        bits(&decay),
+                        "{arch}: decays differ from the generated Rust"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
