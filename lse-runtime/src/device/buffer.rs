@@ -283,6 +283,16 @@ impl<T: Elem> DeviceBuf<T> {
         Ok(())
     }
 
+    /// The elements as a writable host slice on the CPU-side devices (`None` on a GPU), to
+    /// fill a new buffer in place rather than build the data elsewhere and copy it in.
+    pub fn host_mut(&mut self) -> Option<&mut [T]> {
+        let len = self.len;
+        match &mut self.mem {
+            Mem::Host(h) => Some(&mut h.elems_mut()[..len]),
+            Mem::Gpu(_) => None,
+        }
+    }
+
     /// All elements copied to a new host vector (after every kernel launched before).
     pub fn to_vec(&self) -> Result<Vec<T>, BufError> {
         let mut out = vec![T::default(); self.len];

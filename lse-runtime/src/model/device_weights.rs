@@ -10,8 +10,9 @@ use super::error::Result;
 use super::weights::{AffineParts, DType, Storage, Tensor};
 use crate::device::{DevSlice, Device, DeviceBuf, Elem, Pool};
 use crate::ops::{
-    integer_gemm_activations, interleave, Activations, AffineFormat, AffineParams, AffineView,
-    Interleaved, OpError, QuantFormat, QuantView, WeightView,
+    integer_gemm_activations, interleave, interleave_into, interleaved_len, Activations,
+    AffineFormat, AffineParams, AffineView, Interleaved, OpError, QuantFormat, QuantView,
+    WeightView,
 };
 
 /// A tensor in its stored dtype, available to one device's kernels, viewed as a row-major
@@ -63,6 +64,32 @@ fn upload<T: bytemuck::Pod + Elem>(dev: &Device, t: &Tensor) -> Result<DeviceBuf
     Ok(dev.buffer_from(data).map_err(OpError::from)?)
 }
 
+/// `t`'s `matrices` matrices of `rows` x `cols` interleaved for the integer GEMM
+/// ([`interleave`]) in `dev`'s memory: on the CPU-side devices written straight into the new
+/// buffer, on a GPU built on the host and uploaded. `None` when `t`'s bytes are not those
+/// matrices' blocks.
+fn interleaved(
+    dev: &Device,
+    q: QuantFormat,
+    t: &Tensor,
+    matrices: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Option<DeviceBuf<u32>>> {
+    let Some(len) = interleaved_len(q, matrices, rows, cols) else {
+        return Ok(None);
+    };
+    let mut buf = dev.alloc::<u32>(len).map_err(OpError::from)?;
+    let filled = match buf.host_mut() {
+        Some(words) => interleave_into(q, t.bytes(), matrices, rows, cols, words),
+        None => interleave(q, t.bytes(), matrices, rows, cols)
+            .map(|words| buf.upload(&words))
+            .transpose()
+            .map_err(OpError::from)?,
+    };
+    Ok(filled.map(|()| buf))
+}
+
 impl DeviceWeight {
     /// `t` made available to `dev`: mapped in place when `dev` is a CPU-side device and the
     /// bytes are aligned, else copied to `dev`'s memory once.
@@ -98,16 +125,13 @@ impl DeviceWeight {
                     d => t.shape[d - 2].max(1),
                 };
                 let matrices = t.numel() / (rows * cols);
-                match interleave(q, t.bytes(), matrices, rows, cols) {
-                    Some(words) => {
-                        // The GEMM reads the copy; the blocks as stored are read again only
-                        // for a few rows (a tied embedding's) or not at all.
-                        t.release();
-                        let buf = dev.buffer_from(&words).map_err(OpError::from)?;
-                        Some(Box::new((buf, rows)))
-                    }
-                    None => None,
+                let buf = interleaved(dev, q, t, matrices, rows, cols)?;
+                // The GEMM reads the copy; the blocks as stored are read again only for a few
+                // rows (a tied embedding's) or not at all.
+                if buf.is_some() {
+                    t.release();
                 }
+                buf.map(|b| Box::new((b, rows)))
             }
             _ => None,
         };
