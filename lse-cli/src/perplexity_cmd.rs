@@ -73,8 +73,7 @@ pub struct PerplexityArgs {
     /// How activations meet 16-bit float weights in the matrix products: reference (as the
     /// checkpoint's reference computes: f32 for a Hugging Face or MLX directory, llama.cpp's
     /// rules for a GGUF file) or weight-dtype (rounded to a bf16/f16 weight's dtype, as
-    /// llama.cpp does: faster where the CPU's bf16 dot is, AMX or AMD's AVX512-BF16; slower
-    /// on Intel cores whose `vdpbf16ps` runs at half the f32 FMA rate).
+    /// llama.cpp does: faster on CPUs with AVX512-BF16 or AMX).
     #[arg(long, value_enum, default_value = "reference")]
     gemm_activations: GemmActivationsArg,
     /// KV cache capacity in tokens; each chunk or window must fit.

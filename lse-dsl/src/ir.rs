@@ -294,6 +294,20 @@ impl Kernel {
         format!("{}.v{}", self.name, self.version)
     }
 
+    /// Whether the kernel has a `tile_dot` of two bf16 tiles (the dot whose instruction the
+    /// runtime may pick per CPU: `KernelDef::bf16_dot`).
+    pub fn has_bf16_dot(&self) -> bool {
+        let mut found = false;
+        each_tile_op(&self.body, &mut |op| {
+            if let TileOp::Dot { a, b, .. } = op {
+                found |= [a, b]
+                    .iter()
+                    .all(|&&t| self.tiles[t as usize].elem == Ty::Bf16);
+            }
+        });
+        found
+    }
+
     /// Bytes of shared memory the kernel declares (not counting collective scratch).
     pub fn shared_bytes(&self) -> u32 {
         self.shared
@@ -842,5 +856,24 @@ impl Expr {
 
     pub fn const_bool(v: bool) -> Expr {
         Expr::new(ExprKind::Const(v as u32), Ty::Bool)
+    }
+}
+
+/// `f` on every tile statement of `block`, nested ones included.
+pub fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
+    for s in block {
+        match s {
+            Stmt::Tile(op) => f(op),
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                each_tile_op(then_body, f);
+                each_tile_op(else_body, f);
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } => each_tile_op(body, f),
+            _ => {}
+        }
     }
 }

@@ -207,6 +207,9 @@ pub struct KernelDef {
     /// and tiles when they pass the 48 KiB of static shared memory ptxas allows; else 0).
     pub nvidia_dynamic_shared_bytes: u32,
     pub params: &'static [ParamInfo],
+    /// Whether the kernel has a `tile_dot` of two bf16 tiles: on a CPU where another level
+    /// runs that dot faster with the same bits, the runtime may run such a kernel there.
+    pub bf16_dot: bool,
     pub cpu: CpuEntry,
     pub host: &'static [HostVariant],
     pub gpu: &'static [GpuObject],
@@ -259,6 +262,27 @@ pub fn cpu_emulates(cpu: &str) -> bool {
         && AMX_EMULATED.load(std::sync::atomic::Ordering::Relaxed)
         && cpu_supports(cpu)
         && !native_amx()
+}
+
+/// Whether this CPU is Intel's (CPUID vendor `GenuineIntel`). Its `vdpbf16ps` adds each bf16
+/// pair as Intel's SDM defines, one rounding after each product, the odd one first: the order
+/// every other host level and the generated Rust give a bf16 `tile_dot` (`tile::dot_step`),
+/// so there `x86-64-v4-bf16` equals them bit for bit (but for subnormal operands and sums,
+/// which `vdpbf16ps` flushes); checked on an Intel Xeon (family 6, model 207). Other
+/// vendors' `vdpbf16ps` has not been checked.
+pub fn intel_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        [id.ebx, id.edx, id.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .eq(*b"GenuineIntel")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether this CPU and OS can run host code built for `cpu` (one of [`HOST_CPUS`]), natively
@@ -472,17 +496,31 @@ pub mod tile {
     }
 
     /// `tile_dot`: `acc[m][n] += sum over k of a[m][k] * b[k][n]`, each product fused into
-    /// the running sum in increasing `k` (the reference order; targets may sum differently).
-    pub fn dot(acc: &mut [f32], a: &[f32], b: &[f32], n: u32, k: u32) {
+    /// the running sum in the order of [`dot_step`] (the reference order; targets with a
+    /// matrix instruction may sum differently). `pairs` when both operands are bf16.
+    pub fn dot(acc: &mut [f32], a: &[f32], b: &[f32], n: u32, k: u32, pairs: bool) {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
                 let mut s = *out;
-                for kk in 0..k {
+                for step in 0..k {
+                    let kk = dot_step(step, k, pairs);
                     s = a[m * k + kk].mul_add(b[kk * n + j], s);
                 }
                 *out = s;
             }
+        }
+    }
+
+    /// The `k` index a float `tile_dot` adds at its step `step` of `k`: `step` itself, or with
+    /// `pairs` (both operands bf16) each pair `(2i, 2i + 1)` odd index first, as `vdpbf16ps` adds
+    /// a pair (Intel's SDM: one rounding after each product), a last unpaired index last.
+    /// So the bf16 dot on every host level equals the reference bit for bit.
+    pub fn dot_step(step: usize, k: usize, pairs: bool) -> usize {
+        if pairs && step < k & !1 {
+            step ^ 1
+        } else {
+            step
         }
     }
 

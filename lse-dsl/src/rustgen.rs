@@ -593,7 +593,8 @@ impl Gen<'_> {
                     };
                     quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s);)
                 } else {
-                    quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k);)
+                    let pairs = decl(*a).elem == Ty::Bf16 && decl(*b).elem == Ty::Bf16;
+                    quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k, #pairs);)
                 }
             }
             TileOp::Binary { op, dst, src } => {

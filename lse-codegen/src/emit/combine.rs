@@ -1,5 +1,6 @@
-//! The combining step of the collectives' reduction tree, shared by both targets so they
-//! agree bit for bit with each other and with the generated Rust.
+//! The combining step of the collectives' reduction tree, the scaled dots' epilogue and the
+//! order of a bf16 dot's products, shared by both targets so they agree bit for bit with
+//! each other and with the generated Rust.
 
 use super::Builder;
 use lse_dsl::ir::{CollectiveOp, DotScale, TileBinary, Ty};
@@ -128,4 +129,19 @@ pub(crate) fn scaled_sum(
             b.op(format!("fadd {float} {old}, {p}"))
         }
     }
+}
+
+/// The `k` index a float dot adds at step `step` (an `i32` value) of `k`: `step`, or when both
+/// operands are bf16 (`pairs`) each pair `(2i, 2i + 1)` odd index first, a last unpaired one
+/// last, as `lse_dsl::rt::tile::dot_step` orders the reference and `vdpbf16ps` adds a pair.
+pub(crate) fn dot_step(b: &mut Builder, step: &str, k: u32, pairs: bool) -> String {
+    if !pairs || k < 2 {
+        return step.to_string();
+    }
+    let swapped = b.op(format!("xor i32 {step}, 1"));
+    if k % 2 == 0 {
+        return swapped;
+    }
+    let paired = b.op(format!("icmp ult i32 {step}, {}", k - 1));
+    b.op(format!("select i1 {paired}, i32 {swapped}, i32 {step}"))
 }

@@ -13,7 +13,9 @@ mod stmt;
 mod tiles;
 
 pub(crate) use builder::{Builder, ModuleText};
-pub(crate) use combine::{combine, combine_argmax, scaled_sum, tile_binary, tile_binary_x16};
+pub(crate) use combine::{
+    combine, combine_argmax, dot_step, scaled_sum, tile_binary, tile_binary_x16,
+};
 pub(crate) use expr::convert;
 pub(crate) use tiles::WindowVals;
 

@@ -3,13 +3,13 @@
 //! work-item `lid` handles elements `lid, lid + wg, ...` (16-byte vectors of them for a load
 //! of a whole aligned window), between two barriers. `tile_dot` gives each work-item whole
 //! output elements (a register block of them when the accumulator divides into one per
-//! work-item) and sums their K products in increasing k with `fma`, the reference order, so
+//! work-item) and sums their K products with `fma` in the reference order ([`dot_step`]), so
 //! GPUs agree with the generated Rust bit for bit, unless the target's matrix unit takes the
 //! dot ([`super::matrix`]: 16-bit operands, shapes that are multiples of the instruction's),
 //! which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, lty, scaled_sum, tile_binary, Emitter, Lowered, WindowVals};
+use crate::emit::{convert, dot_step, lty, scaled_sum, tile_binary, Emitter, Lowered, WindowVals};
 use lse_dsl::ir::{Access, DotScale, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
@@ -151,7 +151,7 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 }
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
-/// their K products in increasing k with `fma` (integer operands: exact products added in
+/// their K products in the reference's order ([`dot_step`]) with `fma` (integer operands: exact products added in
 /// wrapping i32; with a `scale`, summed from 0 and then scaled into `acc` as the generated
 /// Rust does: times the column's scale in i32, or dequantized in f32).
 fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<DotScale>) {
@@ -160,6 +160,7 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
         (c.len(), c.cols, x.cols, x.elem.is_dot_int())
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
+    let pairs = bf16_pairs(e.k, t);
     if e.k.tiles[acc as usize].elem == Ty::F32 && scale.is_none() {
         let rows = m_n / n;
         if let Some(block) = register_block(rows, n, wg) {
@@ -183,7 +184,8 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
         let sum_ty = if int { "i32" } else { "float" };
         // A scaled dot sums its products from 0 and adds the scaled sum to `acc` at the end.
         let init = if scale.is_some() { "0" } else { old.as_str() };
-        let s = e.carried_loop(k, sum_ty, &[init.to_string()], |e, kk, s| {
+        let s = e.carried_loop(k, sum_ty, &[init.to_string()], |e, step, s| {
+            let kk = &dot_step(&mut e.b, step, k, pairs);
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
             let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
@@ -220,6 +222,14 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
     });
 }
 
+/// Whether both operands of the dot are bf16, whose K pairs the reference adds odd index
+/// first ([`dot_step`]).
+fn bf16_pairs(k: &Kernel, t: &matrix::DotTiles) -> bool {
+    [t.a, t.b]
+        .iter()
+        .all(|&x| k.tiles[x as usize].elem == Ty::Bf16)
+}
+
 /// The register block `(rm, rn)` of [`blocked_dot`] for an `m x n` f32 accumulator on `wg`
 /// work-items: the largest of 8 x 8 down to 2 x 2 that cuts the accumulator into exactly one
 /// block per work-item, if any does.
@@ -233,7 +243,7 @@ fn register_block(m: u32, n: u32, wg: u32) -> Option<(u32, u32)> {
 /// accumulator in registers over K: rows `r + (m / rm) i` and columns `c + (n / rn) j` for
 /// its `(r, c)`, so a warp's reads of a `b` row are consecutive and of an `a` column few.
 /// Per k it reads `rm + rn` operands for `rm · rn` products, instead of two per product;
-/// each element's sum is the same `fma` chain in increasing k, bit for bit.
+/// each element's sum is the same `fma` chain in the reference's order, bit for bit.
 fn blocked_dot(e: &mut Emitter, t: &matrix::DotTiles, [m, n, k]: [u32; 3], (rm, rn): (u32, u32)) {
     let (row_step, col_step) = (m / rm, n / rn);
     let lid = e.lid.clone();
@@ -253,7 +263,9 @@ fn blocked_dot(e: &mut Emitter, t: &matrix::DotTiles, [m, n, k]: [u32; 3], (rm, 
         }
     }
     let init: Vec<String> = at.iter().map(|i| read(e, t.acc, i)).collect();
-    let sums = e.carried_loop(k, "float", &init, |e, kk, s| {
+    let pairs = bf16_pairs(e.k, t);
+    let sums = e.carried_loop(k, "float", &init, |e, step, s| {
+        let kk = &dot_step(&mut e.b, step, k, pairs);
         let xs: Vec<String> = rows
             .iter()
             .map(|r| {

@@ -67,6 +67,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
     let shared_bytes = Literal::u32_suffixed(k.shared_bytes());
     let nvidia_dynamic = Literal::u32_suffixed(k.nvidia_dynamic_shared_bytes());
     let params = param_infos(k);
+    let bf16_dot = k.has_bf16_dot();
     let launcher = launcher::tokens(k);
     let docs = item_fn.attrs.iter().filter(|a| a.path().is_ident("doc"));
 
@@ -92,6 +93,7 @@ fn expand_one(k: &Kernel, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
                 shared_bytes: #shared_bytes,
                 nvidia_dynamic_shared_bytes: #nvidia_dynamic,
                 params: &[#(#params),*],
+                bf16_dot: #bf16_dot,
                 cpu: #fn_ident,
                 host: #host,
                 gpu: #gpu,

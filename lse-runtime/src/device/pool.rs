@@ -69,6 +69,9 @@ pub struct Device {
     pool: Pool,
     /// For `host`: the x86-64 level whose code this CPU runs.
     host_cpu: Option<&'static str>,
+    /// For `host`: the level that runs the kernels with a bf16 dot, when another one
+    /// ([`select::bf16_dot_host_cpu`]).
+    bf16_dot_cpu: Option<&'static str>,
     /// For `hip:N` / `cuda:N`: the opened GPU (shared by clones).
     gpu: Option<Arc<GpuDevice>>,
     /// Working buffers kept between ops (shared by clones).
@@ -113,15 +116,18 @@ impl Device {
             Pool::Cpu => Ok(Device {
                 pool,
                 host_cpu: None,
+                bf16_dot_cpu: None,
                 gpu: None,
                 scratch: ScratchPool::default(),
                 times: Default::default(),
             }),
             Pool::Host => {
                 select::check_host_cpu_env().map_err(DeviceOpenError::HostLevel)?;
+                let level = select::best_host_cpu();
                 Ok(Device {
                     pool,
-                    host_cpu: Some(select::best_host_cpu()),
+                    host_cpu: Some(level),
+                    bf16_dot_cpu: select::bf16_dot_host_cpu(level),
                     gpu: None,
                     scratch: ScratchPool::default(),
                     times: Default::default(),
@@ -142,6 +148,7 @@ impl Device {
         Device {
             pool,
             host_cpu: None,
+            bf16_dot_cpu: None,
             gpu: Some(Arc::new(dev)),
             scratch: ScratchPool::default(),
             times: Default::default(),
@@ -176,6 +183,7 @@ impl Device {
         (wanted <= best || lse_dsl::rt::cpu_emulates(cpu)).then_some(Device {
             pool: Pool::Host,
             host_cpu: Some(order[wanted]),
+            bf16_dot_cpu: None,
             gpu: None,
             scratch: ScratchPool::default(),
             times: Default::default(),
@@ -211,7 +219,10 @@ impl Device {
 
     /// The host entry of `kernel` this device runs, if it is the host device.
     pub(super) fn host_entry(&self, kernel: &KernelDef) -> Option<HostEntry> {
-        let cpu = self.host_cpu?;
+        let cpu = match self.bf16_dot_cpu {
+            Some(cpu) if kernel.bf16_dot => cpu,
+            _ => self.host_cpu?,
+        };
         kernel.host.iter().find(|v| v.cpu == cpu).map(|v| v.entry)
     }
 

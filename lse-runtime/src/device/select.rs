@@ -19,6 +19,125 @@ pub fn best_host_cpu() -> &'static str {
     }
 }
 
+/// The level that runs the kernels with a bf16 `tile_dot` (`KernelDef::bf16_dot`) on the host
+/// device of level `level`, when not `level` itself: `x86-64-v4` (FMA on widened operands) in
+/// place of `x86-64-v4-bf16` on an Intel CPU whose FMA multiply-adds per second, measured once
+/// here, pass its `vdpbf16ps` ones by a quarter (an Intel Xeon of family 6, model 207: 2.1
+/// times). Both levels add a bf16 dot's K pairs in the same order with the same roundings
+/// there ([`lse_dsl::rt::intel_cpu`]), so the choice moves speed, not results. `None` with
+/// `LSE_HOST_CPU` set: a level asked for runs every kernel.
+pub fn bf16_dot_host_cpu(level: &'static str) -> Option<&'static str> {
+    static FMA_FASTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let eligible = level == "x86-64-v4-bf16"
+        && std::env::var_os(HOST_CPU_ENV).is_none()
+        && lse_dsl::rt::intel_cpu();
+    (eligible && *FMA_FASTER.get_or_init(|| peak::fma_over_dpbf16() > 1.25)).then_some("x86-64-v4")
+}
+
+/// The multiply-add peaks of one core, by loops of independent 512-bit instructions on zeros.
+#[cfg(target_arch = "x86_64")]
+mod peak {
+    use std::arch::asm;
+    use std::time::Instant;
+
+    /// Loop trips per timing, and timings per instruction (the fastest counts).
+    const TRIPS: u64 = 20_000;
+    const TIMES: usize = 5;
+
+    /// `vfmadd231ps` multiply-adds per second over `vdpbf16ps` ones (16 and 32 per
+    /// instruction). Only called where the CPU has AVX512-BF16.
+    pub(super) fn fma_over_dpbf16() -> f64 {
+        // SAFETY: the caller's level (`x86-64-v4-bf16`) means AVX-512F and AVX512-BF16.
+        let (fma, dp) = unsafe { (best(fma_loop), best(dpbf16_loop)) };
+        (16.0 / fma) / (32.0 / dp)
+    }
+
+    /// The fastest of [`TIMES`] timings of `f`, in seconds.
+    unsafe fn best(f: unsafe fn(u64)) -> f64 {
+        (0..TIMES)
+            .map(|_| {
+                let t0 = Instant::now();
+                // SAFETY: the caller checked `f`'s target features.
+                unsafe { f(TRIPS) };
+                t0.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// `trips` times 12 independent `vfmadd231ps` on zeroed registers.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fma_loop(trips: u64) {
+        // SAFETY: registers only; the caller checked AVX-512F.
+        unsafe {
+            asm!(
+                "vpxord zmm12, zmm12, zmm12",
+                "vpxord zmm13, zmm13, zmm13",
+                "2:",
+                "vfmadd231ps zmm0, zmm12, zmm13",
+                "vfmadd231ps zmm1, zmm12, zmm13",
+                "vfmadd231ps zmm2, zmm12, zmm13",
+                "vfmadd231ps zmm3, zmm12, zmm13",
+                "vfmadd231ps zmm4, zmm12, zmm13",
+                "vfmadd231ps zmm5, zmm12, zmm13",
+                "vfmadd231ps zmm6, zmm12, zmm13",
+                "vfmadd231ps zmm7, zmm12, zmm13",
+                "vfmadd231ps zmm8, zmm12, zmm13",
+                "vfmadd231ps zmm9, zmm12, zmm13",
+                "vfmadd231ps zmm10, zmm12, zmm13",
+                "vfmadd231ps zmm11, zmm12, zmm13",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) trips => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _,
+                options(nostack, nomem),
+            );
+        }
+    }
+
+    /// `trips` times 12 independent `vdpbf16ps` on zeroed registers.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn dpbf16_loop(trips: u64) {
+        // SAFETY: registers only; the caller checked AVX-512F and AVX512-BF16.
+        unsafe {
+            asm!(
+                "vpxord zmm12, zmm12, zmm12",
+                "vpxord zmm13, zmm13, zmm13",
+                "2:",
+                "vdpbf16ps zmm0, zmm12, zmm13",
+                "vdpbf16ps zmm1, zmm12, zmm13",
+                "vdpbf16ps zmm2, zmm12, zmm13",
+                "vdpbf16ps zmm3, zmm12, zmm13",
+                "vdpbf16ps zmm4, zmm12, zmm13",
+                "vdpbf16ps zmm5, zmm12, zmm13",
+                "vdpbf16ps zmm6, zmm12, zmm13",
+                "vdpbf16ps zmm7, zmm12, zmm13",
+                "vdpbf16ps zmm8, zmm12, zmm13",
+                "vdpbf16ps zmm9, zmm12, zmm13",
+                "vdpbf16ps zmm10, zmm12, zmm13",
+                "vdpbf16ps zmm11, zmm12, zmm13",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) trips => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _,
+                options(nostack, nomem),
+            );
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod peak {
+    pub(super) fn fma_over_dpbf16() -> f64 {
+        0.0
+    }
+}
+
 /// The level `value` names, if it is one we build and the CPU supports it.
 fn override_level(value: &str) -> Option<&'static str> {
     lse_dsl::rt::HOST_CPUS
@@ -52,6 +171,21 @@ mod tests {
     #[test]
     fn the_chosen_variant_is_one_we_build() {
         assert!(lse_dsl::rt::HOST_CPUS.contains(&super::best_host_cpu()));
+    }
+
+    /// Only `x86-64-v4-bf16` hands its bf16 dots to another level, and only to `x86-64-v4`,
+    /// whose code every CPU with the former runs.
+    #[test]
+    fn bf16_dots_move_only_from_the_bf16_level_to_x86_64_v4() {
+        for level in lse_dsl::rt::HOST_CPUS {
+            match super::bf16_dot_host_cpu(level) {
+                None => {}
+                Some(other) => {
+                    assert_eq!((level, other), ("x86-64-v4-bf16", "x86-64-v4"));
+                    assert!(lse_dsl::rt::intel_cpu() && lse_dsl::rt::cpu_supports(other));
+                }
+            }
+        }
     }
 
     #[test]

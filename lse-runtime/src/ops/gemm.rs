@@ -562,6 +562,46 @@ mod tests {
     use super::*;
     use crate::device::{cpu_side_devices, test_values as values};
 
+    /// A product with activations rounded to a bf16 weight adds each K pair as `vdpbf16ps`
+    /// does, on every level: the generated Rust, the FMA levels, the default host device
+    /// (which may run it on another level, `select::bf16_dot_host_cpu`) and, on an Intel CPU,
+    /// `x86-64-v4-bf16` give the same bits, for ragged shapes and odd K (a last unpaired k).
+    #[test]
+    fn bf16_products_give_the_same_bits_on_every_level_and_the_default_device() {
+        let mut devs = cpu_side_devices();
+        devs.push(Device::open(crate::device::Pool::Host).unwrap());
+        for (m, n, k) in [(37, 70, 90), (5, 64, 1024), (1, 16, 33), (64, 48, 7)] {
+            let x = values(m * k, 11, 1.0);
+            let w: Vec<bf16> = values(n * k, 12, 0.1)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let product = |dev: &Device| {
+                let mut y = vec![0.0f32; m * n];
+                gemm(
+                    dev,
+                    &x,
+                    k,
+                    WeightView::Bf16(DevSlice::from(&w[..])),
+                    n,
+                    &mut y,
+                    GemmOut::Overwrite,
+                    Activations::RoundedToWeight,
+                )
+                .unwrap();
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let want = product(&devs[0]);
+            for dev in &devs[1..] {
+                let arch = dev.arch();
+                let vendor_defined = !arch.ends_with("-bf16") || lse_dsl::rt::intel_cpu();
+                if vendor_defined && !arch.ends_with("-amx") {
+                    assert_eq!(product(dev), want, "{arch}: {m} x {n} x {k}");
+                }
+            }
+        }
+    }
+
     /// The transposed activations live in a buffer the device keeps between products
     /// ([`Device::scratch`]): a product after a larger one, whose values are still there, gives
     /// the bits of the same product on a device that has run nothing.

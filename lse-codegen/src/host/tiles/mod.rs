@@ -67,8 +67,9 @@
 //!   register block that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster);
 //!   other 16-bit operands are widened as they are read. Every other `tile_dot` is
 //!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
-//!   the products in increasing k with one rounding each, the generated Rust's order, so they
-//!   agree with it bit for bit.
+//!   the products with one rounding each in the generated Rust's order (increasing k; for
+//!   two bf16 operands each pair's odd k first, as `vdpbf16ps`: [`dot_step`]), so they agree
+//!   with it bit for bit.
 //! - `tile_row_sum` and `tile_row_max` of an f32 tile whose sides are multiples of 16 run 16
 //!   rows at a time on x86-64-v4: each 16 x 16 block is transposed into column vectors and
 //!   folded into a vector of the rows' running values in increasing column order, so every
@@ -81,11 +82,11 @@ mod fused;
 use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
 use crate::emit::{
-    convert, lty, scaled_sum, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals,
+    convert, dot_step, lty, scaled_sum, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals,
 };
 use lse_dsl::ir::{
-    Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary, TileDecl,
-    TileId, TileOp, TileWindow, Ty,
+    each_tile_op, Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary,
+    TileDecl, TileId, TileOp, TileWindow, Ty,
 };
 
 /// How a tile's elements are laid out in its stack array.
@@ -114,6 +115,8 @@ pub(super) struct HostTile {
     zero_fill: bool,
     /// A 16-bit float tile stored as f32 ([`widened`]; `decl.elem` is then f32).
     widened: bool,
+    /// The element type the kernel declared (`decl.elem` is the one it is stored as).
+    declared: Ty,
 }
 
 /// A tile read where its elements are (a row-major `a` operand, or a pair-layout `b` one with
@@ -203,6 +206,7 @@ pub(super) fn allocate(
                 view: None,
                 zero_fill: unwritten,
                 widened: wide,
+                declared: d.elem,
             };
             t.decl.elem = if wide { Ty::F32 } else { elem };
             // A packed layout's padding rows are never written: they must stay zero.
@@ -217,25 +221,6 @@ pub(super) fn allocate(
             t
         })
         .collect()
-}
-
-/// `f` on every tile statement of `block`, nested ones included.
-fn each_tile_op(block: &Block, f: &mut dyn FnMut(&TileOp)) {
-    for s in block {
-        match s {
-            Stmt::Tile(op) => f(op),
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                each_tile_op(then_body, f);
-                each_tile_op(else_body, f);
-            }
-            Stmt::For { body, .. } | Stmt::While { body, .. } => each_tile_op(body, f),
-            _ => {}
-        }
-    }
 }
 
 /// The access of the buffer window `from` loads a tile from, when that buffer holds `elem`
@@ -692,6 +677,12 @@ impl HostPhases {
             (true, true) => Some(PackedDot::Amx),
             (true, false) => Some(PackedDot::Blocked(micro)),
         }
+    }
+
+    /// Whether a float dot of `a` by `b` adds its K pairs as `vdpbf16ps` does ([`dot_step`]):
+    /// both were declared bf16 (whether stored so or widened).
+    fn bf16_pairs(&self, a: usize, b: usize) -> bool {
+        [a, b].iter().all(|&t| self.tiles[t].declared == Ty::Bf16)
     }
 
     /// Whether a `tile_dot` that no packed instruction takes runs in `fma` register blocks
@@ -1462,8 +1453,10 @@ impl HostPhases {
             });
             return;
         }
+        let pairs = self.bf16_pairs(a, b);
         self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
-            h.sequential_loop(e, k, |h, e, kk| {
+            h.sequential_loop(e, k, |h, e, step| {
+                let kk = &dot_step(&mut e.b, step, k, pairs);
                 let x = operand(h, e, a, i, kk);
                 h.parallel_loop(e, n, LoopHint::Vectorize, |h, e, j| {
                     let y = operand(h, e, b, kk, j);
@@ -1664,7 +1657,9 @@ impl HostPhases {
                 (self.tiles[b].ptr.clone(), row.to_string(), 64)
             }
         };
-        e.carried_loop(k / per_lane, vt, init, |e, kk, cur| {
+        let pairs = micro == Micro::Fma && self.bf16_pairs(a, b);
+        e.carried_loop(k / per_lane, vt, init, |e, step, cur| {
+            let kk = &dot_step(&mut e.b, step, k, pairs);
             let bv: Vec<String> = (0..nr)
                 .map(|j| {
                     let col = (v0 + j) * 16 * per_lane;
