@@ -139,7 +139,7 @@ pub(crate) fn dot_step(b: &mut Builder, step: &str, k: u32, pairs: bool) -> Stri
         return step.to_string();
     }
     let swapped = b.op(format!("xor i32 {step}, 1"));
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         return swapped;
     }
     let paired = b.op(format!("icmp ult i32 {step}, {}", k - 1));
