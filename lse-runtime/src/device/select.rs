@@ -22,7 +22,7 @@ pub fn best_host_cpu() -> &'static str {
 /// The level that runs the kernels with a bf16 `tile_dot` (`KernelDef::bf16_dot`) on the host
 /// device of level `level`, when not `level` itself: `x86-64-v4` (FMA on widened operands) in
 /// place of `x86-64-v4-bf16` on an Intel CPU whose FMA multiply-adds per second, measured once
-/// here, pass its `vdpbf16ps` ones by a quarter (an Intel Xeon of family 6, model 207: 2.1
+/// here, pass its `vdpbf16ps` ones by a quarter (an Intel Xeon of family 6, model 207: 1.8
 /// times). Both levels add a bf16 dot's K pairs in the same order with the same roundings
 /// there ([`lse_dsl::rt::intel_cpu`]), so the choice moves speed, not results. `None` with
 /// `LSE_HOST_CPU` set: a level asked for runs every kernel.
@@ -64,70 +64,47 @@ mod peak {
             .fold(f64::INFINITY, f64::min)
     }
 
-    /// `trips` times 12 independent `vfmadd231ps` on zeroed registers.
+    /// `trips` times 12 independent `$op zmmI, zmm12, zmm13` (I = 0..11) on zeroed registers.
+    macro_rules! twelve_per_trip {
+        ($trips:expr, $op:literal) => {
+            asm!(
+                "vpxord zmm12, zmm12, zmm12",
+                "vpxord zmm13, zmm13, zmm13",
+                "2:",
+                concat!($op, " zmm0, zmm12, zmm13"),
+                concat!($op, " zmm1, zmm12, zmm13"),
+                concat!($op, " zmm2, zmm12, zmm13"),
+                concat!($op, " zmm3, zmm12, zmm13"),
+                concat!($op, " zmm4, zmm12, zmm13"),
+                concat!($op, " zmm5, zmm12, zmm13"),
+                concat!($op, " zmm6, zmm12, zmm13"),
+                concat!($op, " zmm7, zmm12, zmm13"),
+                concat!($op, " zmm8, zmm12, zmm13"),
+                concat!($op, " zmm9, zmm12, zmm13"),
+                concat!($op, " zmm10, zmm12, zmm13"),
+                concat!($op, " zmm11, zmm12, zmm13"),
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) $trips => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _,
+                options(nostack, nomem),
+            )
+        };
+    }
+
     #[target_feature(enable = "avx512f")]
     unsafe fn fma_loop(trips: u64) {
         // SAFETY: registers only; the caller checked AVX-512F.
-        unsafe {
-            asm!(
-                "vpxord zmm12, zmm12, zmm12",
-                "vpxord zmm13, zmm13, zmm13",
-                "2:",
-                "vfmadd231ps zmm0, zmm12, zmm13",
-                "vfmadd231ps zmm1, zmm12, zmm13",
-                "vfmadd231ps zmm2, zmm12, zmm13",
-                "vfmadd231ps zmm3, zmm12, zmm13",
-                "vfmadd231ps zmm4, zmm12, zmm13",
-                "vfmadd231ps zmm5, zmm12, zmm13",
-                "vfmadd231ps zmm6, zmm12, zmm13",
-                "vfmadd231ps zmm7, zmm12, zmm13",
-                "vfmadd231ps zmm8, zmm12, zmm13",
-                "vfmadd231ps zmm9, zmm12, zmm13",
-                "vfmadd231ps zmm10, zmm12, zmm13",
-                "vfmadd231ps zmm11, zmm12, zmm13",
-                "dec {n}",
-                "jnz 2b",
-                n = inout(reg) trips => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                out("zmm12") _, out("zmm13") _,
-                options(nostack, nomem),
-            );
-        }
+        unsafe { twelve_per_trip!(trips, "vfmadd231ps") }
     }
 
-    /// `trips` times 12 independent `vdpbf16ps` on zeroed registers.
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn dpbf16_loop(trips: u64) {
         // SAFETY: registers only; the caller checked AVX-512F and AVX512-BF16.
-        unsafe {
-            asm!(
-                "vpxord zmm12, zmm12, zmm12",
-                "vpxord zmm13, zmm13, zmm13",
-                "2:",
-                "vdpbf16ps zmm0, zmm12, zmm13",
-                "vdpbf16ps zmm1, zmm12, zmm13",
-                "vdpbf16ps zmm2, zmm12, zmm13",
-                "vdpbf16ps zmm3, zmm12, zmm13",
-                "vdpbf16ps zmm4, zmm12, zmm13",
-                "vdpbf16ps zmm5, zmm12, zmm13",
-                "vdpbf16ps zmm6, zmm12, zmm13",
-                "vdpbf16ps zmm7, zmm12, zmm13",
-                "vdpbf16ps zmm8, zmm12, zmm13",
-                "vdpbf16ps zmm9, zmm12, zmm13",
-                "vdpbf16ps zmm10, zmm12, zmm13",
-                "vdpbf16ps zmm11, zmm12, zmm13",
-                "dec {n}",
-                "jnz 2b",
-                n = inout(reg) trips => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                out("zmm12") _, out("zmm13") _,
-                options(nostack, nomem),
-            );
-        }
+        unsafe { twelve_per_trip!(trips, "vdpbf16ps") }
     }
 }
 

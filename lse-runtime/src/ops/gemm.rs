@@ -562,6 +562,29 @@ mod tests {
     use super::*;
     use crate::device::{cpu_side_devices, test_values as values};
 
+    /// The bits of `x w^T` for `m` random rows of `k` values (seed `seed`) against `n` random
+    /// bf16 weight rows, the activations rounded to bf16, on `dev`.
+    fn bf16_product(dev: &Device, (m, n, k): (usize, usize, usize), seed: u64) -> Vec<u32> {
+        let x = values(m * k, seed, 1.0);
+        let w: Vec<bf16> = values(n * k, seed + 1, 0.1)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let mut y = vec![0.0f32; m * n];
+        gemm(
+            dev,
+            &x,
+            k,
+            WeightView::Bf16(DevSlice::from(&w[..])),
+            n,
+            &mut y,
+            GemmOut::Overwrite,
+            Activations::RoundedToWeight,
+        )
+        .unwrap();
+        y.iter().map(|v| v.to_bits()).collect()
+    }
+
     /// A product with activations rounded to a bf16 weight adds each K pair as `vdpbf16ps`
     /// does, on every level: the generated Rust, the FMA levels, the default host device
     /// (which may run it on another level, `select::bf16_dot_host_cpu`) and, on an Intel CPU,
@@ -570,33 +593,13 @@ mod tests {
     fn bf16_products_give_the_same_bits_on_every_level_and_the_default_device() {
         let mut devs = cpu_side_devices();
         devs.push(Device::open(crate::device::Pool::Host).unwrap());
-        for (m, n, k) in [(37, 70, 90), (5, 64, 1024), (1, 16, 33), (64, 48, 7)] {
-            let x = values(m * k, 11, 1.0);
-            let w: Vec<bf16> = values(n * k, 12, 0.1)
-                .into_iter()
-                .map(bf16::from_f32)
-                .collect();
-            let product = |dev: &Device| {
-                let mut y = vec![0.0f32; m * n];
-                gemm(
-                    dev,
-                    &x,
-                    k,
-                    WeightView::Bf16(DevSlice::from(&w[..])),
-                    n,
-                    &mut y,
-                    GemmOut::Overwrite,
-                    Activations::RoundedToWeight,
-                )
-                .unwrap();
-                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
-            let want = product(&devs[0]);
+        for shape in [(37, 70, 90), (5, 64, 1024), (1, 16, 33), (64, 48, 7)] {
+            let want = bf16_product(&devs[0], shape, 11);
             for dev in &devs[1..] {
                 let arch = dev.arch();
                 let vendor_defined = !arch.ends_with("-bf16") || lse_dsl::rt::intel_cpu();
                 if vendor_defined && !arch.ends_with("-amx") {
-                    assert_eq!(product(dev), want, "{arch}: {m} x {n} x {k}");
+                    assert_eq!(bf16_product(dev, shape, 11), want, "{arch}: {shape:?}");
                 }
             }
         }
@@ -608,36 +611,11 @@ mod tests {
     #[test]
     fn a_product_after_a_larger_one_gives_the_bits_of_a_fresh_device() {
         let (m, n, k) = (37, 70, 90);
-        let product = |dev: &Device, m: usize, k: usize, seed: u64| {
-            let x = values(m * k, seed, 1.0);
-            let w: Vec<bf16> = values(n * k, seed + 1, 0.1)
-                .into_iter()
-                .map(bf16::from_f32)
-                .collect();
-            let mut y = vec![0.0f32; m * n];
-            gemm(
-                dev,
-                &x,
-                k,
-                WeightView::Bf16(DevSlice::from(&w[..])),
-                n,
-                &mut y,
-                GemmOut::Overwrite,
-                Activations::RoundedToWeight,
-            )
-            .unwrap();
-            y
-        };
         for (fresh, dev) in cpu_side_devices().iter().zip(cpu_side_devices()) {
-            let want = product(fresh, m, k, 3);
-            product(&dev, 2 * m, 2 * k, 5);
-            let got = product(&dev, m, k, 3);
-            assert_eq!(
-                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{}",
-                dev.arch()
-            );
+            let want = bf16_product(fresh, (m, n, k), 3);
+            bf16_product(&dev, (2 * m, n, 2 * k), 5);
+            let got = bf16_product(&dev, (m, n, k), 3);
+            assert_eq!(got, want, "{}", dev.arch());
         }
     }
 }
