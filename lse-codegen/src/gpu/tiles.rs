@@ -151,9 +151,9 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 }
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
-/// their K products in the reference's order ([`dot_step`]) with `fma` (integer operands: exact products added in
-/// wrapping i32; with a `scale`, summed from 0 and then scaled into `acc` as the generated
-/// Rust does: times the column's scale in i32, or dequantized in f32).
+/// their K products with `fma` in the order of [`dot_step`] (integer operands: exact products
+/// added in wrapping i32; with a `scale`, summed from 0 and then scaled into `acc` as the
+/// generated Rust does: times the column's scale in i32, or dequantized in f32).
 fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<DotScale>) {
     let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
