@@ -294,15 +294,22 @@ impl Kernel {
         format!("{}.v{}", self.name, self.version)
     }
 
+    /// Whether a `tile_dot` of tiles `a` and `b` multiplies two bf16 tiles, whose K pairs
+    /// every target without a matrix instruction adds as `vdpbf16ps` does
+    /// (`rt::tile::dot_step`).
+    pub fn bf16_pair_dot(&self, a: TileId, b: TileId) -> bool {
+        [a, b]
+            .iter()
+            .all(|&t| self.tiles[t as usize].elem == Ty::Bf16)
+    }
+
     /// Whether the kernel has a `tile_dot` of two bf16 tiles (the dot whose instruction the
     /// runtime may pick per CPU: `KernelDef::bf16_dot`).
     pub fn has_bf16_dot(&self) -> bool {
         let mut found = false;
         each_tile_op(&self.body, &mut |op| {
             if let TileOp::Dot { a, b, .. } = op {
-                found |= [a, b]
-                    .iter()
-                    .all(|&&t| self.tiles[t as usize].elem == Ty::Bf16);
+                found |= self.bf16_pair_dot(*a, *b);
             }
         });
         found

@@ -593,7 +593,7 @@ impl Gen<'_> {
                     };
                     quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s);)
                 } else {
-                    let pairs = decl(*a).elem == Ty::Bf16 && decl(*b).elem == Ty::Bf16;
+                    let pairs = self.k.bf16_pair_dot(*a, *b);
                     quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k, #pairs);)
                 }
             }

@@ -160,7 +160,7 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
         (c.len(), c.cols, x.cols, x.elem.is_dot_int())
     };
     let (acc, a, b) = (t.acc, t.a, t.b);
-    let pairs = bf16_pairs(e.k, t);
+    let pairs = e.k.bf16_pair_dot(t.a, t.b);
     if e.k.tiles[acc as usize].elem == Ty::F32 && scale.is_none() {
         let rows = m_n / n;
         if let Some(block) = register_block(rows, n, wg) {
@@ -222,14 +222,6 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
     });
 }
 
-/// Whether both operands of the dot are bf16, whose K pairs the reference adds odd index
-/// first ([`dot_step`]).
-fn bf16_pairs(k: &Kernel, t: &matrix::DotTiles) -> bool {
-    [t.a, t.b]
-        .iter()
-        .all(|&x| k.tiles[x as usize].elem == Ty::Bf16)
-}
-
 /// The register block `(rm, rn)` of [`blocked_dot`] for an `m x n` f32 accumulator on `wg`
 /// work-items: the largest of 8 x 8 down to 2 x 2 that cuts the accumulator into exactly one
 /// block per work-item, if any does.
@@ -263,7 +255,7 @@ fn blocked_dot(e: &mut Emitter, t: &matrix::DotTiles, [m, n, k]: [u32; 3], (rm, 
         }
     }
     let init: Vec<String> = at.iter().map(|i| read(e, t.acc, i)).collect();
-    let pairs = bf16_pairs(e.k, t);
+    let pairs = e.k.bf16_pair_dot(t.a, t.b);
     let sums = e.carried_loop(k, "float", &init, |e, step, s| {
         let kk = &dot_step(&mut e.b, step, k, pairs);
         let xs: Vec<String> = rows

@@ -3,8 +3,8 @@
 //! parts (`act_quant.q8_k_int` / `q8_0_int`: the 8-bit values, one scale per block and the
 //! sums of each 32 values, for Q8_K also of each 16), then exact integer dot products with
 //! the weight's quants and sub-block scales and one f32 epilogue per block, as llama.cpp's CPU
-//! backend multiplies such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the weight interleaved by
-//! 64 rows ([`interleave`], done once at load).
+//! backend multiplies such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the
+//! weight interleaved by 64 rows ([`interleave`], done once at load).
 
 use lse_kernels::act_quant::{q8_0_int, q8_k_int};
 use lse_kernels::gemm_int::{

@@ -115,8 +115,6 @@ pub(super) struct HostTile {
     zero_fill: bool,
     /// A 16-bit float tile stored as f32 ([`widened`]; `decl.elem` is then f32).
     widened: bool,
-    /// The element type the kernel declared (`decl.elem` is the one it is stored as).
-    declared: Ty,
 }
 
 /// A tile read where its elements are (a row-major `a` operand, or a pair-layout `b` one with
@@ -206,7 +204,6 @@ pub(super) fn allocate(
                 view: None,
                 zero_fill: unwritten,
                 widened: wide,
-                declared: d.elem,
             };
             t.decl.elem = if wide { Ty::F32 } else { elem };
             // A packed layout's padding rows are never written: they must stay zero.
@@ -677,12 +674,6 @@ impl HostPhases {
             (true, true) => Some(PackedDot::Amx),
             (true, false) => Some(PackedDot::Blocked(micro)),
         }
-    }
-
-    /// Whether a float dot of `a` by `b` adds its K pairs as `vdpbf16ps` does ([`dot_step`]):
-    /// both were declared bf16 (whether stored so or widened).
-    fn bf16_pairs(&self, a: usize, b: usize) -> bool {
-        [a, b].iter().all(|&t| self.tiles[t].declared == Ty::Bf16)
     }
 
     /// Whether a `tile_dot` that no packed instruction takes runs in `fma` register blocks
@@ -1453,7 +1444,8 @@ impl HostPhases {
             });
             return;
         }
-        let pairs = self.bf16_pairs(a, b);
+        // As declared: a widened tile's `decl.elem` is f32.
+        let pairs = e.k.bf16_pair_dot(a as TileId, b as TileId);
         self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
             h.sequential_loop(e, k, |h, e, step| {
                 let kk = &dot_step(&mut e.b, step, k, pairs);
@@ -1657,7 +1649,7 @@ impl HostPhases {
                 (self.tiles[b].ptr.clone(), row.to_string(), 64)
             }
         };
-        let pairs = micro == Micro::Fma && self.bf16_pairs(a, b);
+        let pairs = micro == Micro::Fma && e.k.bf16_pair_dot(a as TileId, b as TileId);
         e.carried_loop(k / per_lane, vt, init, |e, step, cur| {
             let kk = &dot_step(&mut e.b, step, k, pairs);
             let bv: Vec<String> = (0..nr)
