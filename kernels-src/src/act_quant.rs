@@ -73,10 +73,10 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// Q8_K as three parts (`quantize_row_q8_K_ref`, as `act_quant.q8_k` computes it): per block
 /// of 256 values, `max` the first value of the largest magnitude (with its sign),
 /// `iscale = -127 / max`, `q = min(127, round(iscale · v))` (into `q`), `d = 1 / iscale`
-/// (into `d`; 0 for an all-zero block), the sums of each 32 consecutive `q` (into `sums`,
-/// exact in f32) and of each 16 (into `sums16`, as integers: ggml's `bsums`, which the Q6_K
-/// GEMM takes off for its quants' offset of 32). `x` holds rows of `k` values; grid: x =
-/// blocks.
+/// (into `d`; 0 for an all-zero block), and as integers the sums of each 32 consecutive `q`
+/// (into `sums`: the Q4_K and Q5_K GEMMs' minimum terms) and of each 16 (into `sums16`:
+/// ggml's `bsums`, which the Q6_K GEMM takes off for its quants' offset of 32). `x` holds
+/// rows of `k` values; grid: x = blocks.
 ///
 /// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`): rows in blocks of 48, and
 /// within a block each K step of 32 values its 48 rows' values one after another, i.e. value
@@ -88,12 +88,12 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// work-item's load of it was a gather on the host) and the sums row sums of `[8, 32]` and
 /// `[16, 16]` tiles of the `q` (a subgroup sum per 32 work-items was a tree of gathers and
 /// scatters there).
-#[kernel(name = "act_quant.q8_k_int", version = 4, workgroup = 256)]
+#[kernel(name = "act_quant.q8_k_int", version = 5, workgroup = 256)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k],
     d: &mut [f32; num_groups()],
-    sums: &mut [f32; num_groups() * 8],
+    sums: &mut [i32; num_groups() * 8],
     sums16: &mut [i32; num_groups() * 16],
     k: u32,
 ) {
@@ -104,6 +104,7 @@ fn q8_k_int(
     let it = tile::<i32, 8, 32>();
     let qs = shared::<f32>(256);
     let qi = shared::<i32>(256);
+    let s32 = shared::<f32>(8);
     let s16 = shared::<f32>(16);
     let v = x[group_id() * 256 + local_id()];
     let (amax, at) = argmax(abs(v), local_id());
@@ -129,10 +130,13 @@ fn q8_k_int(
     );
     tile_load(qt, qs, 0, 32, 8, 32);
     tile_row_sum(st, qt);
-    tile_store(st, sums, group_id() * 8, 1, 8, 1);
+    tile_store(st, s32, 0, 1, 8, 1);
     tile_load(qt16, qs, 0, 16, 16, 16);
     tile_row_sum(st16, qt16);
     tile_store(st16, s16, 0, 1, 16, 1);
+    if local_id() < 8 {
+        sums[group_id() * 8 + local_id()] = s32[local_id()] as i32;
+    }
     if local_id() < 16 {
         sums16[group_id() * 16 + local_id()] = s16[local_id()] as i32;
     }

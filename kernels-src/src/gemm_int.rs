@@ -1,14 +1,15 @@
 //! The quantized GEMMs in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K, Q6_K
 //! or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit values
-//! `q`, one f32 scale `d` per block of 256, and the sums of each 32 and each 16 values' `q`;
-//! Q8_0 for a Q8_0 weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight block an exact
-//! integer dot
-//! product of `q` with the weight's quants times their 6- or 8-bit sub-block scales, and one
-//! f32 epilogue per block, `y += Σ q·(sc·w) · (d_x · d_w) + (Σ_j s_j · (-m_j · dmin_w)) · d_x`
-//! (`d_x · d_w` formed first, as llama.cpp does; the minimum term, with `s_j` the sum of
-//! sub-block `j`'s `q`, only for Q4_K and Q5_K). The integer parts are the ones llama.cpp's
-//! `ggml_vec_dot_*` forms, so the two differ only in the rounding of a few f32 operations
-//! per block, where the f32 GEMM on dequantized weights (`gemm_quant`) rounds every product.
+//! `q`, one f32 scale `d` per block of 256, and the integer sums of each 32 and each 16
+//! values' `q`; Q8_0 for a Q8_0 weight, `gemm.xwt_q8_0_q8_0` at the end), then per weight
+//! block an exact integer dot product of `q` with the weight's quants times their 6- or 8-bit
+//! sub-block scales, and per block
+//! `y += f32(Σ q·(sc·w)) · (d_x · d_w) + f32(Σ_j s_j · m_j) · (d_x · -dmin_w)` (each scale
+//! product formed first, as llama.cpp does; the minimum term, with `s_j` the sum of
+//! sub-block `j`'s `q` and `m_j` its 6-bit minimum, only for Q4_K and Q5_K). The integer
+//! parts are the ones llama.cpp's `ggml_vec_dot_*` forms, so the two differ only in the
+//! rounding of a few f32 operations per block, where the f32 GEMM on dequantized weights
+//! (`gemm_quant`) rounds every product.
 //!
 //! Q4_K and Q5_K, each sub-block of 32: work-item `c` writes the 32 quants of weight row
 //! `col0 + c` (0..15 or 0..31) as bytes, four to a word, into the shared array `wq` (a Q4_K
@@ -19,9 +20,13 @@
 //! per lane). Q6_K, each sub-block of 16: work-item `c` writes its 6-bit quants `q` (0..63)
 //! four to a word the same way, and one byte dot adds them times the sub-block's signed scale;
 //! the quants' offset of 32 comes off once per block as an i16 `tile_dot` (`vpdpwssd`) of the
-//! activations' sums per 16 by `-32 · sc`. At the end of each block of 256 the epilogue runs
-//! on f32 tiles; the minimum term is an f32 `tile_dot` of the activation sums (`[48, 8]`) by
-//! the sub-blocks' `-m_j · dmin` (`[8, 64]`).
+//! activations' sums per 16 by `-32 · sc`. At the end of each block of 256 one
+//! `tile_dequant` takes `isum` into the f32 `acc`, and the minimum term is one
+//! `tile_dot_dequant` of the activations' sums per 32 (`[48, 8]`, i16) by the minimums
+//! (`[8, 64]`) into `acc_min`: where v4 ran ten statements over the block's 48 x 64 f32
+//! tiles (the minimum term an f32 dot), each a pass through memory. As in llama.cpp (its
+//! `ggml_vec_dot_q4_K_q8_K` and its repacked Q4_K GEMM), the two terms gather in their own
+//! sums over all blocks and meet once at the end, where v4 added them per block.
 //!
 //! The weight comes interleaved by 64 rows (`lse_runtime::ops::gemm_int::interleave`): rows
 //! in groups of 64 (the last group padded with zero rows), each block's bytes padded with
@@ -48,11 +53,11 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 4, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 5, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
-    xs: &[f32; m * (k / 32)],
+    xs: &[i32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 36 * 64],
     y: &mut [f32; m * n],
     m: u32,
@@ -67,25 +72,26 @@ fn gemm_xwt_q4_k_q8_k(
     let b = tile::<u8, BK, BN>();
     let sc = tile::<i32, 1, BN>();
     let isum = tile::<i32, BM, BN>();
-    let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
-    let xsum = tile::<f32, BM, 8>();
-    let wmin = tile::<f32, 8, BN>();
+    let acc_min = tile::<f32, BM, BN>();
+    let xsum = tile::<i16, BM, 8>();
+    let mins = tile::<i16, 8, BN>();
     let dw = tile::<f32, 1, BN>();
+    let dmin = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let aux = tile::<f32, BM, BN>();
+    let no_offset = tile::<f32, BM, 1>();
     // The sub-block's quants, four to a word (`b`'s quads).
     let wq = shared::<i32>(BK / 4 * BN);
-    // Rows 0..8: the sub-blocks' minimum terms `-m_j · dmin`; row 8: `d`.
-    let wf = shared::<f32>(9 * BN);
-    // The sub-blocks' 6-bit scales.
-    let ws = shared::<i32>(8 * BN);
+    // Row 0: `d`; row 1: `-dmin`.
+    let wf = shared::<f32>(2 * BN);
+    // Rows 0..8: the sub-blocks' 6-bit scales `sc_j`; rows 8..16: their minimums `m_j`.
+    let ws = shared::<i32>(16 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
     let blocks = k / 256;
-    if accumulate == 1 {
-        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
-    }
+    tile_zero(acc);
+    tile_zero(acc_min);
+    tile_zero(no_offset);
     for sb in 0..blocks {
         // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
         // with `at` formed from uniform values in each region that reads it, the host sees
@@ -94,8 +100,8 @@ fn gemm_xwt_q4_k_q8_k(
         // a gather.)
         let at = (group_id() * (k / 256) + sb) * 36;
         let dm = w[at * BN + local_id()];
-        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-        wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
+        wf[local_id()] = f16_to_f32(f16_from_bits(dm));
+        wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
         // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
         let s0 = w[(at + 1) * BN + local_id()];
         let s4 = w[(at + 2) * BN + local_id()];
@@ -106,8 +112,8 @@ fn gemm_xwt_q4_k_q8_k(
             let hi = (s8 >> (8 * j)) & 255;
             ws[j * BN + local_id()] = (lo & 63) as i32;
             ws[(j + 4) * BN + local_id()] = ((hi & 15) | ((lo >> 6) << 4)) as i32;
-            wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
-            wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
+            ws[(j + 8) * BN + local_id()] = (mid & 63) as i32;
+            ws[(j + 12) * BN + local_id()] = ((hi >> 4) | ((mid >> 6) << 4)) as i32;
         }
         for j in 0..8u32 {
             let shift = j % 2 * 4;
@@ -129,22 +135,23 @@ fn gemm_xwt_q4_k_q8_k(
             tile_load(sc, ws, j * BN, BN, 1, BN);
             tile_dot_scaled(isum, a, b, sc);
         }
-        tile_copy(part, isum);
-        tile_zero(isum);
-        // `d_x · d_w` first (in `aux`), as llama.cpp scales a block's integer sum; then the
-        // minimum term (in `aux` again) times `d_x`.
-        tile_load(dw, wf, 8 * BN, BN, 1, BN);
+        // The block's integer sum times `d_x · d_w` (formed first, as llama.cpp scales it)
+        // into `acc`; the minimum term, the integer `Σ_j s_j · m_j` times `d_x · -dmin`, into
+        // `acc_min`.
+        tile_load(dw, wf, 0, BN, 1, BN);
+        tile_load(dmin, wf, BN, BN, 1, BN);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_zero(aux);
-        tile_dot(aux, dx, dw);
-        tile_mul(part, aux);
+        tile_dequant(acc, isum, dx, dw);
+        tile_zero(isum);
         tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
-        tile_load(wmin, wf, 0, BN, 8, BN);
-        tile_zero(aux);
-        tile_dot(aux, xsum, wmin);
-        tile_mul(aux, dx);
-        tile_add(part, aux);
-        tile_add(acc, part);
+        tile_load(mins, ws, 8 * BN, BN, 8, BN);
+        tile_dot_dequant(acc_min, xsum, mins, no_offset, dx, dmin);
+    }
+    // The two sums meet at the end, as in llama.cpp; then `y`'s own value, if kept.
+    tile_add(acc, acc_min);
+    if accumulate == 1 {
+        tile_load(acc_min, y, row0 * n + col0, n, m - row0, n - col0);
+        tile_add(acc, acc_min);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }
@@ -152,11 +159,11 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 4, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 5, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
-    xs: &[f32; m * (k / 32)],
+    xs: &[i32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 44 * 64],
     y: &mut [f32; m * n],
     m: u32,
@@ -171,23 +178,24 @@ fn gemm_xwt_q5_k_q8_k(
     let b = tile::<u8, BK, BN>();
     let sc = tile::<i32, 1, BN>();
     let isum = tile::<i32, BM, BN>();
-    let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
-    let xsum = tile::<f32, BM, 8>();
-    let wmin = tile::<f32, 8, BN>();
+    let acc_min = tile::<f32, BM, BN>();
+    let xsum = tile::<i16, BM, 8>();
+    let mins = tile::<i16, 8, BN>();
     let dw = tile::<f32, 1, BN>();
+    let dmin = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let aux = tile::<f32, BM, BN>();
+    let no_offset = tile::<f32, BM, 1>();
     // The sub-block's quants, four to a word (`b`'s quads).
     let wq = shared::<i32>(BK / 4 * BN);
-    let wf = shared::<f32>(9 * BN);
-    let ws = shared::<i32>(8 * BN);
+    let wf = shared::<f32>(2 * BN);
+    let ws = shared::<i32>(16 * BN);
     let row0 = group_id_y() * BM;
     let col0 = group_id() * BN;
     let blocks = k / 256;
-    if accumulate == 1 {
-        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
-    }
+    tile_zero(acc);
+    tile_zero(acc_min);
+    tile_zero(no_offset);
     for sb in 0..blocks {
         // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
         // with `at` formed from uniform values in each region that reads it, the host sees
@@ -196,8 +204,8 @@ fn gemm_xwt_q5_k_q8_k(
         // a gather.)
         let at = (group_id() * (k / 256) + sb) * 44;
         let dm = w[at * BN + local_id()];
-        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-        wf[8 * BN + local_id()] = f16_to_f32(f16_from_bits(dm));
+        wf[local_id()] = f16_to_f32(f16_from_bits(dm));
+        wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
         // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
         let s0 = w[(at + 1) * BN + local_id()];
         let s4 = w[(at + 2) * BN + local_id()];
@@ -208,8 +216,8 @@ fn gemm_xwt_q5_k_q8_k(
             let hi = (s8 >> (8 * j)) & 255;
             ws[j * BN + local_id()] = (lo & 63) as i32;
             ws[(j + 4) * BN + local_id()] = ((hi & 15) | ((lo >> 6) << 4)) as i32;
-            wf[j * BN + local_id()] = -((mid & 63) as f32 * dmin);
-            wf[(j + 4) * BN + local_id()] = -(((hi >> 4) | ((mid >> 6) << 4)) as f32 * dmin);
+            ws[(j + 8) * BN + local_id()] = (mid & 63) as i32;
+            ws[(j + 12) * BN + local_id()] = ((hi >> 4) | ((mid >> 6) << 4)) as i32;
         }
         for j in 0..8u32 {
             let shift = j % 2 * 4;
@@ -234,22 +242,23 @@ fn gemm_xwt_q5_k_q8_k(
             tile_load(sc, ws, j * BN, BN, 1, BN);
             tile_dot_scaled(isum, a, b, sc);
         }
-        tile_copy(part, isum);
-        tile_zero(isum);
-        // `d_x · d_w` first (in `aux`), as llama.cpp scales a block's integer sum; then the
-        // minimum term (in `aux` again) times `d_x`.
-        tile_load(dw, wf, 8 * BN, BN, 1, BN);
+        // The block's integer sum times `d_x · d_w` (formed first, as llama.cpp scales it)
+        // into `acc`; the minimum term, the integer `Σ_j s_j · m_j` times `d_x · -dmin`, into
+        // `acc_min`.
+        tile_load(dw, wf, 0, BN, 1, BN);
+        tile_load(dmin, wf, BN, BN, 1, BN);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_zero(aux);
-        tile_dot(aux, dx, dw);
-        tile_mul(part, aux);
+        tile_dequant(acc, isum, dx, dw);
+        tile_zero(isum);
         tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
-        tile_load(wmin, wf, 0, BN, 8, BN);
-        tile_zero(aux);
-        tile_dot(aux, xsum, wmin);
-        tile_mul(aux, dx);
-        tile_add(part, aux);
-        tile_add(acc, part);
+        tile_load(mins, ws, 8 * BN, BN, 8, BN);
+        tile_dot_dequant(acc_min, xsum, mins, no_offset, dx, dmin);
+    }
+    // The two sums meet at the end, as in llama.cpp; then `y`'s own value, if kept.
+    tile_add(acc, acc_min);
+    if accumulate == 1 {
+        tile_load(acc_min, y, row0 * n + col0, n, m - row0, n - col0);
+        tile_add(acc, acc_min);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }
@@ -261,7 +270,7 @@ fn gemm_xwt_q5_k_q8_k(
 /// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
 /// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
 /// exactly, as before.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 4, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 5, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k],
     xd: &[f32; m * (k / 256)],
@@ -284,11 +293,9 @@ fn gemm_xwt_q6_k_q8_k(
     let isum = tile::<i32, BM, BN>();
     let xsum = tile::<i16, BM, BS>();
     let offs = tile::<i16, BS, BN>();
-    let part = tile::<f32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    let dwx = tile::<f32, BM, BN>();
     // A sub-block's 16 quants, four to a word (`b`'s quads), and its scale.
     let wq = shared::<i32>(BS / 4 * BN);
     let ws = shared::<i32>(BN);
@@ -352,15 +359,11 @@ fn gemm_xwt_q6_k_q8_k(
             tile_load(sc, ws, 0, BN, 1, BN);
             tile_dot_scaled(isum, a, b, sc);
         }
-        tile_copy(part, isum);
-        tile_zero(isum);
-        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        // `d_x · d_w` formed first, as llama.cpp scales a block's integer sum.
         tile_load(dw, wf, 0, BN, 1, BN);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_zero(dwx);
-        tile_dot(dwx, dx, dw);
-        tile_mul(part, dwx);
-        tile_add(acc, part);
+        tile_dequant(acc, isum, dx, dw);
+        tile_zero(isum);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }

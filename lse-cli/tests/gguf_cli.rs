@@ -39,9 +39,12 @@ fn perplexity(model: &Path, args: &[&OsStr], out: &Path) -> Value {
 /// dequantizes the weights exactly and quantizes the activations as llama.cpp's CPU backend
 /// does (Q8_0 and Q8_K blocks), and multiplies Q8_0 and K-quant weights in integers with
 /// `d_x · d_w` formed first, as llama.cpp does; what is left is f32 summation order, amplified
-/// where it flips an activation's 8-bit rounding. Observed (2026-12-03, AVX-512 host): Q8_0
-/// 1.0e-4, Q4_K_M 2.5e-4, Q5_K_M 1.6e-4 (2.9e-4, 1.4e-3 and 2.2e-4 with the scales applied
-/// one after the other, 2026-12-02: 2.9e-4, 1.06e-3, 1.18e-3 on the f32 path); llama.cpp
+/// where it flips an activation's 8-bit rounding. Observed (2026-12-05, AVX-512 host): Q8_0
+/// 1.0e-4, Q4_K_M 3.2e-4, Q5_K_M 1.4e-3 with the K-quants' minimum terms summed apart and
+/// added at the end, as llama.cpp does (2.5e-4 and 1.6e-4 with them added per block, the
+/// GEMMs' RMS error against the exact product 3.0e-9 of `Σ |x·w|` in both: the same
+/// precision, another rounding pattern; 2.9e-4, 1.4e-3 and 2.2e-4 with the scales applied
+/// one after the other and, 2026-12-02, 2.9e-4, 1.06e-3, 1.18e-3 on the f32 path); llama.cpp
 /// itself moves by 5.7e-4 and 6.8e-4 on the Q8_0 and Q4_K_M files between its
 /// flash-attention and plain attention paths. Without the activation quantization the gaps
 /// are 3.9e-4, 4.1e-3 and 5.0e-3.

@@ -518,6 +518,17 @@ pub enum TileOp {
         b: TileId,
         scale: Option<DotScale>,
     },
+    /// `tile_dequant(acc, s, rows, cols)`: `acc[m][n] += f32(s[m][n]) · (rows[m][0] ·
+    /// cols[0][n])` with `s` an i32 tile of `acc`'s shape, `rows` `[M x 1]` and `cols`
+    /// `[1 x N]` f32 tiles, each operation one IEEE rounding (no fused multiply-add): the
+    /// scaling of [`DotScale::Dequant`] without an offset, for integer sums gathered over
+    /// several statements (a K-quant block's sub-blocks, each with its own integer scale).
+    Dequant {
+        acc: TileId,
+        src: TileId,
+        rows: TileId,
+        cols: TileId,
+    },
     /// `tile_add(dst, src)` (and `tile_sub`, `tile_mul`, `tile_div`, `tile_max`):
     /// `dst[r][c] = dst[r][c] op src[r'][c']`, both f32. `src` has `dst`'s shape, or one
     /// column (`ROWS x 1`: one value per row, `c' = 0`), or one row (`1 x COLS`: one value per
@@ -582,6 +593,7 @@ impl TileOp {
             TileOp::Scale { by, .. } => vec![by],
             TileOp::Zero { .. }
             | TileOp::Dot { .. }
+            | TileOp::Dequant { .. }
             | TileOp::Binary { .. }
             | TileOp::RowReduce { .. }
             | TileOp::Exp { .. }

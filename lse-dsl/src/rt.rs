@@ -570,6 +570,20 @@ pub mod tile {
         }
     }
 
+    /// `tile_dequant`: `acc[m][n] + (s[m][n] as f32) · (rows[m] · cols[n])`, one rounding per
+    /// operation (no fused multiply-add), for an `acc` of `n` columns.
+    pub fn dequant(acc: &mut [f32], s: &[i32], n: u32, rows: &[f32], cols: &[f32]) {
+        for (m, (row, sums)) in acc
+            .chunks_mut(n as usize)
+            .zip(s.chunks(n as usize))
+            .enumerate()
+        {
+            for ((out, &sum), &col) in row.iter_mut().zip(sums).zip(cols) {
+                *out += sum as f32 * (rows[m] * col);
+            }
+        }
+    }
+
     /// `tile_add`, `tile_sub`, ...: `dst[r][c] = f(dst[r][c], src[r'][c'])` for a `dst` of
     /// `cols` columns and a `src` of `src_rows x src_cols` (the same shape, one column or one
     /// row, broadcast).

@@ -597,6 +597,21 @@ impl Gen<'_> {
                     quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k, #pairs);)
                 }
             }
+            TileOp::Dequant {
+                acc,
+                src,
+                rows,
+                cols,
+            } => {
+                let (c, s, r, q) = (
+                    self.tile_ident(*acc),
+                    self.tile_ident(*src),
+                    self.tile_ident(*rows),
+                    self.tile_ident(*cols),
+                );
+                let n = decl(*acc).cols;
+                quote!(::lse_dsl::rt::tile::dequant(&mut #c, &#s, #n, &#r, &#q);)
+            }
             TileOp::Binary { op, dst, src } => {
                 let (d, s) = (self.tile_ident(*dst), self.tile_ident(*src));
                 let cols = decl(*dst).cols;

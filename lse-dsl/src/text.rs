@@ -257,6 +257,18 @@ impl Printer<'_> {
                     None => format!("tile_dot({acc}, {a}, {b});"),
                 }
             }
+            TileOp::Dequant {
+                acc,
+                src,
+                rows,
+                cols,
+            } => format!(
+                "tile_dequant({}, {}, {}, {});",
+                self.tile(*acc),
+                self.tile(*src),
+                self.tile(*rows),
+                self.tile(*cols)
+            ),
             TileOp::Binary { op, dst, src } => format!(
                 "tile_{}({}, {});",
                 op.suffix(),

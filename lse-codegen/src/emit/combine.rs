@@ -124,11 +124,24 @@ pub(crate) fn scaled_sum(
         DotScale::Dequant { .. } => {
             let x = b.op(format!("sitofp {int} {sum} to {float}"));
             let x = b.op(format!("fadd {float} {x}, {}", f[0]));
-            let d = b.op(format!("fmul {float} {}, {}", f[1], f[2]));
-            let p = b.op(format!("fmul {float} {x}, {d}"));
-            b.op(format!("fadd {float} {old}, {p}"))
+            dequant_sum(b, &f[1..], &x, old, lanes)
         }
     }
+}
+
+/// `old + x · (f[0] · f[1])` in f32 (scalars, or with `lanes` 16-lane vectors), one rounding
+/// per operation: the end of `tile_dot_dequant`'s element, and `tile_dequant`'s.
+pub(crate) fn dequant_sum(
+    b: &mut Builder,
+    f: &[String],
+    x: &str,
+    old: &str,
+    lanes: bool,
+) -> String {
+    let float = if lanes { "<16 x float>" } else { "float" };
+    let d = b.op(format!("fmul {float} {}, {}", f[0], f[1]));
+    let p = b.op(format!("fmul {float} {x}, {d}"));
+    b.op(format!("fadd {float} {old}, {p}"))
 }
 
 /// The `k` index a float dot adds at step `step` (an `i32` value) of `k`: `step`, or when both

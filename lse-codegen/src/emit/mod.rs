@@ -14,7 +14,7 @@ mod tiles;
 
 pub(crate) use builder::{Builder, ModuleText};
 pub(crate) use combine::{
-    combine, combine_argmax, dot_step, scaled_sum, tile_binary, tile_binary_x16,
+    combine, combine_argmax, dequant_sum, dot_step, scaled_sum, tile_binary, tile_binary_x16,
 };
 pub(crate) use expr::convert;
 pub(crate) use tiles::WindowVals;

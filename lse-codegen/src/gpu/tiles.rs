@@ -9,7 +9,9 @@
 //! which sums in the hardware's order.
 
 use super::matrix::{self, MatrixUnit};
-use crate::emit::{convert, dot_step, lty, scaled_sum, tile_binary, Emitter, Lowered, WindowVals};
+use crate::emit::{
+    convert, dequant_sum, dot_step, lty, scaled_sum, tile_binary, Emitter, Lowered, WindowVals,
+};
 use lse_dsl::ir::{Access, DotScale, Kernel, Param, TileDecl, TileOp, TileWindow, Ty};
 
 /// The name of tile `t`'s shared-memory array, when tiles are globals of their own.
@@ -96,6 +98,25 @@ pub(crate) fn lower(
                 let x = read(e, d, i);
                 let y = read(e, s, &si);
                 let v = tile_binary(&mut e.b, op, &x, &y);
+                write(e, d, i, &v);
+            });
+        }
+        TileOp::Dequant {
+            acc,
+            src,
+            rows,
+            cols,
+        } => {
+            let (d, s, rows, cols) = (*acc, *src, *rows, *cols);
+            let n = e.k.tiles[d as usize].cols;
+            each_element(e, wg, d, &mut |e, i| {
+                let m = e.b.op(format!("udiv i32 {i}, {n}"));
+                let j = e.b.op(format!("urem i32 {i}, {n}"));
+                let sum = read_raw(e, s, i);
+                let x = e.b.op(format!("sitofp i32 {sum} to float"));
+                let old = read(e, d, i);
+                let factors = [read(e, rows, &m), read(e, cols, &j)];
+                let v = dequant_sum(&mut e.b, &factors, &x, &old, false);
                 write(e, d, i, &v);
             });
         }

@@ -891,7 +891,9 @@ fn tile_fused_f32_k(x: &[f32], w: &[bf16], y: &mut [f32], m: u32, n: u32, k: u32
 /// Dequantized byte dots into f32 over two K steps of 64: `a` (i8) from an i32 buffer, `b`
 /// (u8) from an i32 shared array the work-items fill (row `k`, column `c`), and per step
 /// the rows' offsets and scales (`sx[96 s + r]`, `sx[96 s + 48 + r]`) and the columns'
-/// scales (`sw[32 s + c]`): `acc += (f32(a b) + offset) · (rows · cols)` onto `y`'s window.
+/// scales (`sw[32 s + c]`): `acc += (f32(a b) + offset) · (rows · cols)` onto `y`'s window;
+/// then the two steps' integer sums, gathered in the i32 tile `s`, go in once more by
+/// `tile_dequant` with the second step's scales: `acc += f32(s) · (rows · cols)`.
 pub const TILE_DEQUANT_DOT_SRC: &str = r#"
 #[loom::kernel(name = "test.tile_dequant_dot", version = 1, workgroup = 32)]
 fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32], m: u32, n: u32) {
@@ -902,8 +904,10 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
     let rows = tile::<f32, 48, 1>();
     let cols = tile::<f32, 1, 32>();
     let acc = tile::<f32, 48, 32>();
+    let s = tile::<i32, 48, 32>();
     let c = local_id();
     tile_load(acc, y, 0, 32, m, n);
+    tile_zero(s);
     for step in 0u32..2u32 {
         let k0 = step * 64;
         for kk in 0u32..64u32 {
@@ -915,7 +919,9 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
         tile_load(rows, sx, step * 96 + 48, 1, m, 1);
         tile_load(cols, sw, step * 32, 32, 1, n);
         tile_dot_dequant(acc, a, b, offset, rows, cols);
+        tile_dot(s, a, b);
     }
+    tile_dequant(acc, s, rows, cols);
     tile_store(acc, y, 0, 32, m, n);
 }
 "#;

@@ -15,7 +15,7 @@ use crate::ir::{
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 21] = [
+pub(super) const TILE_STMTS: [&str; 22] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
@@ -27,6 +27,7 @@ pub(super) const TILE_STMTS: [&str; 21] = [
     "tile_dot",
     "tile_dot_scaled",
     "tile_dot_dequant",
+    "tile_dequant",
     "tile_add",
     "tile_sub",
     "tile_mul",
@@ -172,7 +173,7 @@ impl Cx {
         let want = match name {
             "tile_zero" | "tile_exp" => 1,
             "tile_dot" => 3,
-            "tile_dot_scaled" => 4,
+            "tile_dot_scaled" | "tile_dequant" => 4,
             "tile_dot_dequant" => 6,
             "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_pairs" | "tile_store"
             | "tile_store_t" | "tile_store_pairs" => 6,
@@ -226,6 +227,7 @@ impl Cx {
                 TileOp::Store { src, to }
             }
             "tile_dot" | "tile_dot_scaled" | "tile_dot_dequant" => self.dot(name, &args)?,
+            "tile_dequant" => self.dequant(&args)?,
             "tile_exp" => TileOp::Exp {
                 dst: self.f32_tile(args[0], name)?,
             },
@@ -404,19 +406,77 @@ impl Cx {
     /// for integer operands (checked by [`Self::dot`]).
     fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId) -> syn::Result<DotScale> {
         let tc = &self.tiles[acc as usize];
-        let mut ids = [0; 3];
-        for ((id, e), (what, rows, cols)) in ids.iter_mut().zip(args).zip([
-            ("offset", tc.rows, 1),
-            ("row scale", tc.rows, 1),
-            ("column scale", 1, tc.cols),
-        ]) {
+        let [offset, rows, cols] = self.f32_factors(
+            "tile_dot_dequant",
+            args,
+            [
+                ("offset", tc.rows, 1),
+                ("row scale", tc.rows, 1),
+                ("column scale", 1, tc.cols),
+            ],
+        )?;
+        Ok(DotScale::Dequant { offset, rows, cols })
+    }
+
+    /// `tile_dequant(acc, s, rows, cols)`: an f32 `acc`, an i32 `s` of its shape, f32 `rows`
+    /// (`[M x 1]`) and `cols` (`[1 x N]`).
+    fn dequant(&self, args: &[&syn::Expr]) -> syn::Result<TileOp> {
+        let acc = self.tile_arg(args[0])?;
+        let src = self.tile_arg(args[1])?;
+        let (tc, ts) = (&self.tiles[acc as usize], &self.tiles[src as usize]);
+        if tc.elem != Ty::F32 {
+            return err(
+                args[0].span(),
+                format!(
+                    "the accumulator of `tile_dequant` is an f32 tile, `{}` is {}",
+                    tc.name,
+                    tc.elem.rust_name()
+                ),
+            );
+        }
+        if ts.elem != Ty::I32 || (ts.rows, ts.cols) != (tc.rows, tc.cols) {
+            return err(
+                args[1].span(),
+                format!(
+                    "`tile_dequant` scales an i32 tile of its accumulator's shape ({}x{}), `{}` is {} {}x{}",
+                    tc.rows,
+                    tc.cols,
+                    ts.name,
+                    ts.elem.rust_name(),
+                    ts.rows,
+                    ts.cols
+                ),
+            );
+        }
+        let [rows, cols] = self.f32_factors(
+            "tile_dequant",
+            &args[2..],
+            [("row scale", tc.rows, 1), ("column scale", 1, tc.cols)],
+        )?;
+        Ok(TileOp::Dequant {
+            acc,
+            src,
+            rows,
+            cols,
+        })
+    }
+
+    /// The f32 factor tiles of `stmt` in `args`, each `(what, rows, cols)` as `want` says.
+    fn f32_factors<const N: usize>(
+        &self,
+        stmt: &str,
+        args: &[&syn::Expr],
+        want: [(&str, u32, u32); N],
+    ) -> syn::Result<[TileId; N]> {
+        let mut ids = [0; N];
+        for ((id, e), (what, rows, cols)) in ids.iter_mut().zip(args).zip(want) {
             *id = self.tile_arg(e)?;
             let t = &self.tiles[*id as usize];
             if t.elem != Ty::F32 || (t.rows, t.cols) != (rows, cols) {
                 return err(
                     e.span(),
                     format!(
-                        "the {what} of `tile_dot_dequant` is an f32 tile of {rows} rows and {cols} columns, `{}` is {} {}x{}",
+                        "the {what} of `{stmt}` is an f32 tile of {rows} rows and {cols} columns, `{}` is {} {}x{}",
                         t.name,
                         t.elem.rust_name(),
                         t.rows,
@@ -425,8 +485,7 @@ impl Cx {
                 );
             }
         }
-        let [offset, rows, cols] = ids;
-        Ok(DotScale::Dequant { offset, rows, cols })
+        Ok(ids)
     }
 
     /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of one row and `acc`'s
@@ -901,6 +960,48 @@ mod tests {
             ("tile_dot_dequant(acc, a, u, col, row, row);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `row` is f32 1x16"),
             ("tile_dot_dequant(acc, a, u, col, col, wide);", "the column scale of `tile_dot_dequant` is an f32 tile of 1 rows and 16 columns, `wide` is f32 1x8"),
             ("tile_dot_dequant(acc, a, u, col, col);", "`tile_dot_dequant` takes 6 arguments, found 5"),
+        ] {
+            let msg = e(&format!("{decls}\n{stmt}"));
+            assert!(msg.contains(want), "{stmt}: {msg}");
+        }
+    }
+
+    #[test]
+    fn integer_sums_dequantize_into_an_f32_accumulator_with_row_and_column_scales() {
+        let k = k("let q = shared::<i32>(256);
+            let f = shared::<f32>(16);
+            let s = tile::<i32, 16, 16>();
+            let dx = tile::<f32, 16, 1>();
+            let dw = tile::<f32, 1, 16>();
+            let acc = tile::<f32, 16, 16>();
+            tile_load(s, q, 0, 16, 16, 16);
+            tile_load(dx, f, 0, 1, 16, 1);
+            tile_load(dw, f, 0, 16, 1, 16);
+            tile_dequant(acc, s, dx, dw);");
+        let text = ir_text(&k);
+        assert!(
+            text.contains("tile_dequant(acc#t3, s#t0, dx#t1, dw#t2);"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn dequant_refuses_float_sums_integer_accumulators_and_bad_shapes() {
+        let decls = "let s = tile::<i32, 16, 16>();
+            let narrow = tile::<i32, 16, 8>();
+            let g = tile::<f32, 16, 16>();
+            let acc = tile::<f32, 16, 16>();
+            let iacc = tile::<i32, 16, 16>();
+            let col = tile::<f32, 16, 1>();
+            let row = tile::<f32, 1, 16>();
+            let wide = tile::<f32, 1, 8>();";
+        for (stmt, want) in [
+            ("tile_dequant(iacc, s, col, row);", "the accumulator of `tile_dequant` is an f32 tile, `iacc` is i32"),
+            ("tile_dequant(acc, g, col, row);", "`tile_dequant` scales an i32 tile of its accumulator's shape (16x16), `g` is f32 16x16"),
+            ("tile_dequant(acc, narrow, col, row);", "`narrow` is i32 16x8"),
+            ("tile_dequant(acc, s, row, row);", "the row scale of `tile_dequant` is an f32 tile of 16 rows and 1 columns, `row` is f32 1x16"),
+            ("tile_dequant(acc, s, col, wide);", "the column scale of `tile_dequant` is an f32 tile of 1 rows and 16 columns, `wide` is f32 1x8"),
+            ("tile_dequant(acc, s, col);", "`tile_dequant` takes 4 arguments, found 3"),
         ] {
             let msg = e(&format!("{decls}\n{stmt}"));
             assert!(msg.contains(want), "{stmt}: {msg}");

@@ -122,7 +122,10 @@ pub fn interleave_into(
 pub(super) struct QuantizedRows {
     q: DeviceBuf<i32>,
     d: DeviceBuf<f32>,
+    /// Q8_0's sums per block (exact in f32); a 1-element buffer for Q8_K.
     sums: DeviceBuf<f32>,
+    /// Q8_K's integer sums per 32 values (the Q4_K and Q5_K GEMMs'); 1 element for Q8_0.
+    sums32: DeviceBuf<i32>,
     /// Q8_K's integer sums per 16 values (the Q6_K GEMM's); a 1-element buffer for Q8_0.
     sums16: DeviceBuf<i32>,
     m: u32,
@@ -138,22 +141,31 @@ pub(super) fn quantize(
     [m, k]: [u32; 2],
 ) -> Result<QuantizedRows, OpError> {
     const OP: &str = "gemm";
-    // Q8_0 activations come in blocks of 32 with one sum each, Q8_K in blocks of 256 with a
-    // sum per 32 values.
+    // Q8_0 activations come in blocks of 32 with one f32 sum each, Q8_K in blocks of 256
+    // with an integer sum per 32 and per 16 values.
     let q8_0 = act == Activations::Q8_0;
-    let (block, sums) = if q8_0 { (32, 1) } else { (256, 8) };
+    let block = if q8_0 { 32 } else { 256 };
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / block", mu * ku / block)?;
+    let per_block = |n: usize, q8_0_has: bool| {
+        if q8_0 == q8_0_has {
+            blocks as usize * n
+        } else {
+            1
+        }
+    };
     // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded.
     let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
-    let mut xs = dev.alloc::<f32>(blocks as usize * sums)?;
-    let mut xs16 = dev.alloc::<i32>(if q8_0 { 1 } else { blocks as usize * 16 })?;
-    let (q, d, sums) = (xq.view_mut(), xd.view_mut(), xs.view_mut());
+    let mut xs = dev.alloc::<f32>(per_block(1, true))?;
+    let mut xs32 = dev.alloc::<i32>(per_block(8, false))?;
+    let mut xs16 = dev.alloc::<i32>(per_block(16, false))?;
+    let (q, d) = (xq.view_mut(), xd.view_mut());
     if q8_0 {
+        let sums = xs.view_mut();
         dev.launch([blocks, 1, 1], q8_0_int::Args { x, q, d, sums, k })?;
     } else {
-        let sums16 = xs16.view_mut();
+        let (sums, sums16) = (xs32.view_mut(), xs16.view_mut());
         let args = q8_k_int::Args {
             x,
             q,
@@ -168,6 +180,7 @@ pub(super) fn quantize(
         q: xq,
         d: xd,
         sums: xs,
+        sums32: xs32,
         sums16: xs16,
         m,
         k,
@@ -190,23 +203,27 @@ pub(super) fn launch_quantized(
     let (m, k) = (x.m, x.k);
     let accumulate = u32::from(out == GemmOut::Accumulate);
     let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
-    let (xq, xd, xs, xs16, w) = (
-        x.q.view(),
-        x.d.view(),
-        x.sums.view(),
-        x.sums16.view(),
-        w.words,
-    );
+    let (xq, xd, w) = (x.q.view(), x.d.view(), w.words);
     macro_rules! args {
-        ($kernel:ident $(, $sums:ident)?) => {
-            $kernel::Args { xq, xd, $($sums,)? w, y, m, n, k, accumulate }
+        ($kernel:ident, $sums:ident: $buf:ident) => {
+            $kernel::Args {
+                xq,
+                xd,
+                $sums: x.$buf.view(),
+                w,
+                y,
+                m,
+                n,
+                k,
+                accumulate,
+            }
         };
     }
     match format {
-        QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs)),
-        QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs)),
-        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xs16)),
-        QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs)),
+        QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs: sums32)),
+        QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs: sums32)),
+        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xs16: sums16)),
+        QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs: sums)),
         other => {
             return Err(OpError::Invalid {
                 op: OP,
@@ -606,13 +623,13 @@ mod tests {
             ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
         };
         // Each device's `q`, `d` and `sums` bits and `sums16`.
-        type Parts = (Vec<i32>, Vec<u32>, Vec<u32>, Vec<i32>);
+        type Parts = (Vec<i32>, Vec<u32>, Vec<i32>, Vec<i32>);
         let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
             let mut q = dev.alloc::<i32>(48 * k).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
-            let mut sums = dev.alloc::<f32>(blocks * 8).unwrap();
+            let mut sums = dev.alloc::<i32>(blocks * 8).unwrap();
             let mut sums16 = dev.alloc::<i32>(blocks * 16).unwrap();
             let args = q8_k_int::Args {
                 x: xd.view(),
@@ -626,7 +643,7 @@ mod tests {
             let (mut laid, mut dv, mut sv) = (
                 vec![0i32; 48 * k],
                 vec![0.0f32; blocks],
-                vec![0.0f32; blocks * 8],
+                vec![0i32; blocks * 8],
             );
             q.download(&mut laid).unwrap();
             d.download(&mut dv).unwrap();
@@ -640,7 +657,7 @@ mod tests {
             assert_eq!(bits(&values), bits(&want), "{}", dev.arch());
             for (j, s) in sv.iter().enumerate() {
                 let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
-                assert_eq!(*s, exact as f32, "sum {j} on {}", dev.arch());
+                assert_eq!(*s, exact, "sum {j} on {}", dev.arch());
             }
             let mut s16 = vec![0i32; blocks * 16];
             sums16.download(&mut s16).unwrap();
@@ -651,7 +668,7 @@ mod tests {
             // The first value of the largest magnitude becomes -127, whatever its sign.
             let signs = [qv[512 + 5], qv[512 + 200], qv[768 + 3], qv[768 + 100]];
             assert_eq!(signs, [-127, 127, -127, 127], "{}", dev.arch());
-            let got = (qv, bits(&dv), bits(&sv), s16);
+            let got = (qv, bits(&dv), sv, s16);
             match &first {
                 Some(f) => assert_eq!(&got, f, "{}", dev.arch()),
                 None => first = Some(got),

@@ -82,7 +82,8 @@ mod fused;
 use super::remat::{pure, rewrite_expr};
 use super::{HostPhases, LoopHint};
 use crate::emit::{
-    convert, dot_step, lty, scaled_sum, tile_binary, tile_binary_x16, Emitter, Lowered, WindowVals,
+    convert, dequant_sum, dot_step, lty, scaled_sum, tile_binary, tile_binary_x16, Emitter,
+    Lowered, WindowVals,
 };
 use lse_dsl::ir::{
     each_tile_op, Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary,
@@ -376,6 +377,11 @@ fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: bool) -> Vec<bool
             other[*dst as usize] = true;
             other[*src as usize] = true;
         }
+        TileOp::Dequant { .. } => {
+            for t in tile_access(op).0 {
+                other[t as usize] = true;
+            }
+        }
     });
     dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
 }
@@ -437,6 +443,12 @@ fn tile_access(op: &TileOp) -> (Vec<u32>, Option<u32>) {
         TileOp::Binary { dst, src, .. } | TileOp::RowReduce { dst, src, .. } => {
             (vec![*dst, *src], None)
         }
+        TileOp::Dequant {
+            acc,
+            src,
+            rows,
+            cols,
+        } => (vec![*acc, *src, *rows, *cols], None),
         TileOp::Exp { dst } | TileOp::Scale { dst, .. } => (vec![*dst], None),
     }
 }
@@ -729,6 +741,25 @@ impl HostPhases {
                 } else {
                     self.loop_dot(e, [acc, a, b], scale)
                 }
+            }
+            TileOp::Dequant {
+                acc,
+                src,
+                rows,
+                cols,
+            } => {
+                let (d, s, rows, cols) = (*acc as usize, *src as usize, *rows, *cols);
+                self.each_element(e, d, |h, e, r, c| {
+                    let sum = h.read_raw(e, s, r, c);
+                    let x = e.b.op(format!("sitofp i32 {sum} to float"));
+                    let old = h.read(e, d, r, c);
+                    let factors = [
+                        h.read(e, rows as usize, r, "0"),
+                        h.read(e, cols as usize, "0", c),
+                    ];
+                    let v = dequant_sum(&mut e.b, &factors, &x, &old, false);
+                    h.write_raw(e, d, r, c, &v);
+                });
             }
             TileOp::Binary { op, dst, src } => {
                 let (op, d, s) = (*op, *dst as usize, *src as usize);
