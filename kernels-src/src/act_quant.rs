@@ -28,25 +28,36 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 }
 
 /// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
-/// integers `q` (into `q`, in `act_quant.q8_k_int`'s tile order: value `c` of row `r` at
-/// `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)` (into `d`)
-/// and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0`. `x` holds rows of `k`
-/// values; grid: x = blocks.
-#[kernel(name = "act_quant.q8_0_int", version = 1, workgroup = 32)]
+/// integers `q` (into `q` as bytes, in `act_quant.q8_k_int`'s tile order: value `c` of row `r`
+/// at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
+/// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0`. `x` holds rows
+/// of `k` values; grid: x = blocks.
+#[kernel(name = "act_quant.q8_0_int", version = 2, workgroup = 32)]
 fn q8_0_int(
     x: &[f32; num_groups() * 32],
-    q: &mut [i32; (num_groups() * 32 / k + 47) / 48 * 48 * k],
+    q: &mut [i32; (num_groups() * 32 / k + 47) / 48 * 48 * k / 4],
     d: &mut [f32; num_groups()],
     sums: &mut [f32; num_groups()],
     k: u32,
 ) {
+    let qi = shared::<i32>(32);
     let v = x[group_id() * 32 + local_id()];
     let amax = reduce_max(abs(v));
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let qv = (v * id + 12582912.0) - 12582912.0;
-    let r = group_id() / (k / 32);
-    let blk = group_id() % (k / 32);
-    q[((r / 48 * (k / 32) + blk) * 48 + r % 48) * 32 + local_id()] = qv as i32;
+    qi[local_id()] = qv as i32;
+    barrier();
+    if local_id() < 8 {
+        let r = group_id() / (k / 32);
+        let blk = group_id() % (k / 32);
+        let at = ((r / 48 * (k / 32) + blk) * 48 + r % 48) * 8 + local_id();
+        let i = 4 * local_id();
+        let b0 = qi[i] as u32 & 255;
+        let b1 = qi[i + 1] as u32 & 255;
+        let b2 = qi[i + 2] as u32 & 255;
+        let b3 = qi[i + 3] as u32 & 255;
+        q[at] = (b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)) as i32;
+    }
     let s = reduce_sum(qv);
     if local_id() == 0 {
         d[group_id()] = f16_to_f32(f32_to_f16(amax / 127.0));
@@ -78,20 +89,22 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// ggml's `bsums`, which the Q6_K GEMM takes off for its quants' offset of 32). `x` holds
 /// rows of `k` values; grid: x = blocks.
 ///
-/// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`): rows in blocks of 48, and
-/// within a block each K step of 32 values its 48 rows' values one after another, i.e. value
-/// `c` of row `r` at `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32` (rows past the
-/// last of a partial block are not written). A step's tile is then one run of memory, where
-/// rows `k` apart fell into the same few cache sets.
+/// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`), four values to a word
+/// (little-endian bytes, read by `tile_load_packed`): rows in blocks of 48, and within a
+/// block each K step of 32 values its 48 rows' values one after another, i.e. value `c` of
+/// row `r` at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32` (rows past the
+/// last of a partial block are not written). A step's tile is then one run of 1.5 KiB, where
+/// rows `k` apart fell into the same few cache sets (and v5, a word per value, took four
+/// times the memory, which the GEMMs narrowed to bytes at every step).
 ///
 /// `max` is `broadcast` from the argmax's work-item (read through the argmax's index, every
 /// work-item's load of it was a gather on the host) and the sums row sums of `[8, 32]` and
 /// `[16, 16]` tiles of the `q` (a subgroup sum per 32 work-items was a tree of gathers and
 /// scatters there).
-#[kernel(name = "act_quant.q8_k_int", version = 5, workgroup = 256)]
+#[kernel(name = "act_quant.q8_k_int", version = 6, workgroup = 256)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
-    q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k],
+    q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k / 4],
     d: &mut [f32; num_groups()],
     sums: &mut [i32; num_groups() * 8],
     sums16: &mut [i32; num_groups() * 16],
@@ -101,7 +114,6 @@ fn q8_k_int(
     let st = tile::<f32, 8, 1>();
     let qt16 = tile::<f32, 16, 16>();
     let st16 = tile::<f32, 16, 1>();
-    let it = tile::<i32, 8, 32>();
     let qs = shared::<f32>(256);
     let qi = shared::<i32>(256);
     let s32 = shared::<f32>(8);
@@ -116,18 +128,21 @@ fn q8_k_int(
     if local_id() == 0 {
         d[group_id()] = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
     }
-    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 32 apart.
-    let r = group_id() / (k / 256);
-    let sb = group_id() % (k / 256);
-    tile_load(it, qi, 0, 32, 8, 32);
-    tile_store(
-        it,
-        q,
-        ((r / 48 * (k / 32) + sb * 8) * 48 + r % 48) * 32,
-        48 * 32,
-        8,
-        32,
-    );
+    barrier();
+    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 8 words apart; work-item `l` packs
+    // values 4l..4l + 3, word `l % 8` of step `l / 8`.
+    if local_id() < 64 {
+        let r = group_id() / (k / 256);
+        let sb = group_id() % (k / 256);
+        let step = sb * 8 + local_id() / 8;
+        let at = ((r / 48 * (k / 32) + step) * 48 + r % 48) * 8 + local_id() % 8;
+        let i = 4 * local_id();
+        let b0 = qi[i] as u32 & 255;
+        let b1 = qi[i + 1] as u32 & 255;
+        let b2 = qi[i + 2] as u32 & 255;
+        let b3 = qi[i + 3] as u32 & 255;
+        q[at] = (b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)) as i32;
+    }
     tile_load(qt, qs, 0, 32, 8, 32);
     tile_row_sum(st, qt);
     tile_store(st, s32, 0, 1, 8, 1);

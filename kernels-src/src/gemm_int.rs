@@ -37,8 +37,10 @@
 //! block starts at a word (a Q6_K block of 210 bytes started at a half-word in every other
 //! block).
 //!
-//! The activations come in `act_quant.q8_k_int`'s layout: a K step's 32 values of the
-//! workgroup's 48 rows one after another, so each `a` tile is one run of memory.
+//! The activations come in `act_quant.q8_k_int`'s layout: four 8-bit values to a word, a K
+//! step's 32 values of the workgroup's 48 rows one after another, so each `a` tile is one
+//! run of 1.5 KiB, which `tile_load_packed` reads in place on the host (v5 held a word per
+//! value, and each step narrowed its 6 KiB to bytes in a copy).
 //!
 //! Grid (all three): x = ceil(n / 64) column blocks of `y` (the groups of 64 rows), y =
 //! ceil(m / 48) row blocks; a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did
@@ -53,9 +55,9 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 5, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 6, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
-    xq: &[i32; (m + 47) / 48 * 48 * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 36 * 64],
@@ -124,11 +126,11 @@ fn gemm_xwt_q4_k_q8_k(
                 wq[t * BN + local_id()] = ((word >> shift) & 0x0F0F_0F0F) as i32;
             }
             tile_load_quads(b, wq, 0, BN, BK, BN);
-            tile_load(
+            tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + j) * BM * BK,
-                BK,
+                (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                BK / 4,
                 m - row0,
                 BK,
             );
@@ -159,9 +161,9 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 5, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 6, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
-    xq: &[i32; (m + 47) / 48 * 48 * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 44 * 64],
@@ -231,11 +233,11 @@ fn gemm_xwt_q5_k_q8_k(
                 wq[t * BN + local_id()] = q as i32;
             }
             tile_load_quads(b, wq, 0, BN, BK, BN);
-            tile_load(
+            tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + j) * BM * BK,
-                BK,
+                (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                BK / 4,
                 m - row0,
                 BK,
             );
@@ -270,9 +272,9 @@ fn gemm_xwt_q5_k_q8_k(
 /// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
 /// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
 /// exactly, as before.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 5, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 6, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
-    xq: &[i32; (m + 47) / 48 * 48 * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs16: &[i32; m * (k / 16)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
@@ -348,11 +350,11 @@ fn gemm_xwt_q6_k_q8_k(
                 wq[t * BN + local_id()] = q as i32;
             }
             tile_load_quads(b, wq, 0, BN, BS, BN);
-            tile_load(
+            tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + step) * BM * BK + j * BS,
-                BK,
+                (group_id_y() * (k / 32) + sb * 8 + step) * BM * (BK / 4) + j * (BS / 4),
+                BK / 4,
                 m - row0,
                 BS,
             );
@@ -377,9 +379,9 @@ fn gemm_xwt_q6_k_q8_k(
 /// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
 /// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 2, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 3, workgroup = 64)]
 fn gemm_xwt_q8_0_q8_0(
-    xq: &[i32; (m + 47) / 48 * 48 * k],
+    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32; (n + 63) / 64 * (k / 32) * 9 * 64],
@@ -419,11 +421,11 @@ fn gemm_xwt_q8_0_q8_0(
             wq[t * BN + local_id()] = (((lo >> 16) | (hi << 16)) ^ 0x8080_8080) as i32;
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
-        tile_load(
+        tile_load_packed(
             a,
             xq,
-            (group_id_y() * (k / 32) + sb) * BM * BK,
-            BK,
+            (group_id_y() * (k / 32) + sb) * BM * (BK / 4),
+            BK / 4,
             m - row0,
             BK,
         );

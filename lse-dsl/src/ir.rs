@@ -463,6 +463,8 @@ pub enum TileMem {
 /// outside that window read as 0 and are not written. All four are uniform `u32`
 /// expressions. A `quads` window (`tile_load_quads`, byte tiles only) holds four rows in each
 /// i32 word: `(r, c)` is byte `r % 4` (little-endian) of element `offset + (r / 4) * stride + c`.
+/// A `packed` window (`tile_load_packed`, byte tiles only) holds four columns in each i32
+/// word, rows of bytes: `(r, c)` is byte `c % 4` of element `offset + r * stride + c / 4`.
 /// A `pairs` window (`tile_load_pairs`, `tile_store_pairs`, bf16 and f16 tiles on buffers of
 /// their type) interleaves each two rows in one memory row: `(r, c)` is element
 /// `offset + (r / 2) * stride + 2 * c + r % 2`, the operand layout of `vdpbf16ps`.
@@ -476,6 +478,8 @@ pub struct TileWindow {
     pub transposed: bool,
     #[serde(default)]
     pub quads: bool,
+    #[serde(default)]
+    pub packed: bool,
     #[serde(default)]
     pub pairs: bool,
 }
@@ -501,7 +505,8 @@ pub enum TileOp {
     Zero { dst: TileId },
     /// `tile_load(t, mem, offset, stride, rows, cols)` (`tile_load_t` for transposed): each
     /// element converted from the buffer's or shared array's type to the tile's (round to
-    /// nearest even). `tile_load_quads` reads a byte tile from a [`TileWindow::quads`] window.
+    /// nearest even). `tile_load_quads` and `tile_load_packed` read a byte tile from a
+    /// [`TileWindow::quads`] or [`TileWindow::packed`] window.
     Load { dst: TileId, from: TileWindow },
     /// `tile_store(t, mem, offset, stride, rows, cols)` (`tile_store_t` for transposed): each
     /// element converted to the buffer's or shared array's type.

@@ -426,7 +426,8 @@ pub mod tile {
     /// Where a load or store goes: element `(r, c)` is buffer element
     /// `offset + r * stride + c` (`offset + c * stride + r` when `transposed`), for `r < rows`,
     /// `c < cols`; in a `quads` window, byte `r % 4` of element `offset + (r / 4) * stride + c`;
-    /// in a `pairs` window, element `offset + (r / 2) * stride + 2 * c + r % 2`.
+    /// in a `packed` window, byte `c % 4` of element `offset + r * stride + c / 4`; in a
+    /// `pairs` window, element `offset + (r / 2) * stride + 2 * c + r % 2`.
     #[derive(Clone, Copy, Debug)]
     pub struct Window {
         pub offset: u32,
@@ -435,6 +436,7 @@ pub mod tile {
         pub cols: u32,
         pub transposed: bool,
         pub quads: bool,
+        pub packed: bool,
         pub pairs: bool,
     }
 
@@ -445,19 +447,21 @@ pub mod tile {
             if r >= self.rows || c >= self.cols {
                 return None;
             }
-            let (major, minor) = match (self.transposed, self.quads, self.pairs) {
-                (true, _, _) => (c, r),
-                (false, true, _) => (r / 4, c),
-                (false, false, true) => (r / 2, 2 * c + r % 2),
-                (false, false, false) => (r, c),
+            let (major, minor) = match (self.transposed, self.quads, self.packed, self.pairs) {
+                (true, ..) => (c, r),
+                (false, true, ..) => (r / 4, c),
+                (false, false, true, _) => (r, c / 4),
+                (false, false, false, true) => (r / 2, 2 * c + r % 2),
+                (false, false, false, false) => (r, c),
             };
             Some(self.offset + major * self.stride + minor)
         }
     }
 
-    /// `tile_load_quads`: element `(r, c)` becomes `round(byte r % 4 of read(index))` inside
-    /// the window, 0 outside.
-    pub fn load_quads(
+    /// `tile_load_quads` and `tile_load_packed`: element `(r, c)` becomes `round(byte b of
+    /// read(index))` inside the window (`b` is `r % 4` in a quads window, `c % 4` in a packed
+    /// one), 0 outside.
+    pub fn load_bytes(
         t: &mut [i32],
         cols: u32,
         w: Window,
@@ -466,9 +470,10 @@ pub mod tile {
     ) {
         for (i, v) in t.iter_mut().enumerate() {
             let (r, c) = (i as u32 / cols, i as u32 % cols);
-            *v = w
-                .index(r, c)
-                .map_or(0, |ix| round(read(ix) >> (8 * (r % 4))));
+            *v = w.index(r, c).map_or(0, |ix| {
+                let b = if w.packed { c % 4 } else { r % 4 };
+                round(read(ix) >> (8 * b))
+            });
         }
     }
 

@@ -539,8 +539,8 @@ impl Gen<'_> {
                     Ty::U8 => quote!(|x: i32| x as u8 as i32),
                     _ => quote!(|x| x),
                 };
-                if from.quads {
-                    quote!(::lse_dsl::rt::tile::load_quads(&mut #t, #cols, #w, #read, #round);)
+                if from.quads || from.packed {
+                    quote!(::lse_dsl::rt::tile::load_bytes(&mut #t, #cols, #w, #read, #round);)
                 } else {
                     quote!(::lse_dsl::rt::tile::load(&mut #t, #cols, #w, #read, #round);)
                 }
@@ -653,7 +653,7 @@ impl Gen<'_> {
     /// A tile window as an `lse_dsl::rt::tile::Window` value (fields evaluated as item 0).
     fn window(&self, w: &TileWindow) -> TokenStream {
         let [offset, stride, rows, cols] = w.exprs().map(|e| self.uniform_expr(e));
-        let (transposed, quads, pairs) = (w.transposed, w.quads, w.pairs);
+        let (transposed, quads, packed, pairs) = (w.transposed, w.quads, w.packed, w.pairs);
         quote!(::lse_dsl::rt::tile::Window {
             offset: #offset,
             stride: #stride,
@@ -661,6 +661,7 @@ impl Gen<'_> {
             cols: #cols,
             transposed: #transposed,
             quads: #quads,
+            packed: #packed,
             pairs: #pairs,
         })
     }

@@ -226,10 +226,11 @@ impl Printer<'_> {
         match op {
             TileOp::Zero { dst } => format!("tile_zero({});", self.tile(*dst)),
             TileOp::Load { dst, from } => {
-                let t = match (from.transposed, from.quads, from.pairs) {
-                    (true, _, _) => "_t",
-                    (_, true, _) => "_quads",
-                    (_, _, true) => "_pairs",
+                let t = match (from.transposed, from.quads, from.packed, from.pairs) {
+                    (true, ..) => "_t",
+                    (_, true, ..) => "_quads",
+                    (_, _, true, _) => "_packed",
+                    (.., true) => "_pairs",
                     _ => "",
                 };
                 format!("tile_load{t}({}, {});", self.tile(*dst), window(from))

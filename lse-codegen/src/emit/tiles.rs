@@ -26,6 +26,9 @@ pub(crate) struct WindowVals {
     pub transposed: bool,
     /// Four rows per i32 element, row `r` in byte `r % 4` ([`lse_dsl::ir::TileWindow::quads`]).
     pub quads: bool,
+    /// Four columns per i32 element, column `c` in byte `c % 4`
+    /// ([`lse_dsl::ir::TileWindow::packed`]).
+    pub packed: bool,
     /// Two rows per memory row, row `r` at element `2 c + r % 2` of memory row `r / 2`
     /// ([`lse_dsl::ir::TileWindow::pairs`]).
     pub pairs: bool,
@@ -88,6 +91,7 @@ impl Emitter<'_> {
             cols,
             transposed: w.transposed,
             quads: w.quads,
+            packed: w.packed,
             pairs: w.pairs,
         })
     }
@@ -108,9 +112,11 @@ impl Emitter<'_> {
             w.ptr_ty,
             w.elem.size_bytes()
         ));
-        if w.quads {
-            // Byte r % 4 of the word.
-            let lane = self.b.op(format!("and i32 {r}, 3"));
+        if w.quads || w.packed {
+            // Byte r % 4 (c % 4 when packed) of the word.
+            let lane = self
+                .b
+                .op(format!("and i32 {}, 3", if w.packed { c } else { r }));
             let bits = self.b.op(format!("shl nuw i32 {lane}, 3"));
             let byte = self.b.op(format!("lshr i32 {v}, {bits}"));
             return convert(&mut self.b, &byte, w.elem, to);
@@ -132,21 +138,26 @@ impl Emitter<'_> {
     }
 
     /// `&mem[offset + major * stride + minor]`, `(major, minor)` being `(r, c)`, `(c, r)` for a
-    /// transposed window, `(r / 4, c)` for a quads window or `(r / 2, 2 c + r % 2)` for a pairs
-    /// window; no wrap-around (an index that would wrap is out of bounds).
+    /// transposed window, `(r / 4, c)` for a quads window, `(r, c / 4)` for a packed one or
+    /// `(r / 2, 2 c + r % 2)` for a pairs window; no wrap-around (an index that would wrap is
+    /// out of bounds).
     pub fn window_elem_ptr(&mut self, w: &WindowVals, r: &str, c: &str) -> String {
         let (four, two, lane);
-        let (major, minor) = match (w.transposed, w.quads, w.pairs) {
-            (true, _, _) => (c, r),
-            (false, true, _) => {
+        let (major, minor) = match (w.transposed, w.quads, w.packed, w.pairs) {
+            (true, ..) => (c, r),
+            (false, true, ..) => {
                 four = self.b.op(format!("lshr i32 {r}, 2"));
                 (four.as_str(), c)
             }
-            (false, false, true) => {
+            (false, false, true, _) => {
+                four = self.b.op(format!("lshr i32 {c}, 2"));
+                (r, four.as_str())
+            }
+            (false, false, false, true) => {
                 (two, lane) = self.pair_coords(r, c);
                 (two.as_str(), lane.as_str())
             }
-            (false, false, false) => (r, c),
+            (false, false, false, false) => (r, c),
         };
         let scaled = self.b.op(format!("mul nuw i32 {major}, {}", w.stride));
         let base = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));

@@ -374,7 +374,7 @@ fn copy(e: &mut Emitter, wg: u32, t: u32, w: &TileWindow, store: bool) -> Lowere
 /// vector loads of their written f32 accumulators or of 8-column f32 tiles, ptxas spilled
 /// registers in the integer GEMMs on sm_90; short rows gain little anyway.)
 fn loads_by_vectors(w: &WindowVals, tile: &TileDecl, read_only: bool) -> bool {
-    let usable = !w.shared && w.elem == tile.elem && !w.transposed && !w.quads;
+    let usable = !w.shared && w.elem == tile.elem && !w.transposed && !w.quads && !w.packed;
     match (w.elem.size_bytes(), w.pairs) {
         (2, false) => usable && tile.cols.is_multiple_of(8),
         (4, false) => usable && read_only && tile.cols >= 16 && tile.cols.is_multiple_of(4),

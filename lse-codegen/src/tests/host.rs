@@ -84,6 +84,7 @@ fn window(offset: u32, stride: u32, rows: u32, cols: u32, transposed: bool) -> W
         cols,
         transposed,
         quads: false,
+        packed: false,
         pairs: false,
     }
 }
@@ -1675,7 +1676,7 @@ fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
 /// Byte tiles on every host level: i32 values wrap to i8 or u8 as they load, products are
 /// exact and sums wrap in i32, a scaled dot multiplies each column's sum by its scale, so
 /// every level, the `vpdpbusd` path (both operand orders) included, equals the definition bit
-/// for bit; whole and partial windows.
+/// for bit; whole and partial windows, a packed window's `a` read in place when whole.
 #[test]
 fn byte_tile_dots_match_the_definition_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_BYTE_DOT_SRC);
@@ -1704,10 +1705,20 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                     .fold(0i32, |s, kk| {
                         s.wrapping_add(i8_(x[r * 128 + kk]) * u8_(w[c * 128 + kk]))
                     });
+                // Column `kk` of the packed window at step `k0` is byte `kk % 4` of word
+                // `k0 / 4 + kk / 4` of row `r`.
+                let packed = (0..128)
+                    .filter(|kk| kk % 64 < quad_rows)
+                    .fold(0i32, |s, kk| {
+                        let (k0, kc) = (kk / 64 * 64, kk % 64);
+                        let word = x[r * 128 + k0 / 4 + kc / 4];
+                        s.wrapping_add(i8_(word >> (8 * (kc % 4))) * u8_(w[c * 128 + kk]))
+                    });
                 want[r * 32 + c] = scaled
                     .wrapping_add(dot(u8_, i8_))
                     .wrapping_add(dot(i8_, u8_))
-                    .wrapping_add(quads);
+                    .wrapping_add(quads)
+                    .wrapping_add(packed);
             }
         }
         int_dot_matches_on_every_cpu(&k, &w, &x, (m, n), &want);

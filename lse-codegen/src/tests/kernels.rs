@@ -932,7 +932,9 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
 /// (column `c`'s is `c - 9`): `acc += sc · (a b)` (scaled), `acc += au bi`, `acc += a bt`,
 /// and `acc += a bq` with `bq` the bytes of `b` packed four rows to a word by the work-items
 /// and read by `tile_load_quads` (whole when `n` is 32, else without its last 3 rows of each
-/// step); then the i32 sums as f32 and as they are.
+/// step), and `acc += ap b` with `ap` (i8) read from `x` by `tile_load_packed`, each word's
+/// four bytes four columns (whole when `n` is 32, else its first 61 columns); then the i32
+/// sums as f32 and as they are.
 pub const TILE_BYTE_DOT_SRC: &str = r#"
 #[loom::kernel(name = "test.tile_byte_dot", version = 1, workgroup = 32)]
 fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u32) {
@@ -941,6 +943,7 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
     let sq = shared::<i32>(32);
     let a = tile::<i8, 48, 64>();
     let au = tile::<u8, 48, 64>();
+    let ap = tile::<i8, 48, 64>();
     let b = tile::<u8, 64, 32>();
     let bi = tile::<i8, 64, 32>();
     let bt = tile::<u8, 64, 32>();
@@ -972,6 +975,8 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
         }
         tile_load_quads(bq, wp, 0, 32, 61 + 3 * (n / 32), n);
         tile_dot(acc, a, bq);
+        tile_load_packed(ap, x, k0 / 4, 128, m, 61 + 3 * (n / 32));
+        tile_dot(acc, ap, b);
     }
     tile_copy(f, acc);
     tile_store(f, y, 0, 32, m, n);

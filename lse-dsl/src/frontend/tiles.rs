@@ -15,11 +15,12 @@ use crate::ir::{
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 22] = [
+pub(super) const TILE_STMTS: [&str; 23] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
     "tile_load_quads",
+    "tile_load_packed",
     "tile_load_pairs",
     "tile_store",
     "tile_store_t",
@@ -175,8 +176,8 @@ impl Cx {
             "tile_dot" => 3,
             "tile_dot_scaled" | "tile_dequant" => 4,
             "tile_dot_dequant" => 6,
-            "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_pairs" | "tile_store"
-            | "tile_store_t" | "tile_store_pairs" => 6,
+            "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_packed"
+            | "tile_load_pairs" | "tile_store" | "tile_store_t" | "tile_store_pairs" => 6,
             _ => 2,
         };
         if args.len() != want {
@@ -194,21 +195,22 @@ impl Cx {
                 let from = self.window(&args[1..], name == "tile_load_t", false, dst)?;
                 TileOp::Load { dst, from }
             }
-            "tile_load_quads" => {
+            "tile_load_quads" | "tile_load_packed" => {
                 let dst = self.tile_arg(args[0])?;
                 let d = &self.tiles[dst as usize];
                 if !matches!(d.elem, Ty::I8 | Ty::U8) {
                     return err(
                         args[0].span(),
                         format!(
-                            "`tile_load_quads` loads i8 or u8 tiles (four values in each i32), `{}` is {}",
+                            "`{name}` loads i8 or u8 tiles (four values in each i32), `{}` is {}",
                             d.name,
                             d.elem.rust_name()
                         ),
                     );
                 }
                 let mut from = self.window(&args[1..], false, false, dst)?;
-                from.quads = true;
+                from.quads = name == "tile_load_quads";
+                from.packed = name == "tile_load_packed";
                 TileOp::Load { dst, from }
             }
             "tile_load_pairs" => {
@@ -579,6 +581,7 @@ impl Cx {
             cols,
             transposed,
             quads: false,
+            packed: false,
             pairs: false,
         })
     }
@@ -909,9 +912,14 @@ mod tests {
             tile_load(b, q, 0, 16, 16, 16);
             tile_load(s, q, 0, 16, 1, 16);
             tile_dot_scaled(acc, a, b, s);
-            tile_dot(acc, b, a);");
+            tile_dot(acc, b, a);
+            tile_load_packed(a, q, 0, 4, 16, 16);");
         assert_eq!((k.tiles[0].elem, k.tiles[1].elem), (Ty::I8, Ty::U8));
         let text = ir_text(&k);
+        assert!(
+            text.contains("tile_load_packed(a#t0, q#s0, 0u32, 4u32, 16u32, 16u32);"),
+            "{text}"
+        );
         assert!(
             text.contains("tile_dot_scaled(acc#t3, a#t0, b#t1, s#t2);"),
             "{text}"
@@ -1032,6 +1040,8 @@ mod tests {
             ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("tile_copy(f, u);", "not from u8 to f32"),
             ("tile_load_quads(h, q, 0, 16, 16, 16);", "`tile_load_quads` loads i8 or u8 tiles (four values in each i32), `h` is i16"),
+            ("tile_load_packed(h, q, 0, 4, 16, 16);", "`tile_load_packed` loads i8 or u8 tiles (four values in each i32), `h` is i16"),
+            ("tile_load_packed(a, x, 0, 4, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("tile_load_quads(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("let v: i8 = 0;", "i8"),
         ] {

@@ -154,8 +154,9 @@ pub(super) fn quantize(
             1
         }
     };
-    // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded.
-    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku)?;
+    // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded; four
+    // values to a word.
+    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku / 4)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
     let mut xs = dev.alloc::<f32>(per_block(1, true))?;
     let mut xs32 = dev.alloc::<i32>(per_block(8, false))?;
@@ -617,7 +618,7 @@ mod tests {
         let host = Device::open(Pool::Host).unwrap();
         crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8K, &mut want[..])
             .unwrap();
-        // Where value `c` of row `r` lies in `q`.
+        // The byte of `q` that holds value `c` of row `r`.
         let at = |i: usize| {
             let (r, c) = (i / k, i % k);
             ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
@@ -627,7 +628,7 @@ mod tests {
         let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
-            let mut q = dev.alloc::<i32>(48 * k).unwrap();
+            let mut q = dev.alloc::<i32>(48 * k / 4).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<i32>(blocks * 8).unwrap();
             let mut sums16 = dev.alloc::<i32>(blocks * 16).unwrap();
@@ -641,14 +642,16 @@ mod tests {
             };
             dev.launch([blocks as u32, 1, 1], args).unwrap();
             let (mut laid, mut dv, mut sv) = (
-                vec![0i32; 48 * k],
+                vec![0i32; 48 * k / 4],
                 vec![0.0f32; blocks],
                 vec![0i32; blocks * 8],
             );
             q.download(&mut laid).unwrap();
             d.download(&mut dv).unwrap();
             sums.download(&mut sv).unwrap();
-            let qv: Vec<i32> = (0..x.len()).map(|i| laid[at(i)]).collect();
+            let qv: Vec<i32> = (0..x.len())
+                .map(|i| i32::from((laid[at(i) / 4] >> (8 * (at(i) % 4))) as i8))
+                .collect();
             let values: Vec<f32> = qv
                 .iter()
                 .enumerate()
