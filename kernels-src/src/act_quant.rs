@@ -40,24 +40,24 @@ fn q8_0_int(
     sums: &mut [f32; num_groups()],
     k: u32,
 ) {
+    let qt = tile::<i8, 1, 32>();
     let qi = shared::<i32>(32);
     let v = x[group_id() * 32 + local_id()];
     let amax = reduce_max(abs(v));
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let qv = (v * id + 12582912.0) - 12582912.0;
     qi[local_id()] = qv as i32;
-    barrier();
-    if local_id() < 8 {
-        let r = group_id() / (k / 32);
-        let blk = group_id() % (k / 32);
-        let at = ((r / 48 * (k / 32) + blk) * 48 + r % 48) * 8 + local_id();
-        let i = 4 * local_id();
-        let b0 = qi[i] as u32 & 255;
-        let b1 = qi[i + 1] as u32 & 255;
-        let b2 = qi[i + 2] as u32 & 255;
-        let b3 = qi[i + 3] as u32 & 255;
-        q[at] = (b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)) as i32;
-    }
+    let r = group_id() / (k / 32);
+    let blk = group_id() % (k / 32);
+    tile_load(qt, qi, 0, 32, 1, 32);
+    tile_store_packed(
+        qt,
+        q,
+        ((r / 48 * (k / 32) + blk) * 48 + r % 48) * 8,
+        8,
+        1,
+        32,
+    );
     let s = reduce_sum(qv);
     if local_id() == 0 {
         d[group_id()] = f16_to_f32(f32_to_f16(amax / 127.0));
@@ -113,6 +113,7 @@ fn q8_k_int(
     let qt = tile::<f32, 8, 32>();
     let st = tile::<f32, 8, 1>();
     let qt16 = tile::<f32, 16, 16>();
+    let it = tile::<i8, 8, 32>();
     let st16 = tile::<f32, 16, 1>();
     let qs = shared::<f32>(256);
     let qi = shared::<i32>(256);
@@ -128,21 +129,18 @@ fn q8_k_int(
     if local_id() == 0 {
         d[group_id()] = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
     }
-    barrier();
-    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 8 words apart; work-item `l` packs
-    // values 4l..4l + 3, word `l % 8` of step `l / 8`.
-    if local_id() < 64 {
-        let r = group_id() / (k / 256);
-        let sb = group_id() % (k / 256);
-        let step = sb * 8 + local_id() / 8;
-        let at = ((r / 48 * (k / 32) + step) * 48 + r % 48) * 8 + local_id() % 8;
-        let i = 4 * local_id();
-        let b0 = qi[i] as u32 & 255;
-        let b1 = qi[i + 1] as u32 & 255;
-        let b2 = qi[i + 2] as u32 & 255;
-        let b3 = qi[i + 3] as u32 & 255;
-        q[at] = (b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)) as i32;
-    }
+    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 8 words apart.
+    let r = group_id() / (k / 256);
+    let sb = group_id() % (k / 256);
+    tile_load(it, qi, 0, 32, 8, 32);
+    tile_store_packed(
+        it,
+        q,
+        ((r / 48 * (k / 32) + sb * 8) * 48 + r % 48) * 8,
+        48 * 8,
+        8,
+        32,
+    );
     tile_load(qt, qs, 0, 32, 8, 32);
     tile_row_sum(st, qt);
     tile_store(st, s32, 0, 1, 8, 1);

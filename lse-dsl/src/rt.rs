@@ -491,6 +491,25 @@ pub mod tile {
         }
     }
 
+    /// `tile_store_packed`: element `(r, c)` inside the window becomes byte `c % 4` of
+    /// `read(index)`, the word's other bytes kept, written back by `write`.
+    pub fn store_bytes(
+        t: &[i32],
+        cols: u32,
+        w: Window,
+        read: impl Fn(u32) -> i32,
+        mut write: impl FnMut(u32, i32),
+    ) {
+        for (i, v) in t.iter().enumerate() {
+            let (r, c) = (i as u32 / cols, i as u32 % cols);
+            if let Some(ix) = w.index(r, c) {
+                let shift = 8 * (c % 4);
+                let kept = read(ix) & !(0xff << shift);
+                write(ix, kept | ((v & 0xff) << shift));
+            }
+        }
+    }
+
     /// `tile_store`: writes element `(r, c)` inside the window.
     pub fn store<T: Copy>(t: &[T], cols: u32, w: Window, mut write: impl FnMut(u32, T)) {
         for (i, v) in t.iter().enumerate() {

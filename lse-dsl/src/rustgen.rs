@@ -567,7 +567,21 @@ impl Gen<'_> {
                         quote!(|i, x: #t| #a[i as usize] = x)
                     }
                 };
-                quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
+                if to.packed {
+                    let read = match to.mem {
+                        TileMem::Buffer(buf) => {
+                            let p = self.param_ident(buf);
+                            quote!(|i| load_i32(#p, i))
+                        }
+                        TileMem::Shared(array) => {
+                            let a = self.shared_ident(array);
+                            quote!(|i| #a[i as usize])
+                        }
+                    };
+                    quote!(::lse_dsl::rt::tile::store_bytes(&#t, #cols, #w, #read, #write);)
+                } else {
+                    quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
+                }
             }
             TileOp::Dot { acc, a, b, scale } => {
                 let (c, x, y) = (

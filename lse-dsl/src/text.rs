@@ -236,9 +236,10 @@ impl Printer<'_> {
                 format!("tile_load{t}({}, {});", self.tile(*dst), window(from))
             }
             TileOp::Store { src, to } => {
-                let t = match (to.transposed, to.pairs) {
-                    (true, _) => "_t",
-                    (_, true) => "_pairs",
+                let t = match (to.transposed, to.packed, to.pairs) {
+                    (true, ..) => "_t",
+                    (_, true, _) => "_packed",
+                    (.., true) => "_pairs",
                     _ => "",
                 };
                 format!("tile_store{t}({}, {});", self.tile(*src), window(to))

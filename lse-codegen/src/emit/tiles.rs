@@ -128,6 +128,18 @@ impl Emitter<'_> {
     /// `(r, c)`.
     pub fn window_write(&mut self, w: &WindowVals, r: &str, c: &str, v: &str, from: Ty) {
         let p = self.window_elem_ptr(w, r, c);
+        if w.packed {
+            // Byte c % 4 of the word, the byte tile's value as it is.
+            let lane = self.b.op(format!("and i32 {c}, 3"));
+            let q = self.b.op(format!(
+                "getelementptr inbounds i8, {} {p}, i32 {lane}",
+                w.ptr_ty
+            ));
+            let md = self.mem_md.clone();
+            self.b
+                .ins(format!("store i8 {v}, {} {q}, align 1{md}", w.ptr_ty));
+            return;
+        }
         let v = convert(&mut self.b, v, from, w.elem);
         let (ty, md) = (lty(w.elem), self.mem_md.clone());
         self.b.ins(format!(

@@ -277,3 +277,23 @@ fn byte_tile_code_objects() {
         }
     }
 }
+
+/// A packed byte store lowers for every AMDGPU arch as one byte store per element.
+#[test]
+fn packed_byte_store_code_objects() {
+    let k = kernels::from_source(kernels::TILE_PACKED_STORE_SRC);
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(
+            [
+                "global_store_byte",
+                "global_store_b8",
+                "buffer_store_byte",
+                "buffer_store_b8"
+            ]
+            .iter()
+            .any(|i| c.asm.contains(i)),
+            "{arch}: no byte store"
+        );
+    }
+}

@@ -1725,6 +1725,40 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
     }
 }
 
+/// `tile_store_packed` writes each element of the window as one byte (`c % 4` of word
+/// `offset + r · stride + c / 4`) on every host level and leaves every other byte as it was:
+/// whole and partial windows, a partial last word of a row.
+#[test]
+fn packed_stores_write_one_byte_per_element_on_every_cpu() {
+    let k = kernels::from_source(kernels::TILE_PACKED_STORE_SRC);
+    let x: Vec<i32> = (0..8 * 32).map(|i| (i * 37 % 255) - 127).collect();
+    for (m, n) in [(8u32, 32u32), (5, 30), (3, 7)] {
+        let y0: Vec<i32> = (0..80).map(|i| 0x5a5a_5a5a ^ (i * 0x0101_0101)).collect();
+        let mut want = y0.clone();
+        for r in 0..m as usize {
+            for c in 0..n as usize {
+                let (word, shift) = (1 + r * 9 + c / 4, 8 * (c % 4));
+                want[word] = (want[word] & !(0xff << shift)) | ((x[r * 32 + c] & 0xff) << shift);
+            }
+        }
+        for cpu in HOST_CPUS {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut xs, mut y) = (x.clone(), y0.clone());
+            run(
+                &lib,
+                &[raw(&mut xs), raw(&mut y)],
+                &[u64::from(m), u64::from(n)],
+                [1, 1, 1],
+                0,
+                1,
+            );
+            assert_eq!(y, want, "{cpu} m={m} n={n}");
+        }
+    }
+}
+
 /// `tile_dot_dequant` on every host level, the `vpdpbusd` register blocks included (their
 /// sums scaled where they are), equals the definition bit for bit: the exact integer sum of
 /// each K step, then `acc + (f32(sum) + offset) · (row · col)` with one rounding each; and

@@ -926,6 +926,18 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
 }
 "#;
 
+/// A byte tile stored four columns to a word: `x`'s values (one per word) narrowed to i8,
+/// then written by `tile_store_packed` into rows of 9 words of `y` from word 1, each value
+/// one byte, the words' other bytes kept.
+pub const TILE_PACKED_STORE_SRC: &str = r#"
+#[loom::kernel(name = "test.tile_packed_store", version = 1, workgroup = 32)]
+fn tile_packed_store(x: &[i32], y: &mut [i32], m: u32, n: u32) {
+    let t = tile::<i8, 8, 32>();
+    tile_load(t, x, 0, 32, m, n);
+    tile_store_packed(t, y, 1, 9, m, n);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

@@ -277,3 +277,16 @@ fn workgroup_memory_past_48_kib_is_dynamic_shared_memory() {
         );
     }
 }
+
+/// A packed byte store lowers to PTX as byte stores to global memory.
+#[test]
+fn packed_byte_store_ptx() {
+    let k = super::kernels::from_source(super::kernels::TILE_PACKED_STORE_SRC);
+    for sm in lse_dsl::rt::PTX_ARCHS {
+        let ptx = check_ptx(&k, sm);
+        assert!(
+            ptx.contains("st.global.u8") || ptx.contains("st.global.b8"),
+            "{sm}: {ptx}"
+        );
+    }
+}

@@ -15,7 +15,7 @@ use crate::ir::{
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 23] = [
+pub(super) const TILE_STMTS: [&str; 24] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
@@ -24,6 +24,7 @@ pub(super) const TILE_STMTS: [&str; 23] = [
     "tile_load_pairs",
     "tile_store",
     "tile_store_t",
+    "tile_store_packed",
     "tile_store_pairs",
     "tile_dot",
     "tile_dot_scaled",
@@ -177,7 +178,8 @@ impl Cx {
             "tile_dot_scaled" | "tile_dequant" => 4,
             "tile_dot_dequant" => 6,
             "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_packed"
-            | "tile_load_pairs" | "tile_store" | "tile_store_t" | "tile_store_pairs" => 6,
+            | "tile_load_pairs" | "tile_store" | "tile_store_t" | "tile_store_packed"
+            | "tile_store_pairs" => 6,
             _ => 2,
         };
         if args.len() != want {
@@ -195,23 +197,28 @@ impl Cx {
                 let from = self.window(&args[1..], name == "tile_load_t", false, dst)?;
                 TileOp::Load { dst, from }
             }
-            "tile_load_quads" | "tile_load_packed" => {
+            "tile_load_quads" | "tile_load_packed" | "tile_store_packed" => {
                 let dst = self.tile_arg(args[0])?;
                 let d = &self.tiles[dst as usize];
                 if !matches!(d.elem, Ty::I8 | Ty::U8) {
                     return err(
                         args[0].span(),
                         format!(
-                            "`{name}` loads i8 or u8 tiles (four values in each i32), `{}` is {}",
+                            "`{name}` moves i8 or u8 tiles (four values in each i32), `{}` is {}",
                             d.name,
                             d.elem.rust_name()
                         ),
                     );
                 }
-                let mut from = self.window(&args[1..], false, false, dst)?;
+                let store = name == "tile_store_packed";
+                let mut from = self.window(&args[1..], false, store, dst)?;
                 from.quads = name == "tile_load_quads";
-                from.packed = name == "tile_load_packed";
-                TileOp::Load { dst, from }
+                from.packed = name != "tile_load_quads";
+                if store {
+                    TileOp::Store { src: dst, to: from }
+                } else {
+                    TileOp::Load { dst, from }
+                }
             }
             "tile_load_pairs" => {
                 let dst = self.tile_arg(args[0])?;
@@ -1039,9 +1046,10 @@ mod tests {
             ("tile_dot_scaled(acc, a, u);", "`tile_dot_scaled` takes 4 arguments, found 3"),
             ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("tile_copy(f, u);", "not from u8 to f32"),
-            ("tile_load_quads(h, q, 0, 16, 16, 16);", "`tile_load_quads` loads i8 or u8 tiles (four values in each i32), `h` is i16"),
-            ("tile_load_packed(h, q, 0, 4, 16, 16);", "`tile_load_packed` loads i8 or u8 tiles (four values in each i32), `h` is i16"),
+            ("tile_load_quads(h, q, 0, 16, 16, 16);", "`tile_load_quads` moves i8 or u8 tiles (four values in each i32), `h` is i16"),
+            ("tile_load_packed(h, q, 0, 4, 16, 16);", "`tile_load_packed` moves i8 or u8 tiles (four values in each i32), `h` is i16"),
             ("tile_load_packed(a, x, 0, 4, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
+            ("tile_store_packed(h, q, 0, 4, 16, 16);", "`tile_store_packed` moves i8 or u8 tiles (four values in each i32), `h` is i16"),
             ("tile_load_quads(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("let v: i8 = 0;", "i8"),
         ] {
