@@ -242,6 +242,26 @@ mod tests {
     use crate::ops::quant::tests::{bits, blocks, dequantized};
     use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
+    /// `format` weight `w` (`[n, k]`) with its interleaved copy `packed`, as the GEMMs take it.
+    fn interleaved_view<'a>(
+        format: QuantFormat,
+        w: &'a [u32],
+        packed: &'a [u32],
+        n: usize,
+        k: usize,
+    ) -> WeightView<'a> {
+        WeightView::Quant(QuantView {
+            format,
+            words: DevSlice::from(w),
+            len: n * k,
+            interleaved: Some(Interleaved {
+                words: DevSlice::from(packed),
+                rows: n,
+                cols: k,
+            }),
+        })
+    }
+
     /// The integer GEMMs (K-quants, Q8_0) give the same bits on every device (their integer
     /// parts are exact and their f32 epilogues have one order), and, up to f32 rounding, the
     /// f32 GEMM on the dequantized weight and the same quantized activations; for shapes the blocking does not
@@ -264,16 +284,7 @@ mod tests {
                 let wf = dequantized(format, &b, k);
                 let x = values(m * k, 3, 1.0);
                 let init = values(m * n, 4, 1.0);
-                let view = WeightView::Quant(QuantView {
-                    format,
-                    words: DevSlice::from(&w[..]),
-                    len: n * k,
-                    interleaved: Some(Interleaved {
-                        words: DevSlice::from(&packed[..]),
-                        rows: n,
-                        cols: k,
-                    }),
-                });
+                let view = interleaved_view(format, &w, &packed, n, k);
                 // Σ |x · w| per element of y: the scale of the rounding differences.
                 let mags: Vec<f32> = (0..m * n)
                     .map(|i| {
@@ -376,16 +387,7 @@ mod tests {
                 .collect();
             let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
             let packed = interleave(format, &b, 1, n, k).unwrap();
-            let view = WeightView::Quant(QuantView {
-                format,
-                words: DevSlice::from(&w[..]),
-                len: n * k,
-                interleaved: Some(Interleaved {
-                    words: DevSlice::from(&packed[..]),
-                    rows: n,
-                    cols: k,
-                }),
-            });
+            let view = interleaved_view(format, &w, &packed, n, k);
             let mut got = vec![0f32; m * n];
             gemm(
                 &dev,
@@ -449,16 +451,7 @@ mod tests {
         let mut all: Vec<(WeightView, usize, Activations)> = weights
             .iter()
             .map(|(format, w, packed, n)| {
-                let view = WeightView::Quant(QuantView {
-                    format: *format,
-                    words: DevSlice::from(&w[..]),
-                    len: n * k,
-                    interleaved: Some(Interleaved {
-                        words: DevSlice::from(&packed[..]),
-                        rows: *n,
-                        cols: k,
-                    }),
-                });
+                let view = interleaved_view(*format, w, packed, *n, k);
                 (view, *n, integer_gemm_activations(*format).unwrap())
             })
             .collect();
