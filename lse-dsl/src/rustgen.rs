@@ -514,23 +514,7 @@ impl Gen<'_> {
                 let t = self.tile_ident(*dst);
                 let cols = decl(*dst).cols;
                 let w = self.window(from);
-                let read = match from.mem {
-                    TileMem::Buffer(buf) => {
-                        let p = self.param_ident(buf);
-                        let elem = self.buffer_elem(buf, Ty::F32);
-                        let f = load_fn(elem);
-                        if matches!(elem, Ty::F32 | Ty::I32) {
-                            quote!(|i| #f(#p, i))
-                        } else {
-                            quote!(|i| #f(#p, i).to_f32())
-                        }
-                    }
-                    // An f32 or i32 shared array (the front end refuses others).
-                    TileMem::Shared(array) => {
-                        let a = self.shared_ident(array);
-                        quote!(|i| #a[i as usize])
-                    }
-                };
+                let read = self.window_reader(from.mem);
                 let round = match decl(*dst).elem {
                     Ty::Bf16 => quote!(|x| bf16::from_f32(x).to_f32()),
                     Ty::F16 => quote!(|x| f16::from_f32(x).to_f32()),
@@ -568,16 +552,7 @@ impl Gen<'_> {
                     }
                 };
                 if to.packed {
-                    let read = match to.mem {
-                        TileMem::Buffer(buf) => {
-                            let p = self.param_ident(buf);
-                            quote!(|i| load_i32(#p, i))
-                        }
-                        TileMem::Shared(array) => {
-                            let a = self.shared_ident(array);
-                            quote!(|i| #a[i as usize])
-                        }
-                    };
+                    let read = self.window_reader(to.mem);
                     quote!(::lse_dsl::rt::tile::store_bytes(&#t, #cols, #w, #read, #write);)
                 } else {
                     quote!(::lse_dsl::rt::tile::store(&#t, #cols, #w, #write);)
@@ -660,6 +635,28 @@ impl Gen<'_> {
                     _ => quote!(|x: f32| x),
                 };
                 quote!(::lse_dsl::rt::tile::copy(&mut #d, &#s, #round);)
+            }
+        }
+    }
+
+    /// A closure reading element `i` of a window's memory: a buffer's element (16-bit floats
+    /// widened to f32), or a shared array's.
+    fn window_reader(&self, mem: TileMem) -> TokenStream {
+        match mem {
+            TileMem::Buffer(buf) => {
+                let p = self.param_ident(buf);
+                let elem = self.buffer_elem(buf, Ty::F32);
+                let f = load_fn(elem);
+                if matches!(elem, Ty::F32 | Ty::I32) {
+                    quote!(|i| #f(#p, i))
+                } else {
+                    quote!(|i| #f(#p, i).to_f32())
+                }
+            }
+            // An f32 or i32 shared array (the front end refuses others).
+            TileMem::Shared(array) => {
+                let a = self.shared_ident(array);
+                quote!(|i| #a[i as usize])
             }
         }
     }

@@ -198,8 +198,8 @@ impl Cx {
                 TileOp::Load { dst, from }
             }
             "tile_load_quads" | "tile_load_packed" | "tile_store_packed" => {
-                let dst = self.tile_arg(args[0])?;
-                let d = &self.tiles[dst as usize];
+                let t = self.tile_arg(args[0])?;
+                let d = &self.tiles[t as usize];
                 if !matches!(d.elem, Ty::I8 | Ty::U8) {
                     return err(
                         args[0].span(),
@@ -211,13 +211,13 @@ impl Cx {
                     );
                 }
                 let store = name == "tile_store_packed";
-                let mut from = self.window(&args[1..], false, store, dst)?;
-                from.quads = name == "tile_load_quads";
-                from.packed = name != "tile_load_quads";
+                let mut w = self.window(&args[1..], false, store, t)?;
+                w.quads = name == "tile_load_quads";
+                w.packed = name != "tile_load_quads";
                 if store {
-                    TileOp::Store { src: dst, to: from }
+                    TileOp::Store { src: t, to: w }
                 } else {
-                    TileOp::Load { dst, from }
+                    TileOp::Load { dst: t, from: w }
                 }
             }
             "tile_load_pairs" => {
