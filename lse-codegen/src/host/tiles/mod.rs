@@ -637,6 +637,24 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     ))
 }
 
+/// Element `half` (0 or 1) of the bf16 pairs in `words` (`<16 x i32>`) as f32: the low
+/// half shifted up, the high half masked. Exact, but that a signaling NaN stays signaling:
+/// the only reader, an `fma`, quiets it as it would the quiet NaN [`convert`] makes.
+fn bf16_half(e: &mut Emitter, words: &str, half: usize) -> String {
+    let bits = if half == 0 {
+        e.b.op(format!(
+            "shl <16 x i32> {words}, {}",
+            splat_const("i32", "16")
+        ))
+    } else {
+        e.b.op(format!(
+            "and <16 x i32> {words}, {}",
+            splat_const("i32", "-65536")
+        ))
+    };
+    e.b.op(format!("bitcast <16 x i32> {bits} to <16 x float>"))
+}
+
 /// What one register block's pass over K reads ([`HostPhases::k_pass`]).
 #[derive(Clone, Copy)]
 struct KPass<'p> {
@@ -1707,9 +1725,9 @@ impl HostPhases {
             }
         };
         let pairs = micro == Micro::Fma && e.k.bf16_pair_dot(a as TileId, b as TileId);
-        e.carried_loop(k / per_lane, vt, init, |e, step, cur| {
-            let kk = &dot_step(&mut e.b, step, k, pairs);
-            let bv: Vec<String> = (0..nr)
+        // Row `kk` of `b` as the block's column vectors.
+        let b_vectors = |e: &mut Emitter, kk: &str| -> Vec<String> {
+            (0..nr)
                 .map(|j| {
                     let col = (v0 + j) * 16 * per_lane;
                     let r = e.b.op(format!("mul nuw i32 {kk}, {b_row}"));
@@ -1731,29 +1749,13 @@ impl HostPhases {
                         }
                     }
                 })
-                .collect();
+                .collect()
+        };
+        // Each row's splatted `a` value (`av`) times each column vector (`bv`) added to the
+        // accumulators `cur`.
+        let products = |e: &mut Emitter, av: &[String], bv: &[String], cur: &[String]| {
             let mut next = Vec::new();
-            for (r, row) in rows.iter().enumerate() {
-                let av = match micro {
-                    Micro::Dpbf16 | Micro::Dpwssd | Micro::Dpbusd => {
-                        let shift = per_lane.trailing_zeros();
-                        let k0 = e.b.op(format!("shl nuw i32 {kk}, {shift}"));
-                        let p = self.elem_ptr(e, a, row, &k0);
-                        // A view's rows may start at any element.
-                        let size = a_elem.size_bytes();
-                        let lane = e.b.op(format!("load i32, ptr {p}, align {size}"));
-                        let splat = splat(e, "i32", &lane);
-                        if micro == Micro::Dpbf16 {
-                            e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
-                        } else {
-                            splat
-                        }
-                    }
-                    Micro::Fma => {
-                        let x = self.read(e, a, row, kk);
-                        splat(e, "float", &x)
-                    }
-                };
+            for (r, av) in av.iter().enumerate() {
                 for (j, y) in bv.iter().enumerate() {
                     let c = &cur[r * nr as usize + j];
                     next.push(e.b.op(match micro {
@@ -1777,7 +1779,65 @@ impl HostPhases {
                 }
             }
             next
+        };
+        if micro == Micro::Fma && a_elem == Ty::Bf16 && k.is_multiple_of(2) {
+            // A bf16 `a` (read in place) a K pair at a time: per row one 32-bit broadcast and
+            // a vector shift or mask per element, where widening each element alone took five
+            // scalar instructions and a broadcast from a general register, on the ports the
+            // `fma`s need (the f32-activation GEMM ran at 62% of the `vfmadd` peak).
+            return e.carried_loop(k / 2, vt, init, |e, step, cur| {
+                let k0 = e.b.op(format!("shl nuw i32 {step}, 1"));
+                let words: Vec<String> = rows
+                    .iter()
+                    .map(|row| self.bf16_pair_splat(e, a, row, &k0))
+                    .collect();
+                let mut cur = cur.to_vec();
+                for half in if pairs { [1, 0] } else { [0, 1] } {
+                    let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
+                    let bv = b_vectors(e, &kk);
+                    let av: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
+                    cur = products(e, &av, &bv, &cur);
+                }
+                cur
+            });
+        }
+        e.carried_loop(k / per_lane, vt, init, |e, step, cur| {
+            let kk = &dot_step(&mut e.b, step, k, pairs);
+            let bv = b_vectors(e, kk);
+            let av: Vec<String> = rows
+                .iter()
+                .map(|row| match micro {
+                    Micro::Dpbf16 | Micro::Dpwssd | Micro::Dpbusd => {
+                        let shift = per_lane.trailing_zeros();
+                        let k0 = e.b.op(format!("shl nuw i32 {kk}, {shift}"));
+                        let p = self.elem_ptr(e, a, row, &k0);
+                        // A view's rows may start at any element.
+                        let size = a_elem.size_bytes();
+                        let lane = e.b.op(format!("load i32, ptr {p}, align {size}"));
+                        let splat = splat(e, "i32", &lane);
+                        if micro == Micro::Dpbf16 {
+                            e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
+                        } else {
+                            splat
+                        }
+                    }
+                    Micro::Fma => {
+                        let x = self.read(e, a, row, kk);
+                        splat(e, "float", &x)
+                    }
+                })
+                .collect();
+            products(e, &av, &bv, cur)
         })
+    }
+
+    /// Elements `k0` and `k0 + 1` (`k0` even) of row `row` of the bf16 tile `t` as one
+    /// splatted 32-bit word ([`bf16_half`] widens each).
+    fn bf16_pair_splat(&self, e: &mut Emitter, t: usize, row: &str, k0: &str) -> String {
+        let p = self.elem_ptr(e, t, row, k0);
+        // A view's rows may start at any element.
+        let word = e.b.op(format!("load i32, ptr {p}, align 2"));
+        splat(e, "i32", &word)
     }
 
     /// For a [`View`] tile `t`: prefetches into L1 rows `m0 + mr .. m0 + 2 mr` of it (those
