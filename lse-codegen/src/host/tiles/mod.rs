@@ -64,7 +64,13 @@
 //!   in place, a K loop of only their loads and the dot runs fused ([`fused`]). Its bf16 and
 //!   f16 operand tiles, when only dots read them and they load from buffers of their own
 //!   type, are stored widened to f32 (each element widened once per load, not once per
-//!   register block that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster);
+//!   register block that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster),
+//!   but that a 16-bit `b` loaded from pairs windows stays in pairs, read in place, one load
+//!   per 16 columns of two K rows with each half widened in the vector (a shift or a mask
+//!   for bf16) for 12 rows x 32 columns on x86-64-v4 ([`fma_pairs_b`]). A bf16 `a` read in
+//!   place is read a K pair per row at a time: one 32-bit broadcast, a shift or a mask per
+//!   element (five scalar instructions and a broadcast from a general register each, on the
+//!   ports the `fma`s need, held the f32-activation GEMM at 62% of the `vfmadd` peak);
 //!   other 16-bit operands are widened as they are read. Every other `tile_dot` is
 //!   `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` with n innermost (vectorised). Both add
 //!   the products with one rounding each in the generated Rust's order (increasing k; for
@@ -161,8 +167,9 @@ fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
 
 /// The stack arrays of `k`'s tiles. The `b` operands of dots whose operand type has a packed
 /// instruction on the level (`pair_dot`) and whose shapes [`pairs_shape`] accepts get
-/// [`Layout::Pairs`] ([`Layout::Quads`] for `vpdpbusd`); tiles that [`viewable`] accepts get
-/// a [`View`].
+/// [`Layout::Pairs`] ([`Layout::Quads`] for `vpdpbusd`), as do 16-bit `b` operands loaded
+/// from pairs windows of dots that no such instruction takes, on levels with FMA
+/// ([`fma_pairs_b`]); tiles that [`viewable`] accepts get a [`View`].
 pub(super) fn allocate(
     e: &mut Emitter,
     k: &Kernel,
@@ -170,16 +177,28 @@ pub(super) fn allocate(
     fma: bool,
 ) -> Vec<HostTile> {
     let mut packed = vec![Layout::RowMajor; k.tiles.len()];
-    each_tile_op(&k.body, &mut |op| match op {
-        TileOp::Dot { acc, a, b, .. }
-            if a != b && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
-        {
-            if let Some(micro) = pair_dot(k.tiles[*a as usize].elem) {
+    let mut pairs_b = vec![false; k.tiles.len()];
+    each_tile_op(&k.body, &mut |op| {
+        let TileOp::Dot { acc, a, b, .. } = op else {
+            return;
+        };
+        match pair_dot(k.tiles[*a as usize].elem) {
+            Some(micro)
+                if a != b && pairs_shape(&k.tiles[*acc as usize], &k.tiles[*a as usize]) =>
+            {
                 packed[*b as usize] = micro.b_layout();
             }
+            None if fma && fma_pairs_b(k, op) => {
+                packed[*b as usize] = Layout::Pairs;
+                pairs_b[*b as usize] = true;
+            }
+            _ => {}
         }
-        _ => {}
     });
+    let fma = FmaBlocks {
+        on: fma,
+        pairs_b: &pairs_b,
+    };
     let widened = widened(k, &packed, fma);
     let narrowed = narrowed(k, &packed, fma);
     let stored: Vec<Ty> = k
@@ -238,18 +257,66 @@ fn own_buffer_access(k: &Kernel, t: TileId, from: &TileWindow) -> Option<Access>
     buffer_access(k, k.tiles[t as usize].elem, from)
 }
 
-/// Whether `acc += a b` of `k`'s tiles runs in `fma` register blocks on a level with FMA
-/// (`fma`): an f32 accumulator of a multiple of 16 columns, row-major operands, no scale.
-fn fma_blocked(k: &Kernel, packed: &[Layout], fma: bool, op: &TileOp) -> bool {
+/// What a level's `fma` register blocks take: whether it has FMA at all, and which `b` tiles
+/// stay in pairs for them ([`fma_pairs_b`]).
+#[derive(Clone, Copy)]
+struct FmaBlocks<'p> {
+    on: bool,
+    pairs_b: &'p [bool],
+}
+
+/// Whether `acc += a b` of `k`'s tiles runs in `fma` register blocks on a level with FMA:
+/// an f32 accumulator of a multiple of 16 columns, a row-major `a`, a row-major `b` or one
+/// left in pairs for the blocks ([`fma_pairs_b`]), no scale.
+fn fma_blocked(k: &Kernel, packed: &[Layout], fma: FmaBlocks<'_>, op: &TileOp) -> bool {
     let TileOp::Dot { acc, a, b, scale } = op else {
         return false;
     };
-    fma && scale.is_none()
+    let b_ok = match packed[*b as usize] {
+        Layout::RowMajor => true,
+        Layout::Pairs => fma.pairs_b[*b as usize],
+        Layout::Quads => false,
+    };
+    fma.on
+        && scale.is_none()
         && a != b
         && k.tiles[*acc as usize].elem == Ty::F32
         && k.tiles[*acc as usize].cols.is_multiple_of(16)
         && packed[*a as usize] == Layout::RowMajor
-        && packed[*b as usize] == Layout::RowMajor
+        && b_ok
+}
+
+/// Whether the `b` operand of `acc += a b` stays in pairs where no pair instruction takes
+/// the dot (the `fma` register blocks): a bf16 or f16 `b` loaded only from pairs windows, an
+/// f32 accumulator of a multiple of 16 columns, an even K, no scale. Its register blocks
+/// read 16 columns of two K rows in one load and widen each half in the vector (a shift or
+/// mask for bf16), where a row-major copy widened the whole tile each step.
+fn fma_pairs_b(k: &Kernel, op: &TileOp) -> bool {
+    let TileOp::Dot { acc, a, b, scale } = op else {
+        return false;
+    };
+    let (dc, da, db) = (
+        &k.tiles[*acc as usize],
+        &k.tiles[*a as usize],
+        &k.tiles[*b as usize],
+    );
+    let mut only_pairs = true;
+    let mut loaded = false;
+    each_tile_op(&k.body, &mut |o| match o {
+        TileOp::Load { dst, from } if dst == b => {
+            loaded = true;
+            only_pairs &= from.pairs;
+        }
+        _ => {}
+    });
+    scale.is_none()
+        && a != b
+        && dc.elem == Ty::F32
+        && dc.cols.is_multiple_of(16)
+        && da.cols.is_multiple_of(2)
+        && matches!(db.elem, Ty::Bf16 | Ty::F16)
+        && loaded
+        && only_pairs
 }
 
 /// The 16-bit float type the host stores an f32 tile in, for tiles used only as the `a`
@@ -258,7 +325,7 @@ fn fma_blocked(k: &Kernel, packed: &[Layout], fma: bool, op: &TileOp) -> bool {
 /// type's anyway, so the tile can be read in place from the buffer ([`viewable`]) and each
 /// element is widened (exactly) as the dot broadcasts it. The f32-activation GEMM's weight
 /// rows: no copy and no widening pass per K step, and its K loop runs fused ([`fused`]).
-fn narrowed(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<Option<Ty>> {
+fn narrowed(k: &Kernel, packed: &[Layout], fma: FmaBlocks<'_>) -> Vec<Option<Ty>> {
     let mut source: Vec<Option<Ty>> = vec![None; k.tiles.len()];
     let mut a_operand = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
@@ -303,7 +370,7 @@ fn narrowed(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<Option<Ty>> {
 /// [`widen_bits`]), so the dots compute the same results; but each element is widened once
 /// per load rather than each time a register block reads it, where a bf16 GEMM on AVX2
 /// widened (and quieted NaNs) inside its K loop and ran at a third of the f32 one's speed.
-fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
+fn widened(k: &Kernel, packed: &[Layout], fma: FmaBlocks<'_>) -> Vec<bool> {
     let half = |t: u32| matches!(k.tiles[t as usize].elem, Ty::Bf16 | Ty::F16);
     let mut operand = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
@@ -316,7 +383,9 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
             let blocked = fma_blocked(k, packed, fma, op);
             for t in [*a, *b] {
                 operand[t as usize] = true;
-                other[t as usize] |= !blocked || !half(t);
+                // A pairs `b` stays 16-bit: its register blocks widen it ([`fma_pairs_b`]).
+                let paired = packed[t as usize] != Layout::RowMajor;
+                other[t as usize] |= !blocked || !half(t) || paired;
             }
             other[*acc as usize] = true;
             for s in scale.iter().flat_map(DotScale::tiles) {
@@ -340,7 +409,7 @@ fn widened(k: &Kernel, packed: &[Layout], fma: bool) -> Vec<bool> {
 /// blocks, [`fma_blocked`]) loads from plain windows (not transposed, not pairs), whose whole
 /// rows are the tile's; a [`Layout::Pairs`] `b` operand loads from pairs windows, whose
 /// memory rows are the tile's pair rows.
-fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: bool) -> Vec<bool> {
+fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: FmaBlocks<'_>) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
     each_tile_op(&k.body, &mut |op| match op {
@@ -637,10 +706,23 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     ))
 }
 
-/// Element `half` (0 or 1) of the bf16 pairs in `words` (`<16 x i32>`) as f32: the low
-/// half shifted up, the high half masked. Exact, but that a signaling NaN stays signaling:
-/// the only reader, an `fma`, quiets it as it would the quiet NaN [`convert`] makes.
-fn bf16_half(e: &mut Emitter, words: &str, half: usize) -> String {
+/// Element `half` (0 or 1) of the bf16 or f16 pairs in `words` (`<16 x i32>`) as f32: for
+/// bf16 the low half shifted up or the high half masked, exact but that a signaling NaN
+/// stays signaling (the only reader, an `fma`, quiets it as it would the quiet NaN
+/// [`convert`] makes); for f16 the half narrowed out and widened exactly.
+fn pair_half(e: &mut Emitter, words: &str, half: usize, elem: Ty) -> String {
+    if elem == Ty::F16 {
+        let h = match half {
+            0 => words.to_string(),
+            _ => e.b.op(format!(
+                "lshr <16 x i32> {words}, {}",
+                splat_const("i32", "16")
+            )),
+        };
+        let h = e.b.op(format!("trunc <16 x i32> {h} to <16 x i16>"));
+        let x = e.b.op(format!("bitcast <16 x i16> {h} to <16 x half>"));
+        return e.b.op(format!("fpext <16 x half> {x} to <16 x float>"));
+    }
     let bits = if half == 0 {
         e.b.op(format!(
             "shl <16 x i32> {words}, {}",
@@ -715,9 +797,14 @@ impl HostPhases {
     /// (the tiles' side of [`fma_blocked`]).
     pub(super) fn fma_dot(&self, [acc, a, b]: [usize; 3]) -> bool {
         let dc = &self.tiles[acc].decl;
+        let b_ok = match self.tiles[b].layout {
+            Layout::RowMajor => true,
+            Layout::Pairs => matches!(self.tiles[b].decl.elem, Ty::Bf16 | Ty::F16),
+            Layout::Quads => false,
+        };
         self.fma
             && dc.elem == Ty::F32
-            && self.tiles[b].layout == Layout::RowMajor
+            && b_ok
             && self.tiles[a].layout == Layout::RowMajor
             && dc.cols.is_multiple_of(16)
     }
@@ -1560,7 +1647,14 @@ impl HostPhases {
         let [acc, _, _] = tiles;
         // Rows x 16-column vectors per block: 16 accumulators where 32 registers hold a
         // vector each, 6 where 16 registers hold half of one.
-        let (mr_max, nr_max) = if self.zmm { (4, 4) } else { (6, 1) };
+        // A pairs `b` of `fma` blocks is widened in the vector once per register block row:
+        // 12 rows share each widening (24 accumulators).
+        let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
+        let (mr_max, nr_max) = match (self.zmm, pairs_b) {
+            (true, true) => (12, 2),
+            (true, false) => (4, 4),
+            (false, _) => (6, 1),
+        };
         let (m, n) = (self.tiles[acc].decl.rows, self.tiles[acc].decl.cols);
         let vecs = n / 16;
         let groups: Vec<(u32, u32)> = (0..vecs)
@@ -1780,6 +1874,38 @@ impl HostPhases {
             }
             next
         };
+        if micro == Micro::Fma && self.tiles[b].layout == Layout::Pairs {
+            // 16 columns of a K pair in one load per column vector, each half widened once
+            // for all the block's rows ([`fma_pairs_b`]).
+            return e.carried_loop(k / 2, vt, init, |e, step, cur| {
+                let words: Vec<String> = (0..nr)
+                    .map(|j| {
+                        let r = e.b.op(format!("mul nuw i32 {step}, {b_row}"));
+                        let ix = e.b.op(format!("add nuw i32 {r}, {}", (v0 + j) * 32));
+                        let p = at(e, lty(b_elem), &pb, &ix);
+                        e.b.op(format!("load <16 x i32>, ptr {p}, align {b_align}"))
+                    })
+                    .collect();
+                let k0 = e.b.op(format!("shl nuw i32 {step}, 1"));
+                let mut cur = cur.to_vec();
+                for half in if pairs { [1, 0] } else { [0, 1] } {
+                    let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
+                    let bv: Vec<String> = words
+                        .iter()
+                        .map(|w| pair_half(e, w, half, b_elem))
+                        .collect();
+                    let av: Vec<String> = rows
+                        .iter()
+                        .map(|row| {
+                            let x = self.read(e, a, row, &kk);
+                            splat(e, "float", &x)
+                        })
+                        .collect();
+                    cur = products(e, &av, &bv, &cur);
+                }
+                cur
+            });
+        }
         if micro == Micro::Fma && a_elem == Ty::Bf16 && k.is_multiple_of(2) {
             // A bf16 `a` (read in place) a K pair at a time: per row one 32-bit broadcast and
             // a vector shift or mask per element, where widening each element alone took five
@@ -1795,7 +1921,10 @@ impl HostPhases {
                 for half in if pairs { [1, 0] } else { [0, 1] } {
                     let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
                     let bv = b_vectors(e, &kk);
-                    let av: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
+                    let av: Vec<String> = words
+                        .iter()
+                        .map(|w| pair_half(e, w, half, Ty::Bf16))
+                        .collect();
                     cur = products(e, &av, &bv, &cur);
                 }
                 cur
@@ -1832,7 +1961,7 @@ impl HostPhases {
     }
 
     /// Elements `k0` and `k0 + 1` (`k0` even) of row `row` of the bf16 tile `t` as one
-    /// splatted 32-bit word ([`bf16_half`] widens each).
+    /// splatted 32-bit word ([`pair_half`] widens each).
     fn bf16_pair_splat(&self, e: &mut Emitter, t: usize, row: &str, k0: &str) -> String {
         let p = self.elem_ptr(e, t, row, k0);
         // A view's rows may start at any element.
