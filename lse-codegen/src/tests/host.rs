@@ -1394,7 +1394,8 @@ const FUSED_K_SHAPES: [(usize, usize, usize); 8] = [
 /// every step's windows are whole (whole K steps, `n` and `m` filling the tiles) and as
 /// written elsewhere (a partial last step, short rows or columns, no steps) gives the
 /// reference's sums on every level. Small integers make every sum exact, so any order gives
-/// the same bits. With a constant step the AVX512-BF16 levels emit the dot twice (fused and
+/// the same bits; with sums that round, the levels that run the dot as FMAs give the
+/// reference's bits too (its order). With a constant step the AVX512-BF16 levels emit the dot twice (fused and
 /// as written), with a run-time step once.
 #[test]
 fn fused_k_loops_match_the_reference_on_every_cpu() {
@@ -1444,13 +1445,51 @@ fn fused_k_loops_match_the_reference_on_every_cpu() {
             assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}");
         }
     }
+    // Values whose sums round: the levels that run the dot as FMAs (the pairs `b` read in
+    // place and widened per K pair) give the reference's bits, each pair's odd k first.
+    let rough = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
+    let w: Vec<bf16> = (0..16 * kmax)
+        .map(|i| bf16::from_f32(rough(i, 1)))
+        .collect();
+    let x: Vec<bf16> = (0..kmax * 32)
+        .map(|i| bf16::from_f32(rough(i, 2)))
+        .collect();
+    for (n, m, kk) in FUSED_K_SHAPES {
+        let w: Vec<bf16> = w[..16 * kk].to_vec();
+        let mut xp = vec![bf16::ZERO; kmax * 32];
+        for kr in 0..kk {
+            for c in 0..32 {
+                xp[(kr / 2) * 64 + 2 * c + kr % 2] = x[kr * 32 + c];
+            }
+        }
+        let mut want = y0.clone();
+        for r in 0..n {
+            for c in 0..m {
+                let order = (0..kk.div_ceil(2)).flat_map(|i| [2 * i + 1, 2 * i]);
+                want[r * 32 + c] = order.filter(|&j| j < kk).fold(want[r * 32 + c], |acc, j| {
+                    w[r * kk + j].to_f32().mul_add(x[j * 32 + c].to_f32(), acc)
+                });
+            }
+        }
+        for cpu in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+            let (Some(lib), _) = load(&k, cpu) else {
+                continue;
+            };
+            let (mut xp, mut w, mut y) = (xp.clone(), w.clone(), y0.clone());
+            let bufs = [raw(&mut xp), raw(&mut w), raw(&mut y)];
+            let scalars = [m as u64, n as u64, kk as u64];
+            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+            assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}, rounding sums");
+        }
+    }
 }
 
 /// An f32 dot's K loop ([`kernels::TILE_FUSED_F32_K_SRC`]) with `a` loaded from bf16 rows
 /// and `b` from f32 rows: on the levels with FMA the host stores `a` as bf16, reads both in
 /// place and runs the loop in one pass per register block where every step's windows are
 /// whole, and as written elsewhere (a partial last step, short rows or columns, no steps).
-/// Every level gives the reference's bits (one `fma` per product, in increasing k).
+/// Every level gives the reference's bits (one `fma` per product, in increasing k; special weights
+/// among them, a NaN's payload aside).
 #[test]
 fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_FUSED_F32_K_SRC);
@@ -1469,7 +1508,17 @@ fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
     assert!(!text(&k, "x86-64").contains("[512 x i16]"));
     let val = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
     let kmax = 160;
-    let w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
+    let mut w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
+    // A signaling NaN, an infinity, a subnormal and a negative zero, at even and odd K (the
+    // host reads the rows a K pair at a time): the NaN and the infinity fill a row of `y`.
+    for (at, bits) in [
+        (5, 0x7f81),
+        (kmax + 2, 0x7f80),
+        (2 * kmax + 7, 1),
+        (3 * kmax, 0x8000),
+    ] {
+        w[at] = bf16::from_bits(bits);
+    }
     let x: Vec<f32> = (0..kmax * 32).map(|i| val(i, 2)).collect();
     let y0: Vec<f32> = (0..16 * 32).map(|i| val(i, 3) * 10.0).collect();
     for (n, m, kk) in FUSED_K_SHAPES {
@@ -1490,8 +1539,16 @@ fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
             let bufs = [raw(&mut x), raw(&mut w), raw(&mut y)];
             let scalars = [m as u64, n as u64, kk as u64];
             run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
-            let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
-            let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            // The same bits, but that a NaN's payload may come from either NaN operand.
+            let bits = |v: &f32| {
+                if v.is_nan() {
+                    f32::NAN.to_bits()
+                } else {
+                    v.to_bits()
+                }
+            };
+            let got: Vec<u32> = y.iter().map(bits).collect();
+            let want: Vec<u32> = want.iter().map(bits).collect();
             assert_eq!(got, want, "{cpu}: n {n}, m {m}, k {kk}");
         }
     }
