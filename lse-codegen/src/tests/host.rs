@@ -1395,8 +1395,8 @@ const FUSED_K_SHAPES: [(usize, usize, usize); 8] = [
 /// written elsewhere (a partial last step, short rows or columns, no steps) gives the
 /// reference's sums on every level. Small integers make every sum exact, so any order gives
 /// the same bits; with sums that round, the levels that run the dot as FMAs give the
-/// reference's bits too (its order). With a constant step the AVX512-BF16 levels emit the dot twice (fused and
-/// as written), with a run-time step once.
+/// reference's bits too (its order). With a constant step the AVX512-BF16 levels emit the
+/// dot twice (fused and as written), with a run-time step once.
 #[test]
 fn fused_k_loops_match_the_reference_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_FUSED_K_SRC);
@@ -1410,76 +1410,48 @@ fn fused_k_loops_match_the_reference_on_every_cpu() {
     );
     assert_eq!(dots(&k), 2 * dots(&runtime_step));
     let small = |i: usize, seed: usize| ((i * 5 + seed) % 9) as f32 - 4.0;
-    let kmax = 160;
-    let w: Vec<bf16> = (0..16 * kmax)
-        .map(|i| bf16::from_f32(small(i, 1)))
-        .collect();
-    let x: Vec<f32> = (0..kmax * 32).map(|i| small(i / 3, 2)).collect();
-    let y0: Vec<f32> = (0..16 * 32).map(|i| small(i, 3) * 10.0).collect();
-    for (n, m, kk) in FUSED_K_SHAPES {
-        let w: Vec<bf16> = w[..16 * kk].to_vec();
-        // xp[(k / 2)][c][k % 2] = x[k][c]
-        let mut xp = vec![bf16::ZERO; kmax * 32];
-        for kr in 0..kk {
-            for c in 0..32 {
-                xp[(kr / 2) * 64 + 2 * c + kr % 2] = bf16::from_f32(x[kr * 32 + c]);
-            }
-        }
-        let mut want = y0.clone();
-        for r in 0..n {
-            for c in 0..m {
-                let dot: f32 = (0..kk)
-                    .map(|j| w[r * kk + j].to_f32() * x[j * 32 + c])
-                    .sum();
-                want[r * 32 + c] += dot;
-            }
-        }
-        for cpu in HOST_CPUS {
-            let (Some(lib), _) = load(&k, cpu) else {
-                continue;
-            };
-            let (mut xp, mut w, mut y) = (xp.clone(), w.clone(), y0.clone());
-            let bufs = [raw(&mut xp), raw(&mut w), raw(&mut y)];
-            let scalars = [m as u64, n as u64, kk as u64];
-            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
-            assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}");
-        }
-    }
-    // Values whose sums round: the levels that run the dot as FMAs (the pairs `b` read in
-    // place and widened per K pair) give the reference's bits, each pair's odd k first.
     let rough = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
-    let w: Vec<bf16> = (0..16 * kmax)
-        .map(|i| bf16::from_f32(rough(i, 1)))
-        .collect();
-    let x: Vec<bf16> = (0..kmax * 32)
-        .map(|i| bf16::from_f32(rough(i, 2)))
-        .collect();
-    for (n, m, kk) in FUSED_K_SHAPES {
-        let w: Vec<bf16> = w[..16 * kk].to_vec();
-        let mut xp = vec![bf16::ZERO; kmax * 32];
-        for kr in 0..kk {
-            for c in 0..32 {
-                xp[(kr / 2) * 64 + 2 * c + kr % 2] = x[kr * 32 + c];
+    let fma_levels = ["x86-64", "x86-64-v3", "x86-64-v4"];
+    let kmax = 160;
+    let y0: Vec<f32> = (0..16 * 32).map(|i| small(i, 3) * 10.0).collect();
+    // Small integers on every level; values whose sums round on the levels that run the dot
+    // as FMAs (the pairs `b` read in place and widened per K pair).
+    let values: [fn(usize, usize) -> f32; 2] = [small, rough];
+    for (val, cpus) in values.into_iter().zip([&HOST_CPUS[..], &fma_levels]) {
+        let w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
+        let x: Vec<bf16> = (0..kmax * 32)
+            .map(|i| bf16::from_f32(val(i / 3, 2)))
+            .collect();
+        for (n, m, kk) in FUSED_K_SHAPES {
+            let w: Vec<bf16> = w[..16 * kk].to_vec();
+            // xp[(k / 2)][c][k % 2] = x[k][c]
+            let mut xp = vec![bf16::ZERO; kmax * 32];
+            for kr in 0..kk {
+                for c in 0..32 {
+                    xp[(kr / 2) * 64 + 2 * c + kr % 2] = x[kr * 32 + c];
+                }
             }
-        }
-        let mut want = y0.clone();
-        for r in 0..n {
-            for c in 0..m {
-                let order = (0..kk.div_ceil(2)).flat_map(|i| [2 * i + 1, 2 * i]);
-                want[r * 32 + c] = order.filter(|&j| j < kk).fold(want[r * 32 + c], |acc, j| {
-                    w[r * kk + j].to_f32().mul_add(x[j * 32 + c].to_f32(), acc)
-                });
+            // The reference's order: each pair's odd k first.
+            let mut want = y0.clone();
+            for r in 0..n {
+                for c in 0..m {
+                    let order = (0..kk.div_ceil(2)).flat_map(|i| [2 * i + 1, 2 * i]);
+                    let at = &mut want[r * 32 + c];
+                    *at = order.filter(|&j| j < kk).fold(*at, |acc, j| {
+                        w[r * kk + j].to_f32().mul_add(x[j * 32 + c].to_f32(), acc)
+                    });
+                }
             }
-        }
-        for cpu in ["x86-64", "x86-64-v3", "x86-64-v4"] {
-            let (Some(lib), _) = load(&k, cpu) else {
-                continue;
-            };
-            let (mut xp, mut w, mut y) = (xp.clone(), w.clone(), y0.clone());
-            let bufs = [raw(&mut xp), raw(&mut w), raw(&mut y)];
-            let scalars = [m as u64, n as u64, kk as u64];
-            run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
-            assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}, rounding sums");
+            for cpu in cpus {
+                let (Some(lib), _) = load(&k, cpu) else {
+                    continue;
+                };
+                let (mut xp, mut w, mut y) = (xp.clone(), w.clone(), y0.clone());
+                let bufs = [raw(&mut xp), raw(&mut w), raw(&mut y)];
+                let scalars = [m as u64, n as u64, kk as u64];
+                run(&lib, &bufs, &scalars, [1, 1, 1], 0, 1);
+                assert_eq!(y, want, "{cpu}: n {n}, m {m}, k {kk}");
+            }
         }
     }
 }
