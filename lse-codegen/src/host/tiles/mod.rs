@@ -65,9 +65,9 @@
 //!   f16 operand tiles, when only dots read them and they load from buffers of their own
 //!   type, are stored widened to f32 (each element widened once per load, not once per
 //!   register block that reads it: the bf16 GEMM on x86-64-v3 ran about 3 times faster),
-//!   but that a 16-bit `b` loaded from pairs windows stays in pairs, read in place, one load
-//!   per 16 columns of two K rows with each half widened in the vector (a shift or a mask
-//!   for bf16) for 12 rows x 32 columns on x86-64-v4 ([`fma_pairs_b`]). A bf16 `a` read in
+//!   but that a bf16 `b` loaded from pairs windows stays in pairs, read in place, one load
+//!   per 16 columns of two K rows with each half widened in the vector (a shift or a mask)
+//!   for 12 rows x 32 columns on x86-64-v4 ([`fma_pairs_b`]). A bf16 `a` read in
 //!   place is read a K pair per row at a time: one 32-bit broadcast, a shift or a mask per
 //!   element (five scalar instructions and a broadcast from a general register each, on the
 //!   ports the `fma`s need, held the f32-activation GEMM at 62% of the `vfmadd` peak);
@@ -167,7 +167,7 @@ fn amx_shape(acc: &TileDecl, a: &TileDecl) -> bool {
 
 /// The stack arrays of `k`'s tiles. The `b` operands of dots whose operand type has a packed
 /// instruction on the level (`pair_dot`) and whose shapes [`pairs_shape`] accepts get
-/// [`Layout::Pairs`] ([`Layout::Quads`] for `vpdpbusd`), as do 16-bit `b` operands loaded
+/// [`Layout::Pairs`] ([`Layout::Quads`] for `vpdpbusd`), as do bf16 `b` operands loaded
 /// from pairs windows of dots that no such instruction takes, on levels with FMA
 /// ([`fma_pairs_b`]); tiles that [`viewable`] accepts get a [`View`].
 pub(super) fn allocate(
@@ -287,10 +287,11 @@ fn fma_blocked(k: &Kernel, packed: &[Layout], fma: FmaBlocks<'_>, op: &TileOp) -
 }
 
 /// Whether the `b` operand of `acc += a b` stays in pairs where no pair instruction takes
-/// the dot (the `fma` register blocks): a bf16 or f16 `b` loaded only from pairs windows, an
-/// f32 accumulator of a multiple of 16 columns, an even K, no scale. Its register blocks
-/// read 16 columns of two K rows in one load and widen each half in the vector (a shift or
-/// mask for bf16), where a row-major copy widened the whole tile each step.
+/// the dot (the `fma` register blocks): a bf16 `b` loaded only from pairs windows, an f32
+/// accumulator of a multiple of 16 columns, an even K, no scale. Its register blocks read 16
+/// columns of two K rows in one load and widen each half in the vector (a shift or a mask),
+/// where a row-major copy widened the whole tile each step. (An f16 `b` keeps the copy: each
+/// half took a narrowing and a conversion, and an F16 checkpoint ran 15% slower.)
 fn fma_pairs_b(k: &Kernel, op: &TileOp) -> bool {
     let TileOp::Dot { acc, a, b, scale } = op else {
         return false;
@@ -314,7 +315,7 @@ fn fma_pairs_b(k: &Kernel, op: &TileOp) -> bool {
         && dc.elem == Ty::F32
         && dc.cols.is_multiple_of(16)
         && da.cols.is_multiple_of(2)
-        && matches!(db.elem, Ty::Bf16 | Ty::F16)
+        && db.elem == Ty::Bf16
         && loaded
         && only_pairs
 }
@@ -706,23 +707,10 @@ fn splat(e: &mut Emitter, ty: &str, x: &str) -> String {
     ))
 }
 
-/// Element `half` (0 or 1) of the bf16 or f16 pairs in `words` (`<16 x i32>`) as f32: for
-/// bf16 the low half shifted up or the high half masked, exact but that a signaling NaN
-/// stays signaling (the only reader, an `fma`, quiets it as it would the quiet NaN
-/// [`convert`] makes); for f16 the half narrowed out and widened exactly.
-fn pair_half(e: &mut Emitter, words: &str, half: usize, elem: Ty) -> String {
-    if elem == Ty::F16 {
-        let h = match half {
-            0 => words.to_string(),
-            _ => e.b.op(format!(
-                "lshr <16 x i32> {words}, {}",
-                splat_const("i32", "16")
-            )),
-        };
-        let h = e.b.op(format!("trunc <16 x i32> {h} to <16 x i16>"));
-        let x = e.b.op(format!("bitcast <16 x i16> {h} to <16 x half>"));
-        return e.b.op(format!("fpext <16 x half> {x} to <16 x float>"));
-    }
+/// Element `half` (0 or 1) of the bf16 pairs in `words` (`<16 x i32>`) as f32: the low half
+/// shifted up or the high half masked. Exact, but that a signaling NaN stays signaling: the
+/// only reader, an `fma`, quiets it as it would the quiet NaN [`convert`] makes.
+fn bf16_half(e: &mut Emitter, words: &str, half: usize) -> String {
     let bits = if half == 0 {
         e.b.op(format!(
             "shl <16 x i32> {words}, {}",
@@ -799,7 +787,7 @@ impl HostPhases {
         let dc = &self.tiles[acc].decl;
         let b_ok = match self.tiles[b].layout {
             Layout::RowMajor => true,
-            Layout::Pairs => matches!(self.tiles[b].decl.elem, Ty::Bf16 | Ty::F16),
+            Layout::Pairs => self.tiles[b].decl.elem == Ty::Bf16,
             Layout::Quads => false,
         };
         self.fma
@@ -1890,10 +1878,7 @@ impl HostPhases {
                 let mut cur = cur.to_vec();
                 for half in if pairs { [1, 0] } else { [0, 1] } {
                     let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
-                    let bv: Vec<String> = words
-                        .iter()
-                        .map(|w| pair_half(e, w, half, b_elem))
-                        .collect();
+                    let bv: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
                     let av: Vec<String> = rows
                         .iter()
                         .map(|row| {
@@ -1921,10 +1906,7 @@ impl HostPhases {
                 for half in if pairs { [1, 0] } else { [0, 1] } {
                     let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
                     let bv = b_vectors(e, &kk);
-                    let av: Vec<String> = words
-                        .iter()
-                        .map(|w| pair_half(e, w, half, Ty::Bf16))
-                        .collect();
+                    let av: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
                     cur = products(e, &av, &bv, &cur);
                 }
                 cur
@@ -1961,7 +1943,7 @@ impl HostPhases {
     }
 
     /// Elements `k0` and `k0 + 1` (`k0` even) of row `row` of the bf16 tile `t` as one
-    /// splatted 32-bit word ([`pair_half`] widens each).
+    /// splatted 32-bit word ([`bf16_half`] widens each).
     fn bf16_pair_splat(&self, e: &mut Emitter, t: usize, row: &str, k0: &str) -> String {
         let p = self.elem_ptr(e, t, row, k0);
         // A view's rows may start at any element.
