@@ -1862,51 +1862,53 @@ impl HostPhases {
             }
             next
         };
-        if micro == Micro::Fma && self.tiles[b].layout == Layout::Pairs {
-            // 16 columns of a K pair in one load per column vector, each half widened once
-            // for all the block's rows ([`fma_pairs_b`]).
+        // On `fma` blocks, a bf16 `b` left in pairs ([`fma_pairs_b`]) or else a bf16 `a` read
+        // in place runs a K pair per step: 16 columns of `b`'s pair in one load per column
+        // vector, or `a`'s pair in one 32-bit broadcast per row, each half widened in the
+        // vector (for `a`, five scalar instructions and a broadcast from a general register
+        // per element had held the f32-activation GEMM at 62% of the `vfmadd` peak).
+        let b_pairs = micro == Micro::Fma && self.tiles[b].layout == Layout::Pairs;
+        let a_pairs = micro == Micro::Fma && !b_pairs && a_elem == Ty::Bf16 && k.is_multiple_of(2);
+        if b_pairs || a_pairs {
             return e.carried_loop(k / 2, vt, init, |e, step, cur| {
-                let words: Vec<String> = (0..nr)
-                    .map(|j| {
-                        let r = e.b.op(format!("mul nuw i32 {step}, {b_row}"));
-                        let ix = e.b.op(format!("add nuw i32 {r}, {}", (v0 + j) * 32));
-                        let p = at(e, lty(b_elem), &pb, &ix);
-                        e.b.op(format!("load <16 x i32>, ptr {p}, align {b_align}"))
-                    })
-                    .collect();
                 let k0 = e.b.op(format!("shl nuw i32 {step}, 1"));
-                let mut cur = cur.to_vec();
-                for half in if pairs { [1, 0] } else { [0, 1] } {
-                    let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
-                    let bv: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
-                    let av: Vec<String> = rows
-                        .iter()
-                        .map(|row| {
-                            let x = self.read(e, a, row, &kk);
-                            splat(e, "float", &x)
+                let b_words: Vec<String> = if b_pairs {
+                    (0..nr)
+                        .map(|j| {
+                            let r = e.b.op(format!("mul nuw i32 {step}, {b_row}"));
+                            let ix = e.b.op(format!("add nuw i32 {r}, {}", (v0 + j) * 32));
+                            let p = at(e, lty(b_elem), &pb, &ix);
+                            e.b.op(format!("load <16 x i32>, ptr {p}, align {b_align}"))
                         })
-                        .collect();
-                    cur = products(e, &av, &bv, &cur);
-                }
-                cur
-            });
-        }
-        if micro == Micro::Fma && a_elem == Ty::Bf16 && k.is_multiple_of(2) {
-            // A bf16 `a` (read in place) a K pair at a time: per row one 32-bit broadcast and
-            // a vector shift or mask per element, where widening each element alone took five
-            // scalar instructions and a broadcast from a general register, on the ports the
-            // `fma`s need (the f32-activation GEMM ran at 62% of the `vfmadd` peak).
-            return e.carried_loop(k / 2, vt, init, |e, step, cur| {
-                let k0 = e.b.op(format!("shl nuw i32 {step}, 1"));
-                let words: Vec<String> = rows
-                    .iter()
-                    .map(|row| self.bf16_pair_splat(e, a, row, &k0))
-                    .collect();
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let a_words: Vec<String> = if a_pairs {
+                    rows.iter()
+                        .map(|row| self.lane_splat(e, a, row, &k0))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 let mut cur = cur.to_vec();
                 for half in if pairs { [1, 0] } else { [0, 1] } {
                     let kk = e.b.op(format!("add nuw i32 {k0}, {half}"));
-                    let bv = b_vectors(e, &kk);
-                    let av: Vec<String> = words.iter().map(|w| bf16_half(e, w, half)).collect();
+                    let bv: Vec<String> = if b_pairs {
+                        b_words.iter().map(|w| bf16_half(e, w, half)).collect()
+                    } else {
+                        b_vectors(e, &kk)
+                    };
+                    let av: Vec<String> = if a_pairs {
+                        a_words.iter().map(|w| bf16_half(e, w, half)).collect()
+                    } else {
+                        rows.iter()
+                            .map(|row| {
+                                let x = self.read(e, a, row, &kk);
+                                splat(e, "float", &x)
+                            })
+                            .collect()
+                    };
                     cur = products(e, &av, &bv, &cur);
                 }
                 cur
@@ -1921,11 +1923,7 @@ impl HostPhases {
                     Micro::Dpbf16 | Micro::Dpwssd | Micro::Dpbusd => {
                         let shift = per_lane.trailing_zeros();
                         let k0 = e.b.op(format!("shl nuw i32 {kk}, {shift}"));
-                        let p = self.elem_ptr(e, a, row, &k0);
-                        // A view's rows may start at any element.
-                        let size = a_elem.size_bytes();
-                        let lane = e.b.op(format!("load i32, ptr {p}, align {size}"));
-                        let splat = splat(e, "i32", &lane);
+                        let splat = self.lane_splat(e, a, row, &k0);
                         if micro == Micro::Dpbf16 {
                             e.b.op(format!("bitcast <16 x i32> {splat} to <32 x bfloat>"))
                         } else {
@@ -1942,12 +1940,13 @@ impl HostPhases {
         })
     }
 
-    /// Elements `k0` and `k0 + 1` (`k0` even) of row `row` of the bf16 tile `t` as one
-    /// splatted 32-bit word ([`bf16_half`] widens each).
-    fn bf16_pair_splat(&self, e: &mut Emitter, t: usize, row: &str, k0: &str) -> String {
+    /// The 32 bits of row `row` of tile `t` from element `k0` on (the K pair or four a
+    /// packed dot or [`bf16_half`] takes), splatted to 16 lanes.
+    fn lane_splat(&self, e: &mut Emitter, t: usize, row: &str, k0: &str) -> String {
         let p = self.elem_ptr(e, t, row, k0);
         // A view's rows may start at any element.
-        let word = e.b.op(format!("load i32, ptr {p}, align 2"));
+        let size = self.tiles[t].decl.elem.size_bytes();
+        let word = e.b.op(format!("load i32, ptr {p}, align {size}"));
         splat(e, "i32", &word)
     }
 
