@@ -4,12 +4,15 @@
 
 use crate::error::Stage;
 use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
 use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{
     CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
 };
-use inkwell::OptimizationLevel;
+use inkwell::values::{BasicValueEnum, CallSiteValue, Operand};
+use inkwell::{AddressSpace, OptimizationLevel};
 use std::sync::Once;
 
 /// Triple of AMDGPU code objects.
@@ -78,13 +81,14 @@ pub(crate) fn data_layout_with(
     Ok(dl.as_str().to_string_lossy().into_owned())
 }
 
-/// Parses, verifies and optimises `text` with `tm`; returns the module (in `ctx`).
+/// Parses, verifies and optimises `text` with `tm`; returns the module (in `ctx`). Host
+/// modules then get [`prefetch_masked_loads`] and are verified again.
 fn optimise<'c>(
     ctx: &'c Context,
     tm: &TargetMachine,
     text: &str,
     name: &str,
-) -> Result<inkwell::module::Module<'c>, (Stage, String)> {
+) -> Result<Module<'c>, (Stage, String)> {
     let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), name);
     let module = ctx
         .create_module_from_ir(buf)
@@ -95,7 +99,63 @@ fn optimise<'c>(
     module
         .run_passes("default<O3>", tm, PassBuilderOptions::create())
         .map_err(|e| (Stage::Passes, e.to_string()))?;
+    if tm.get_triple().as_str().to_bytes() == HOST_TRIPLE.as_bytes() {
+        prefetch_masked_loads(ctx, &module)?;
+        module
+            .verify()
+            .map_err(|e| (Stage::Verify, e.to_string()))?;
+    }
     Ok(module)
+}
+
+/// How far ahead of a masked vector load [`prefetch_masked_loads`] prefetches, in bytes.
+const MASKED_LOAD_PREFETCH_BYTES: u64 = 2048;
+
+/// Puts a prefetch of the address [`MASKED_LOAD_PREFETCH_BYTES`] past each masked vector
+/// load's (`llvm.masked.load`, which LLVM's vectoriser makes of a work-item's guarded load)
+/// before the load. Hardware prefetchers do not follow masked loads on every CPU: on Zen 5 a
+/// stream of them read memory at 16 GB/s against 40 for plain loads, and with the prefetch
+/// at 42, so memory-bound kernels waited on every line (`lse_pick` ran at a sixth of the
+/// memory's speed). A prefetch never faults, so one past the end of a buffer is harmless.
+fn prefetch_masked_loads(ctx: &Context, module: &Module<'_>) -> Result<(), (Stage, String)> {
+    let err = |e: &dyn std::fmt::Display| (Stage::Passes, format!("prefetching masked loads: {e}"));
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let prefetch = Intrinsic::find("llvm.prefetch")
+        .and_then(|i| i.get_declaration(module, &[ptr.into()]))
+        .ok_or_else(|| err(&"LLVM has no llvm.prefetch for a pointer"))?;
+    let (i8t, i32t) = (ctx.i8_type(), ctx.i32_type());
+    let ahead = ctx.i64_type().const_int(MASKED_LOAD_PREFETCH_BYTES, false);
+    // Read (0), keep in all cache levels (3), data (1).
+    let flags = [0, 3, 1].map(|v| i32t.const_int(v, false).into());
+    let builder = ctx.create_builder();
+    for f in module.get_functions() {
+        for bb in f.get_basic_blocks() {
+            for ins in bb.get_instructions() {
+                let Ok(call) = CallSiteValue::try_from(ins) else {
+                    continue;
+                };
+                let masked_load = call.get_called_fn_value().is_some_and(|callee| {
+                    callee
+                        .get_name()
+                        .to_bytes()
+                        .starts_with(b"llvm.masked.load.")
+                });
+                let Some(Operand::Value(BasicValueEnum::PointerValue(p))) =
+                    ins.get_operand(0).filter(|_| masked_load)
+                else {
+                    continue;
+                };
+                builder.position_before(&ins);
+                // SAFETY: an i8 GEP by a constant; the result is only prefetched, never loaded.
+                let at = unsafe { builder.build_gep(i8t, p, &[ahead], "") }.map_err(|e| err(&e))?;
+                let args = [at.into(), flags[0], flags[1], flags[2]];
+                builder
+                    .build_call(prefetch, &args, "")
+                    .map_err(|e| err(&e))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses, verifies, optimises `text` for `triple`/`cpu`/`features` and emits assembly only

@@ -1213,6 +1213,41 @@ fn assert_dot_matches(cpu: &str, case: &str, y: &[f32], want: &[f32], bound: &[(
     }
 }
 
+/// Every masked vector load of the host code (a work-item's guarded load, vectorised) has a
+/// prefetch 2 KiB ahead of its address before it, on each level that makes masked loads (the
+/// AVX2 and AVX-512 ones; [`kernels::BOUND_AFTER_REDUCTION_SRC`] loads `x` under `if`), and
+/// the module still runs: `loop_bounds_named_before_a_reduction_stay_uniform_after_it` checks
+/// its results on every level.
+#[test]
+fn masked_vector_loads_are_prefetched_ahead() {
+    let k = kernels::from_source(kernels::BOUND_AFTER_REDUCTION_SRC);
+    let w = lse_dsl::wil::transform(&k);
+    for cpu in HOST_CPUS {
+        let c = compile_host(&w, cpu).unwrap_or_else(|e| panic!("{e}"));
+        let count = |pattern: &str| {
+            c.llvm_ir_opt
+                .lines()
+                .filter(|l| !l.starts_with("declare") && l.contains(pattern))
+                .count()
+        };
+        let masked = count("call <16 x float> @llvm.masked.load.")
+            + count("call <8 x float> @llvm.masked.load.");
+        if cpu == "x86-64" {
+            assert_eq!(masked, 0, "{cpu}: SSE2 has no masked loads");
+            continue;
+        }
+        assert!(masked > 0, "{cpu}: no masked loads\n{}", c.llvm_ir_opt);
+        assert_eq!(
+            count("call void @llvm.prefetch.p0("),
+            masked,
+            "{cpu}:\n{}",
+            c.llvm_ir_opt
+        );
+        assert_eq!(count(", i64 2048"), masked, "{cpu}:\n{}", c.llvm_ir_opt);
+        assert!(c.asm.contains("prefetcht0\t2048("), "{cpu}:\n{}", c.asm);
+    }
+}
+
 /// [`kernels::MASKED_CARRY_SRC`] on every level: the work-items outside the divergent `if`
 /// keep the value they had (the host reads such a variable into a register for the masked
 /// loop and writes every work-item's value back), the others get the loop's `fma` chain.
