@@ -82,7 +82,7 @@ pub(crate) fn data_layout_with(
 }
 
 /// Parses, verifies and optimises `text` with `tm`; returns the module (in `ctx`). Host
-/// modules then get [`prefetch_masked_loads`] and are verified again.
+/// modules then get [`prefetch_masked_access`] and are verified again.
 fn optimise<'c>(
     ctx: &'c Context,
     tm: &TargetMachine,
@@ -100,7 +100,7 @@ fn optimise<'c>(
         .run_passes("default<O3>", tm, PassBuilderOptions::create())
         .map_err(|e| (Stage::Passes, e.to_string()))?;
     if tm.get_triple().as_str().to_bytes() == HOST_TRIPLE.as_bytes() {
-        prefetch_masked_loads(ctx, &module)?;
+        prefetch_masked_access(ctx, &module)?;
         module
             .verify()
             .map_err(|e| (Stage::Verify, e.to_string()))?;
@@ -108,25 +108,25 @@ fn optimise<'c>(
     Ok(module)
 }
 
-/// How far ahead of a masked vector load [`prefetch_masked_loads`] prefetches, in bytes.
-const MASKED_LOAD_PREFETCH_BYTES: u64 = 2048;
+/// How far ahead of a masked vector load or store [`prefetch_masked_access`] prefetches, in
+/// bytes.
+const MASKED_PREFETCH_BYTES: u64 = 2048;
 
-/// Puts a prefetch of the address [`MASKED_LOAD_PREFETCH_BYTES`] past each masked vector
-/// load's (`llvm.masked.load`, which LLVM's vectoriser makes of a work-item's guarded load)
-/// before the load. Hardware prefetchers do not follow masked loads on every CPU: on Zen 5 a
-/// stream of them read memory at 16 GB/s against 40 for plain loads, and with the prefetch
-/// at 42, so memory-bound kernels waited on every line (`lse_pick` ran at a sixth of the
-/// memory's speed). A prefetch never faults, so one past the end of a buffer is harmless.
-fn prefetch_masked_loads(ctx: &Context, module: &Module<'_>) -> Result<(), (Stage, String)> {
-    let err = |e: &dyn std::fmt::Display| (Stage::Passes, format!("prefetching masked loads: {e}"));
+/// Puts a prefetch of the address [`MASKED_PREFETCH_BYTES`] past each masked vector load's
+/// and store's (`llvm.masked.load` and `llvm.masked.store`, which LLVM's vectoriser makes of a
+/// work-item's guarded access) before it, for reading or for writing. Hardware prefetchers do
+/// not follow masked accesses on every CPU: on Zen 5 a stream of masked loads read memory at
+/// 16 GB/s against 40 for plain loads, and with the prefetch at 42, so memory-bound kernels
+/// waited on every line (`lse_pick` ran at a sixth of the memory's speed). A prefetch never
+/// faults, so one past the end of a buffer is harmless.
+fn prefetch_masked_access(ctx: &Context, module: &Module<'_>) -> Result<(), (Stage, String)> {
+    let err = |e: &dyn std::fmt::Display| (Stage::Passes, format!("prefetch: {e}"));
     let ptr = ctx.ptr_type(AddressSpace::default());
     let prefetch = Intrinsic::find("llvm.prefetch")
         .and_then(|i| i.get_declaration(module, &[ptr.into()]))
         .ok_or_else(|| err(&"LLVM has no llvm.prefetch for a pointer"))?;
     let (i8t, i32t) = (ctx.i8_type(), ctx.i32_type());
-    let ahead = ctx.i64_type().const_int(MASKED_LOAD_PREFETCH_BYTES, false);
-    // Read (0), keep in all cache levels (3), data (1).
-    let flags = [0, 3, 1].map(|v| i32t.const_int(v, false).into());
+    let ahead = ctx.i64_type().const_int(MASKED_PREFETCH_BYTES, false);
     let builder = ctx.create_builder();
     for f in module.get_functions() {
         for bb in f.get_basic_blocks() {
@@ -134,21 +134,29 @@ fn prefetch_masked_loads(ctx: &Context, module: &Module<'_>) -> Result<(), (Stag
                 let Ok(call) = CallSiteValue::try_from(ins) else {
                     continue;
                 };
-                let masked_load = call.get_called_fn_value().is_some_and(|callee| {
-                    callee
-                        .get_name()
-                        .to_bytes()
-                        .starts_with(b"llvm.masked.load.")
-                });
-                let Some(Operand::Value(BasicValueEnum::PointerValue(p))) =
-                    ins.get_operand(0).filter(|_| masked_load)
+                let Some(callee) = call.get_called_fn_value() else {
+                    continue;
+                };
+                // The pointer's operand and the prefetch's read (0) or write (1) flag.
+                let name = callee.get_name().to_bytes();
+                let (at, write) = if name.starts_with(b"llvm.masked.load.") {
+                    (0, 0)
+                } else if name.starts_with(b"llvm.masked.store.") {
+                    (1, 1)
+                } else {
+                    continue;
+                };
+                let Some(Operand::Value(BasicValueEnum::PointerValue(p))) = ins.get_operand(at)
                 else {
                     continue;
                 };
                 builder.position_before(&ins);
                 // SAFETY: an i8 GEP by a constant; the result is only prefetched, never loaded.
-                let at = unsafe { builder.build_gep(i8t, p, &[ahead], "") }.map_err(|e| err(&e))?;
-                let args = [at.into(), flags[0], flags[1], flags[2]];
+                let next = unsafe { builder.build_gep(i8t, p, &[ahead], "") };
+                let next = next.map_err(|e| err(&e))?;
+                let flag = |v| i32t.const_int(v, false).into();
+                // Keep in all cache levels (3), data (1).
+                let args = [next.into(), flag(write), flag(3), flag(1)];
                 builder
                     .build_call(prefetch, &args, "")
                     .map_err(|e| err(&e))?;

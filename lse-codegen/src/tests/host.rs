@@ -1213,13 +1213,14 @@ fn assert_dot_matches(cpu: &str, case: &str, y: &[f32], want: &[f32], bound: &[(
     }
 }
 
-/// Every masked vector load of the host code (a work-item's guarded load, vectorised) has a
-/// prefetch 2 KiB ahead of its address before it, on each level that makes masked loads (the
-/// AVX2 and AVX-512 ones; [`kernels::BOUND_AFTER_REDUCTION_SRC`] loads `x` under `if`), and
-/// the module still runs: `loop_bounds_named_before_a_reduction_stay_uniform_after_it` checks
-/// its results on every level.
+/// Every masked vector load and store of the host code (a work-item's guarded access,
+/// vectorised) has a prefetch 2 KiB ahead of its address before it, for reading or for
+/// writing, on each level that makes masked accesses (the AVX2 and AVX-512 ones;
+/// [`kernels::BOUND_AFTER_REDUCTION_SRC`] loads `x` and stores `out` under `if`), and the
+/// module still runs: `loop_bounds_named_before_a_reduction_stay_uniform_after_it` checks its
+/// results on every level.
 #[test]
-fn masked_vector_loads_are_prefetched_ahead() {
+fn masked_vector_accesses_are_prefetched_ahead() {
     let k = kernels::from_source(kernels::BOUND_AFTER_REDUCTION_SRC);
     let w = lse_dsl::wil::transform(&k);
     for cpu in HOST_CPUS {
@@ -1230,20 +1231,26 @@ fn masked_vector_loads_are_prefetched_ahead() {
                 .filter(|l| !l.starts_with("declare") && l.contains(pattern))
                 .count()
         };
-        let masked = count("call <16 x float> @llvm.masked.load.")
-            + count("call <8 x float> @llvm.masked.load.");
+        let loads = count("@llvm.masked.load.");
+        let stores = count("@llvm.masked.store.");
         if cpu == "x86-64" {
-            assert_eq!(masked, 0, "{cpu}: SSE2 has no masked loads");
+            assert_eq!(loads + stores, 0, "{cpu}: SSE2 has no masked accesses");
             continue;
         }
-        assert!(masked > 0, "{cpu}: no masked loads\n{}", c.llvm_ir_opt);
+        assert!(loads > 0 && stores > 0, "{cpu}:\n{}", c.llvm_ir_opt);
+        let ir = &c.llvm_ir_opt;
         assert_eq!(
-            count("call void @llvm.prefetch.p0("),
-            masked,
-            "{cpu}:\n{}",
-            c.llvm_ir_opt
+            count("@llvm.prefetch.p0(ptr %"),
+            loads + stores,
+            "{cpu}:\n{ir}"
         );
-        assert_eq!(count(", i64 2048"), masked, "{cpu}:\n{}", c.llvm_ir_opt);
+        assert_eq!(count(", i32 0, i32 3, i32 1)"), loads, "{cpu}: reads\n{ir}");
+        assert_eq!(
+            count(", i32 1, i32 3, i32 1)"),
+            stores,
+            "{cpu}: writes\n{ir}"
+        );
+        assert_eq!(count(", i64 2048"), loads + stores, "{cpu}:\n{ir}");
         assert!(c.asm.contains("prefetcht0\t2048("), "{cpu}:\n{}", c.asm);
     }
 }
