@@ -141,7 +141,7 @@ pub fn compile_amdgpu(k: &Kernel, arch: &str) -> Result<CompiledGpu, CodegenErro
 pub struct CompiledHost {
     /// One of `lse_dsl::rt::HOST_CPUS`.
     pub cpu: String,
-    /// LLVM IR after `default<O3>` and the prefetches of masked loads.
+    /// LLVM IR after `default<O3>` and the prefetches of masked loads and stores.
     pub llvm_ir_opt: String,
     /// x86-64 assembly.
     pub asm: String,

@@ -1,5 +1,6 @@
 //! The inkwell part: parse LLVM IR text, verify it, run `default<O3>` with the target machine
-//! attached, and emit assembly and an object file. Every failure is a `(Stage, message)`;
+//! attached (on host modules, then prefetch ahead of masked vector accesses), and emit
+//! assembly and an object file. Every failure is a `(Stage, message)`;
 //! nothing here lets an LLVM error reach `abort` on inputs we can check first.
 
 use crate::error::Stage;

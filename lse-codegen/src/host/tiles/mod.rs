@@ -1637,9 +1637,9 @@ impl HostPhases {
         // vector each, 6 where 16 registers hold half of one.
         // A pairs `b` of `fma` blocks is widened in the vector once per register block row:
         // 12 rows share each widening (24 accumulators). `vdpbf16ps` blocks take 6 rows (24
-        // accumulators): each row of `b` loaded serves 6 rows of `a` (4 streamed the whole
-        // `b` block through L1 16 times per 64 rows; at K = 3584 the GEMM ran 7% slower); the
-        // integer dots keep 16, their scaled sums need the registers.
+        // accumulators): each row of `b` loaded serves 6 rows of `a` (with 4, at K = 3584 the
+        // GEMM ran about 7% slower on Zen 5); other blocks keep 4 (with 6 the f32-activation
+        // GEMM ran 17% slower, and the integer dots were no faster).
         let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
         let (mr_max, nr_max) = match (self.zmm, pairs_b, micro) {
             (true, true, _) => (12, 2),
