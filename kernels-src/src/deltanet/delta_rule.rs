@@ -1,4 +1,4 @@
-//! `deltanet.delta_rule.v4`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
+//! `deltanet.delta_rule.v5`: the chunked gated delta rule (`qwen35-spec.md` §8.7, chunks of
 //! 64 tokens), continuing from and updating the recurrent state of every value head, from
 //! the per-chunk matrices [`super::delta_prep`] formed.
 //!
@@ -9,7 +9,8 @@
 //! `e^(Γ_last - Γ)` from the prep:
 //!
 //! 1. `K S` by tile dots into `acc`, stored into the workgroup's 64 x 64 block of the scratch
-//!    `work`; then per row `i` in order, one work-item per column, in place:
+//!    `work`; the chunk's values copied by one tile load and store into this block of `out`;
+//!    then per row `i` in order, one work-item per column, in place:
 //!    `R_i = β_i (v_i - e^Γ_i (K S)_i)` and the forward substitution
 //!    `V_new_i = R_i - Σ_{j<i} L_ij V_new_j` (this solves `(I + L) V_new = R`, i.e.
 //!    `V_new = U - W S` with `U = T diag(β) V`, `W = T diag(β e^Γ) K`, `T = (I + L)^-1`,
@@ -20,7 +21,7 @@
 //!    loaded transposed and multiplied by a tile whose every row is the decays (a window of
 //!    row stride 0), `V_new` loaded from `work`.
 //!
-//! `q`, `k` and `v` are read in place from the conv output rows. Every accumulation is a
+//! `q` and `k` are read in place from the conv output rows. Every accumulation is a
 //! chain of `fma` in increasing index order, each product formed as v3 formed it (the f32
 //! `tile_dot`'s order on every target, `LOOM.md`), so v4 gives v3's values (but for the sign
 //! of a zero: the zero padding of a short chunk adds `0 · 0`, which turns a -0 into +0); the
@@ -28,6 +29,9 @@
 //! ran every product as a work-item's own `fma` chain, reading each key and query value from
 //! the rows once per product; here the three products of a chunk run as tile dots, so the
 //! host's register blocks and a GPU's tile lowering take them. Tiles: four 64 x 64 f32, 64 KiB.
+//! v5 gives v4's values: v4 read each row's values from `qkv` inside the substitution, where
+//! every row (24 KiB from the last at Qwen3.5-0.8B's widths) missed the cache in turn, a
+//! tenth of the kernel's time on the host.
 
 use loom::kernel;
 
@@ -39,7 +43,7 @@ use loom::kernel;
 /// `z` and its value head `h = z * (hv / hk) + y` when `tiled` is 0 (Hugging Face's grouped
 /// order: value head `h` reads key head `h / (hv / hk)`), else `h = y * hk + z` (llama.cpp's
 /// tiled order, which its GGUF converter writes: value head `h` reads key head `h % hk`).
-#[kernel(name = "deltanet.delta_rule", version = 4, workgroup = 64)]
+#[kernel(name = "deltanet.delta_rule", version = 5, workgroup = 64)]
 fn delta_rule(
     qkv: &[f32; t * cd],
     beta: &[f32; t * num_groups_y() * num_groups_z()],
@@ -70,6 +74,7 @@ fn delta_rule(
     };
     let kq = group_id_z() * dk;
     let kk = (num_groups_z() + group_id_z()) * dk;
+    let kv = 2 * num_groups_z() * dk + h * dv;
     let col0 = group_id() * CH;
     let c = col0 + local_id();
     // Row `r` of this head's block of `out` is at `r * out_row + out_block`; `work` holds a
@@ -97,10 +102,15 @@ fn delta_rule(
             tile_dot(acc, a, s1);
         }
         tile_store(acc, work, first * CH, CH, n, CH);
+        // The chunk's values, copied whole into this block of `out` (free until step 2) so
+        // their rows, 24 KiB apart in `qkv`, are fetched at once rather than one per row of
+        // the substitution below.
+        tile_load(a, qkv, c0 * cd + kv + col0, cd, n, dv - col0);
+        tile_store(a, out, c0 * out_row + out_block, out_row, n, dv - col0);
         for i in 0..n {
             let ks = work[(first + i) * CH + local_id()];
             let v = if c < dv {
-                qkv[(c0 + i) * cd + 2 * num_groups_z() * dk + h * dv + c]
+                out[c0 * out_row + out_block + i * out_row + local_id()]
             } else {
                 0.0
             };

@@ -1,5 +1,5 @@
 //! The Gated DeltaNet layer's ops besides its projections (`deltanet.conv.v3`,
-//! `deltanet.gates.v2`, `deltanet.delta_prep.v4` with `deltanet.delta_rule.v4`,
+//! `deltanet.gates.v2`, `deltanet.delta_prep.v4` with `deltanet.delta_rule.v5`,
 //! `deltanet.gated_norm.v2`), in the order the layer runs them: conv + SiLU + q/k norms,
 //! gates, the chunked delta rule, the output norm.
 
@@ -237,7 +237,7 @@ pub fn deltanet_gates<'a>(
 /// `beta`, `g`: `[t, hv]`; `out`: `[t, hv, dv]`. Two launches: the per-chunk matrices of
 /// every chunk at once (`deltanet.delta_prep.v4`, into `64 · 64 + 128` floats of scratch per
 /// value head and chunk), then the chunks in order per block of value columns
-/// (`deltanet.delta_rule.v4`, with 64 x 64 floats of scratch per workgroup for its
+/// (`deltanet.delta_rule.v5`, with 64 x 64 floats of scratch per workgroup for its
 /// intermediate products).
 pub fn delta_rule_chunked<'a>(
     dev: &Device,
@@ -250,7 +250,7 @@ pub fn delta_rule_chunked<'a>(
 ) -> Result<(), OpError> {
     let (qkv, beta, g) = (qkv.into(), beta.into(), g.into());
     let (state, out) = (state.into(), out.into());
-    const OP: &str = "deltanet.delta_rule.v4";
+    const OP: &str = "deltanet.delta_rule.v5";
     let cd = shape.check(OP)?;
     let t = qkv.len() / cd;
     shape.check_rows(OP, t)?;
