@@ -1,4 +1,4 @@
-//! `attention.prefill_<ty>.v2` (ty = bf16, f16, f32): causal flash attention of one prefill
+//! `attention.prefill_<ty>.v3` (ty = bf16, f16, f32): causal flash attention of one prefill
 //! pass over a KV cache in its stored dtype, dense or FlashPrefill's block-sparse form
 //! (`../shared/research/flashprefill.md` §1.6), from one source, on tiles (`LOOM.md`, "Tiles").
 //!
@@ -20,10 +20,15 @@
 //! loaded from `causal`, so masked scores stay -inf through the dot and the positive scale);
 //! the row maximum, `exp` and row sum are tile statements; the per-row scalars (`m`, `l`, the
 //! shift and the rescale factor) are one work-item per row, passed through 64-float shared
-//! arrays. The accumulator lives in `out` itself (64 rows by 64 dimensions at a time: a tile
-//! for all 256 would take the whole 64 KiB): loaded, scaled by the row's factor, added
-//! `P · v` by a tile dot and stored back; at the end divided by `l`. Keys and values are
-//! widened to f32 by the tile loads, once per 64 query rows (v1 staged them once per 16).
+//! arrays. The accumulator lives in the workgroup's part of the scratch `work` (64 rows by 64
+//! dimensions at a time: a tile for all 256 would take the whole 64 KiB): loaded, scaled by
+//! the row's factor, added `P · v` by a tile dot and stored back; at the end divided by `l`
+//! into `out`. The query's chunks are copied into `work` once, zero-padded, and loaded from
+//! there for every key tile. Keys and values are widened to f32 by the tile loads, once per 64
+//! query rows (v1 staged them once per 16). v2 kept the accumulator in `out` and read the
+//! query from `q`, whose rows lie `n_heads * head_dim` floats apart (8 KiB in Qwen3.5-0.8B): a
+//! window's 64 rows fell into a few sets of the host's L1 cache and its loads and stores
+//! missed; in `work` each 64 x 64 block is contiguous. v3 gives v2's values.
 //!
 //! Every product is one `fma` in ascending order (the f32 `tile_dot`'s order on every target,
 //! `LOOM.md`), so each score, each sum and each accumulator sees the same operations in the
@@ -52,8 +57,8 @@ use loom::kernel;
 /// keys `J * block_size .. min((J + 1) * block_size, p + 1)` of each listed block `J`.
 /// Grid: x = ceil((pos0 + t) / 64) - pos0 / 64, y = n_heads. The lengths of `blocks` and
 /// `counts` depend on the mode (1 element when dense), so they are not declared; the op
-/// checks them. `out` is the accumulator while the kernel runs.
-#[kernel(name = "attention.prefill", version = 2, workgroup = 64, elem = [bf16, f16, f32])]
+/// checks them. `work`: scratch, `2 * ceil(head_dim / 64) * 64 * 64` floats per workgroup.
+#[kernel(name = "attention.prefill", version = 3, workgroup = 64, elem = [bf16, f16, f32])]
 fn prefill<W>(
     q: &[f32; t * n_heads * head_dim],
     k: &[W; (pos0 + t) * n_kv_heads * head_dim],
@@ -62,6 +67,7 @@ fn prefill<W>(
     blocks: &[u32],
     counts: &[u32],
     out: &mut [f32; t * n_heads * head_dim],
+    work: &mut [f32; num_groups() * num_groups_y() * 2 * ((head_dim + 63) / 64) * 64 * 64],
     t: u32,
     pos0: u32,
     n_heads: u32,
@@ -104,14 +110,22 @@ fn prefill<W>(
     // the next integer, more than its rounding error.
     let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
     let chunks = (head_dim + DT - 1) / DT;
-    // The accumulator starts at 0 in `out`, the running maxima at -inf. In each loop over the
-    // head dimension's chunks, `at` is where the chunk starts in `q` and `out` and `dims` its
-    // width (the last may be narrower than DT).
+    // This workgroup's part of `work`: the accumulator's chunks, then the query's, each a
+    // contiguous QT x DT block (chunk `c` at `acc_at + c * QT * DT`, `q_at_work + ..`).
+    let acc_at = (group_id_y() * num_groups() + group_id()) * 2 * chunks * QT * DT;
+    let qw_at = acc_at + chunks * QT * DT;
+    // The accumulator starts at 0, the running maxima at -inf; the query's chunks are copied
+    // in, zero-padded. In each loop over the head dimension's chunks, `at` is where the chunk
+    // starts in `q` and `out` and `dims` its width (the last may be narrower than DT).
     tile_zero(a);
+    for c in 0..chunks {
+        tile_store(a, work, acc_at + c * QT * DT, DT, QT, DT);
+    }
     for c in 0..chunks {
         let at = q_at + c * DT;
         let dims = head_dim - c * DT;
-        tile_store(a, out, at, q_stride, n_rows, dims);
+        tile_load(a, q, at, q_stride, n_rows, dims);
+        tile_store(a, work, qw_at + c * QT * DT, DT, QT, DT);
     }
     rows[local_id()] = f32::NEG_INFINITY;
     tile_load(m_tile, rows, 0, 1, QT, 1);
@@ -142,11 +156,11 @@ fn prefill<W>(
                 tile_zero(s);
             }
             let kv_at = (k0 * n_kv_heads + kvh) * head_dim;
+            let keys = pos0 + t - k0;
             for c in 0..chunks {
-                let at = q_at + c * DT;
                 let dims = head_dim - c * DT;
-                tile_load(a, q, at, q_stride, n_rows, dims);
-                tile_load_t(b, k, kv_at + c * DT, kv_stride, dims, pos0 + t - k0);
+                tile_load(a, work, qw_at + c * QT * DT, DT, QT, DT);
+                tile_load_t(b, k, kv_at + c * DT, kv_stride, dims, keys);
                 tile_dot(s, a, b);
             }
             tile_scale(s, scale);
@@ -173,13 +187,11 @@ fn prefill<W>(
             // acc = acc * alpha + p · v, 64 dimensions at a time.
             tile_load(col, alpha, 0, 1, QT, 1);
             for c in 0..chunks {
-                let at = q_at + c * DT;
-                let dims = head_dim - c * DT;
-                tile_load(a, out, at, q_stride, n_rows, dims);
+                tile_load(a, work, acc_at + c * QT * DT, DT, QT, DT);
                 tile_mul(a, col);
-                tile_load(b, v, kv_at + c * DT, kv_stride, pos0 + t - k0, dims);
+                tile_load(b, v, kv_at + c * DT, kv_stride, keys, head_dim - c * DT);
                 tile_dot(a, s, b);
-                tile_store(a, out, at, q_stride, n_rows, dims);
+                tile_store(a, work, acc_at + c * QT * DT, DT, QT, DT);
             }
         }
     }
@@ -188,7 +200,7 @@ fn prefill<W>(
     for c in 0..chunks {
         let at = q_at + c * DT;
         let dims = head_dim - c * DT;
-        tile_load(a, out, at, q_stride, n_rows, dims);
+        tile_load(a, work, acc_at + c * QT * DT, DT, QT, DT);
         tile_div(a, col);
         tile_store(a, out, at, q_stride, n_rows, dims);
     }

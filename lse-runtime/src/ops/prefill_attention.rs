@@ -1,9 +1,8 @@
 //! Causal prefill attention over a KV cache, dense and in FlashPrefill's block-sparse form,
-//! both launching `attention.prefill_<ty>.v2` (ty = the cache's dtype: bf16, f16, f32) in its
+//! both launching `attention.prefill_<ty>.v3` (ty = the cache's dtype: bf16, f16, f32) in its
 //! dense or sparse mode. Both write f32 `[t, n_heads, head_dim]`.
 
 use half::{bf16, f16};
-use lse_dsl::rt::KernelDef;
 use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
 use std::sync::LazyLock;
 
@@ -115,10 +114,18 @@ fn launch(
     lists: Lists,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
+    // The kernel's accumulator and query, 64 rows by the head dim (padded to 64) each, per
+    // workgroup.
+    let [tiles, heads, _] = grid(shape);
+    let per_group = 2 * shape.head_dim.next_multiple_of(TILE) * TILE;
+    let len = tiles as usize * heads as usize * per_group;
+    let op = if lists.dense { DENSE } else { SPARSE };
+    to_u32(op, "workgroups * 2 * head_dim * 64", len)?;
+    let mut work = dev.scratch::<f32>(len)?;
     macro_rules! launch {
         ($kernel:ident, $k:expr, $v:expr) => {
             dev.launch(
-                grid(&$kernel::KERNEL, shape),
+                grid(shape),
                 $kernel::Args {
                     q,
                     k: $k,
@@ -127,6 +134,7 @@ fn launch(
                     blocks: lists.blocks,
                     counts: lists.counts,
                     out,
+                    work: work.view_mut(),
                     t: shape.t as u32,
                     pos0: shape.pos0 as u32,
                     n_heads: shape.n_heads as u32,
@@ -263,11 +271,10 @@ fn check_lists(shape: &AttnShape, lists: &BlockLists) -> Result<(), OpError> {
     Ok(())
 }
 
-/// Workgroups: x = the query tiles (`QT` = the workgroup size, aligned to absolute
+/// Workgroups: x = the query tiles ([`TILE`] rows, the workgroup size, aligned to absolute
 /// positions) that hold a row of the pass, y = query heads.
-fn grid(kernel: &KernelDef, shape: &AttnShape) -> [u32; 3] {
-    let qt = kernel.workgroup_size as usize;
-    let tiles = shape.kv_len().div_ceil(qt) - shape.pos0 / qt;
+fn grid(shape: &AttnShape) -> [u32; 3] {
+    let tiles = shape.kv_len().div_ceil(TILE) - shape.pos0 / TILE;
     [tiles as u32, shape.n_heads as u32, 1]
 }
 
