@@ -111,7 +111,7 @@ fn prefill<W>(
     let kvh = ((group_id_y() * n_kv_heads) as f32 / n_heads as f32) as u32;
     let chunks = (head_dim + DT - 1) / DT;
     // This workgroup's part of `work`: the accumulator's chunks, then the query's, each a
-    // contiguous QT x DT block (chunk `c` at `acc_at + c * QT * DT`, `q_at_work + ..`).
+    // contiguous QT x DT block (chunk `c` at `acc_at + c * QT * DT` and `qw_at + c * QT * DT`).
     let acc_at = (group_id_y() * num_groups() + group_id()) * 2 * chunks * QT * DT;
     let qw_at = acc_at + chunks * QT * DT;
     // The accumulator starts at 0, the running maxima at -inf; the query's chunks are copied
