@@ -116,7 +116,8 @@ fn launch(
 ) -> Result<(), OpError> {
     // The kernel's accumulator and query, 64 rows by the head dim (padded to 64) each, per
     // workgroup.
-    let [tiles, heads, _] = grid(shape);
+    let groups = grid(shape);
+    let [tiles, heads, _] = groups;
     let per_group = 2 * shape.head_dim.next_multiple_of(TILE) * TILE;
     let len = tiles as usize * heads as usize * per_group;
     let op = if lists.dense { DENSE } else { SPARSE };
@@ -125,7 +126,7 @@ fn launch(
     macro_rules! launch {
         ($kernel:ident, $k:expr, $v:expr) => {
             dev.launch(
-                grid(shape),
+                groups,
                 $kernel::Args {
                     q,
                     k: $k,
