@@ -247,7 +247,8 @@ fn byte_tiles_ptx() {
 /// Shared arrays and tiles over 48 KiB (ptxas refuses more static shared memory) lie in one
 /// `extern` block of dynamic shared memory, the size the launch gives
 /// (`Kernel::nvidia_dynamic_shared_bytes`), with no static array of their own; a kernel within
-/// 48 KiB keeps its static arrays and needs no dynamic memory.
+/// 48 KiB keeps its static arrays and needs no dynamic memory. The first says how many of
+/// its blocks an SM's shared memory holds (`.minnctapersm`), which ptxas cannot see.
 #[test]
 fn workgroup_memory_past_48_kib_is_dynamic_shared_memory() {
     let wide = super::kernels::from_source(super::kernels::WIDE_WORKGROUP_MEMORY_SRC);
@@ -269,8 +270,15 @@ fn workgroup_memory_past_48_kib_is_dynamic_shared_memory() {
             ptx.contains("ld.shared") && ptx.contains("st.shared"),
             "{sm}"
         );
+        // 56 KiB and CUDA's 1 KiB per block: 2 blocks in sm_80's 164 KiB, 4 in sm_90's 228.
+        let blocks = if sm == "sm_80" { 2 } else { 4 };
+        assert!(
+            ptx.contains(&format!(".minnctapersm {blocks}")),
+            "{sm}: {ptx}"
+        );
         let ptx = check_ptx(&small, sm);
         assert!(!ptx.contains(".extern .shared"), "{sm}: {ptx}");
+        assert!(!ptx.contains(".minnctapersm"), "{sm}: {ptx}");
         assert!(
             ptx.contains(".shared .align 16 .b8 loom_tile_0"),
             "{sm}: {ptx}"
