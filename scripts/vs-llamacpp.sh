@@ -8,7 +8,8 @@
 # e.g. the one the llama-cpp-python 0.3.36 sdist vendors, configured with -DGGML_NATIVE=OFF,
 # the GGML_AVX512*/AVX2/FMA/F16C options on and the GGML_AMX_* options off (README,
 # "GGUF checkpoints"). Settings: CTX (512), CHUNKS (8), THREADS (2), TEXT (wiki.test.raw),
-# KV (f16, llama.cpp's default cache type). Both tools score ctx/2 tokens per chunk.
+# KV (f16, llama.cpp's default cache type; both tools get it). Both tools score ctx/2 tokens
+# per chunk.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -34,7 +35,7 @@ for f in "$@"; do
     lse_tps=$(jq .prefill_tokens_per_second "$out/lse.json")
     LD_LIBRARY_PATH="$bin" "$bin/llama-perplexity" -m "$f" -f "$TEXT" -c "$CTX" \
         --chunks "$CHUNKS" -b "$CTX" -ub "$CTX" -t "$THREADS" -tb "$THREADS" \
-        > "$out/llama.log" 2>&1
+        -ctk "$KV" -ctv "$KV" > "$out/llama.log" 2>&1
     llama_ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/llama.log")
     # llama-perplexity prints no throughput; its log lines carry timestamps (M.SS.mmm.uuu):
     # tokens over the time from "calculating perplexity" to "Final estimate", as LSE counts

@@ -3,7 +3,9 @@
 //! `cargo bench -p lse-runtime --bench attention [-- LENGTHS...]` (default 4096 16384 65536).
 //!
 //! Each length is one prefill pass over the whole sequence (`pos0 = 0`); FlashPrefill V2's time
-//! includes its selection (pooling, block scores, block lists), reported separately too. A
+//! includes its selection (pooling, block scores, block lists), reported separately too. Dense
+//! attention runs twice: with f32 queries and with queries rounded to the bf16 cache
+//! ([`ops::Queries`], llama.cpp's rule; the scores on the bf16 dot). A
 //! length given as `LEN:ROWS` instead times a pass of the last ROWS query rows over LEN cache
 //! rows (a chunked prefill's last pass), for lengths where a whole dense pass takes too long.
 //!
@@ -17,7 +19,7 @@ use std::time::Instant;
 
 use half::bf16;
 use lse_runtime::device::{Device, Pool};
-use lse_runtime::ops::{self, AttnShape, FlashPrefillParams, KvSlice, KvView};
+use lse_runtime::ops::{self, AttnShape, FlashPrefillParams, KvSlice, KvView, Queries};
 
 const N_HEADS: usize = 4;
 const HEAD_DIM: usize = 256;
@@ -116,8 +118,10 @@ fn main() {
         dev.arch(),
         rayon::current_num_threads()
     );
-    println!("| length | query rows | dense s | FP2 s (selection s) | speedup | density | max abs diff |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| length | query rows | dense s | dense, bf16 queries s | FP2 s (selection s) | speedup | density | max abs diff |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for (len, rows) in lengths {
         let t = rows.unwrap_or(len).min(len);
         let (q_all, k, v) = inputs(len);
@@ -147,11 +151,15 @@ fn main() {
             &warm,
             &q_all[..warm.t * N_HEADS * HEAD_DIM],
             kv,
+            Queries::F32,
             &mut vec![0.0; warm.t * N_HEADS * HEAD_DIM],
         )
         .expect("warm-up");
-        let dense_s =
-            secs(|| ops::prefill_attention_dense(&dev, &shape, q, kv, &mut dense).expect("dense"));
+        let dense_for = |queries, out: &mut [f32]| {
+            secs(|| ops::prefill_attention_dense(&dev, &shape, q, kv, queries, out).expect("dense"))
+        };
+        let dense_s = dense_for(Queries::F32, &mut dense);
+        let rounded_s = dense_for(Queries::RoundedToBf16Cache, &mut sparse);
         let mut lists = None;
         let select_s = secs(|| {
             lists =
@@ -159,7 +167,8 @@ fn main() {
         });
         let lists = lists.expect("lists");
         let attend_s = secs(|| {
-            ops::prefill_attention_sparse(&dev, &shape, q, kv, &lists, &mut sparse).expect("sparse")
+            ops::prefill_attention_sparse(&dev, &shape, q, kv, &lists, Queries::F32, &mut sparse)
+                .expect("sparse")
         });
         let diff = dense
             .iter()
@@ -168,7 +177,7 @@ fn main() {
             .fold(0.0f32, f32::max);
         let fp2_s = select_s + attend_s;
         println!(
-            "| {len} | {t} | {dense_s:.3} | {fp2_s:.3} ({select_s:.3}) | {:.2}x | {:.1}% | {diff:.2e} |",
+            "| {len} | {t} | {dense_s:.3} | {rounded_s:.3} | {fp2_s:.3} ({select_s:.3}) | {:.2}x | {:.1}% | {diff:.2e} |",
             dense_s / fp2_s,
             100.0 * lists.density()
         );

@@ -4,7 +4,7 @@
 
 use lse_runtime::device::{Device, Pool};
 use lse_runtime::ops;
-use lse_tests::cases::attention::{block_lists, case, dense_cases, sparse_cases};
+use lse_tests::cases::attention::{block_lists, case, dense_cases, rounded, sparse_cases};
 use lse_tests::cases::Dtype;
 use lse_tests::diff::{host_variants, run_cases};
 
@@ -20,7 +20,8 @@ fn sparse_attention_matches_reference() {
 
 /// With every causal block listed, sparse mode visits exactly dense mode's key tiles in the
 /// same order (dense mode's block size differing from the lists' one), so the two agree bit
-/// for bit, on the generated Rust and on every host variant.
+/// for bit, on the generated Rust and on every host variant, with f32 queries and with
+/// queries rounded to a bf16 cache.
 #[test]
 fn sparse_with_every_block_equals_dense_bit_for_bit() {
     use Dtype::*;
@@ -30,6 +31,7 @@ fn sparse_with_every_block_equals_dense_bit_for_bit() {
         (case(Bf16, (300, 61), (4, 1, 256), None), 64),
         (case(F16, (200, 128), (2, 2, 40), None), 128),
         (case(F32, (97, 3), (4, 2, 64), None), 64),
+        (rounded(Bf16, (300, 61), (4, 1, 256), None), 128),
     ];
     for (c, block_size) in cases {
         let x = c.inputs();
@@ -37,8 +39,9 @@ fn sparse_with_every_block_equals_dense_bit_for_bit() {
         for dev in &devices {
             let mut dense = vec![0.0; x.q.len()];
             let mut sparse = vec![0.0; x.q.len()];
-            ops::prefill_attention_dense(dev, &x.shape, &x.q, x.kv(), &mut dense).unwrap();
-            ops::prefill_attention_sparse(dev, &x.shape, &x.q, x.kv(), &lists, &mut sparse)
+            let (kv, queries) = (x.kv(), c.queries);
+            ops::prefill_attention_dense(dev, &x.shape, &x.q, kv, queries, &mut dense).unwrap();
+            ops::prefill_attention_sparse(dev, &x.shape, &x.q, kv, &lists, queries, &mut sparse)
                 .unwrap();
             assert!(dense.iter().all(|x| x.is_finite()), "{c:?}");
             let differ = (0..dense.len()).find(|&i| dense[i].to_bits() != sparse[i].to_bits());

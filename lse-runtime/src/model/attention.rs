@@ -8,7 +8,7 @@ use super::linear::{linear, linear_same_x, WeightMat};
 use super::prefill::PrefillAttention;
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
-use crate::ops::{self, AttnShape, HeadLayout, RopeTable};
+use crate::ops::{self, AttnShape, HeadLayout, Queries, RopeTable};
 
 /// Weights of one full-attention layer, on the engine's device.
 pub struct AttnWeights {
@@ -18,6 +18,9 @@ pub struct AttnWeights {
     o_proj: DeviceWeight,
     q_norm: DeviceBuf<f32>,
     k_norm: DeviceBuf<f32>,
+    /// How the queries meet the cache's keys: the checkpoint's rounding rule
+    /// ([`WeightStore::attention_queries`]).
+    queries: Queries,
 }
 
 impl AttnWeights {
@@ -44,6 +47,7 @@ impl AttnWeights {
                 dev,
                 &ws.norm_weight(&format!("{p}self_attn.k_norm.weight"), hd)?,
             )?,
+            queries: ws.attention_queries(),
         })
     }
 }
@@ -114,7 +118,7 @@ pub fn forward(
         scale: 1.0 / (hd as f32).sqrt(),
     };
     let mut o = dev.scratch::<f32>(t * nh * hd)?;
-    attn.run(&shape, q.view(), cache.view(), o.view_mut())?;
+    attn.run(&shape, q.view(), cache.view(), w.queries, o.view_mut())?;
     drop(q);
     ops::output_gate(dev, &p, nh, hd, &mut o)?;
     linear(dev, o.view(), WeightMat::of(&w.o_proj), out)?;

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use crate::device::{DevSlice, DevSliceMut, Device};
-use crate::ops::{self, AttnShape, FlashPrefillParams, KvView, OpError};
+use crate::ops::{self, AttnShape, FlashPrefillParams, KvView, OpError, Queries};
 
 /// When FlashPrefill V2 runs (`--FlashPrefillV2`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,16 +56,18 @@ impl<'d> PrefillAttention<'d> {
         }
     }
 
-    /// Attention of one pass: `q` and `out` `[t, n_heads, head_dim]`, keys and values from `kv`.
+    /// Attention of one pass: `q` and `out` `[t, n_heads, head_dim]`, keys and values from
+    /// `kv`, the scores' products as `queries` says.
     pub fn run(
         &self,
         shape: &AttnShape,
         q: DevSlice<'_, f32>,
         kv: KvView,
+        queries: Queries,
         out: DevSliceMut<'_, f32>,
     ) -> Result<(), OpError> {
         if !self.is_sparse(shape) {
-            return ops::prefill_attention_dense(self.device, shape, q, kv, out);
+            return ops::prefill_attention_dense(self.device, shape, q, kv, queries, out);
         }
         let lists = ops::flashprefill_select(self.device, shape, q, kv.k, &self.params)?;
         let (kept, causal) = lists.kept_and_causal();
@@ -74,7 +76,7 @@ impl<'d> PrefillAttention<'d> {
             b.0 += kept;
             b.1 += causal;
         }
-        ops::prefill_attention_sparse(self.device, shape, q, kv, &lists, out)
+        ops::prefill_attention_sparse(self.device, shape, q, kv, &lists, queries, out)
     }
 
     /// Kept over causal key blocks of every sparse pass so far; `None` when none ran.
@@ -130,10 +132,14 @@ mod tests {
         };
         let mut out = vec![0.0; q.len()];
         let dense = PrefillAttention::dense(&dev);
-        dense.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
+        dense
+            .run(&s, (&q).into(), kv, Queries::F32, (&mut out).into())
+            .unwrap();
         assert_eq!(dense.density(), None);
         let sparse = PrefillAttention::new(&dev, SparseWhen::Always, params);
-        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
+        sparse
+            .run(&s, (&q).into(), kv, Queries::F32, (&mut out).into())
+            .unwrap();
         // 4 query blocks of 64: the default window of 4 blocks keeps all 1 + 2 + 3 + 4.
         assert_eq!(sparse.density(), Some(1.0));
         // Only the best block and the diagonal: fewer, and the counts accumulate over passes.
@@ -145,10 +151,14 @@ mod tests {
             ..params
         };
         let sparse = PrefillAttention::new(&dev, SparseWhen::Always, tight);
-        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
+        sparse
+            .run(&s, (&q).into(), kv, Queries::F32, (&mut out).into())
+            .unwrap();
         let once = sparse.density().unwrap();
         assert!(once < 1.0, "{once}");
-        sparse.run(&s, (&q).into(), kv, (&mut out).into()).unwrap();
+        sparse
+            .run(&s, (&q).into(), kv, Queries::F32, (&mut out).into())
+            .unwrap();
         assert_eq!(sparse.density(), Some(once));
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::{ModelError, Result};
-use crate::ops::{Activations, AffineFormat, QuantFormat};
+use crate::ops::{Activations, AffineFormat, QuantFormat, Queries};
 
 /// Storage dtype of a weight tensor (or of the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +285,10 @@ pub struct WeightStore {
     conventions: Conventions,
     maps: Vec<(PathBuf, Blob)>,
     entries: HashMap<String, Entry>,
+    /// Whether activations meet 16-bit float weights rounded to their dtype, as llama.cpp's
+    /// CPU backend has them (a GGUF file, or after
+    /// [`WeightStore::round_activations_to_weight_dtype`]).
+    rounds_like_llama_cpp: bool,
 }
 
 impl WeightStore {
@@ -328,6 +332,7 @@ impl WeightStore {
             conventions,
             maps: Vec::new(),
             entries: HashMap::new(),
+            rounds_like_llama_cpp: conventions == Conventions::LlamaCpp,
         }
     }
 
@@ -470,12 +475,24 @@ impl WeightStore {
     /// rounded to its own dtype instead ([`Activations::RoundedToWeight`], what llama.cpp's
     /// CPU backend does against such weights); f32 and quantized weights keep their rule.
     pub fn round_activations_to_weight_dtype(&mut self) {
+        self.rounds_like_llama_cpp = true;
         for e in self.entries.values_mut() {
             if matches!(e.dtype, Ok(Storage::Float(DType::BF16 | DType::F16)))
                 && e.act == Activations::F32
             {
                 e.act = Activations::RoundedToWeight;
             }
+        }
+    }
+
+    /// How the attention's queries meet the KV cache: under llama.cpp's rounding (a GGUF
+    /// file, or 16-bit weights meeting rounded activations) rounded to a bf16 cache's dtype,
+    /// as its CPU flash attention does; else in f32, as transformers computes them.
+    pub fn attention_queries(&self) -> Queries {
+        if self.rounds_like_llama_cpp {
+            Queries::RoundedToBf16Cache
+        } else {
+            Queries::F32
         }
     }
 
@@ -635,5 +652,23 @@ mod tests {
             .collect();
         to_f32(DType::F32, &f, &mut out);
         assert_eq!(out, [7.0, -0.5]);
+    }
+
+    /// The attention's queries follow the checkpoint's rounding rule: f32 for a Hugging Face
+    /// or MLX directory, rounded to a bf16 cache for a GGUF file and once activations are
+    /// rounded to 16-bit weights.
+    #[test]
+    fn attention_queries_round_where_activations_do() {
+        let path = Path::new("m");
+        for (conventions, want) in [
+            (Conventions::HuggingFace, Queries::F32),
+            (Conventions::Mlx, Queries::F32),
+            (Conventions::LlamaCpp, Queries::RoundedToBf16Cache),
+        ] {
+            let mut ws = WeightStore::empty(path, conventions);
+            assert_eq!(ws.attention_queries(), want, "{conventions:?}");
+            ws.round_activations_to_weight_dtype();
+            assert_eq!(ws.attention_queries(), Queries::RoundedToBf16Cache);
+        }
     }
 }

@@ -49,7 +49,7 @@ pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};
 pub use norm::{add_rmsnorm, rmsnorm};
 pub use output_gate::output_gate;
-pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse};
+pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse, Queries};
 pub use quant::{Interleaved, QuantFormat, QuantView};
 pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};
 pub use swiglu::swiglu;

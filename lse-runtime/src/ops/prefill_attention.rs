@@ -1,6 +1,7 @@
 //! Causal prefill attention over a KV cache, dense and in FlashPrefill's block-sparse form,
-//! both launching `attention.prefill_<ty>.v3` (ty = the cache's dtype: bf16, f16, f32) in its
-//! dense or sparse mode. Both write f32 `[t, n_heads, head_dim]`.
+//! both launching `attention.prefill_<ty>.v4` (ty = the cache's dtype: bf16, f16, f32) in its
+//! dense or sparse mode, with the queries meeting the keys as [`Queries`] says. Both write
+//! f32 `[t, n_heads, head_dim]`.
 
 use half::{bf16, f16};
 use lse_kernels::attention::prefill::{prefill_bf16, prefill_f16, prefill_f32};
@@ -27,6 +28,9 @@ const NO_LISTS: [u32; 1] = [0];
 /// The kernel's query and key tiles: 64 rows.
 const TILE: usize = 64;
 
+/// The kernel's chunks of the head dimension: 32.
+const CHUNK: usize = 32;
+
 /// The kernel's `causal` operand ([`causal_mask`]), built once for every launch.
 static CAUSAL: LazyLock<Vec<f32>> = LazyLock::new(causal_mask);
 
@@ -41,14 +45,32 @@ fn causal_mask() -> Vec<f32> {
         .collect()
 }
 
+/// How the queries meet the keys in the scores `q · kᵀ` of the prefill attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Queries {
+    /// In f32: each product is one `fma` of the query and the widened key, in ascending order
+    /// (transformers' f32 attention; llama.cpp's over f16 and f32 caches, whose CPU flash
+    /// attention widens the keys for its f32 tiles).
+    #[default]
+    F32,
+    /// Rounded to bf16 against a bf16 cache, as llama.cpp's CPU flash attention does over a
+    /// bf16 cache (it converts the queries to the keys' dot type): the products are exact
+    /// and run on the target's bf16 dot (`vdpbf16ps`, AMX, MFMA, `mma`), summed in its order
+    /// (`LOOM.md`, "Numeric contract of `tile_dot`"). Against f16 and f32 caches the queries
+    /// stay f32, as [`Queries::F32`].
+    RoundedToBf16Cache,
+}
+
 /// `out[r, h] = Σ_j softmax_j(scale · q[r, h] · k[j, kvh]) · v[j, kvh]` over cache rows
 /// `j <= pos0 + r`, for the `t` query rows of `shape` (`q`, `out`: `[t, n_heads, head_dim]`;
-/// query head `h` reads KV head `h / (n_heads / n_kv_heads)`).
+/// query head `h` reads KV head `h / (n_heads / n_kv_heads)`), the products `q · k` taken
+/// as `queries` says.
 pub fn prefill_attention_dense<'a>(
     dev: &Device,
     shape: &AttnShape,
     q: impl Into<DevSlice<'a, f32>>,
     kv: KvView,
+    queries: Queries,
     out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (q, out) = (q.into(), out.into());
@@ -60,7 +82,7 @@ pub fn prefill_attention_dense<'a>(
         block_size: DENSE_BLOCK,
         max_blocks: 1,
     };
-    launch(dev, shape, q, kv, lists, out)
+    launch(dev, shape, q, kv, queries, lists, out)
 }
 
 /// [`prefill_attention_dense`] restricted to the key blocks `lists` keeps: query block `I`
@@ -73,6 +95,7 @@ pub fn prefill_attention_sparse<'a>(
     q: impl Into<DevSlice<'a, f32>>,
     kv: KvView,
     lists: &BlockLists,
+    queries: Queries,
     out: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (q, out) = (q.into(), out.into());
@@ -85,7 +108,7 @@ pub fn prefill_attention_sparse<'a>(
         block_size: lists.block_size,
         max_blocks: lists.max_blocks,
     };
-    launch(dev, shape, q, kv, lists, out)
+    launch(dev, shape, q, kv, queries, lists, out)
 }
 
 /// The kernel's key-block arguments: its mode, and in sparse mode the checked lists.
@@ -111,20 +134,24 @@ fn launch(
     shape: &AttnShape,
     q: DevSlice<'_, f32>,
     kv: SameDtype,
+    queries: Queries,
     lists: Lists,
     out: DevSliceMut<'_, f32>,
 ) -> Result<(), OpError> {
-    // The kernel's accumulator and query, 64 rows by the head dim (padded to 64) each, per
-    // workgroup.
+    // The kernel's accumulator and f32 query, 64 rows by the head dim (padded to its chunks
+    // of 32) each, per workgroup; with rounded queries (a bf16 cache only) the bf16 query
+    // too, half of that (so its length fits u32 when the other's does).
     let groups = grid(shape);
     let [tiles, heads, _] = groups;
-    let per_group = 2 * shape.head_dim.next_multiple_of(TILE) * TILE;
+    let per_group = 2 * shape.head_dim.next_multiple_of(CHUNK) * TILE;
     let len = tiles as usize * heads as usize * per_group;
     let op = if lists.dense { DENSE } else { SPARSE };
     to_u32(op, "workgroups * 2 * head_dim * 64", len)?;
     let mut work = dev.scratch::<f32>(len)?;
+    let round_q = queries == Queries::RoundedToBf16Cache && matches!(kv, SameDtype::Bf16(..));
     macro_rules! launch {
-        ($kernel:ident, $k:expr, $v:expr) => {
+        ($kernel:ident, $ty:ty, $k:expr, $v:expr) => {{
+            let mut qr = dev.scratch::<$ty>(if round_q { len / 2 } else { 1 })?;
             dev.launch(
                 groups,
                 $kernel::Args {
@@ -136,6 +163,7 @@ fn launch(
                     counts: lists.counts,
                     out,
                     work: work.view_mut(),
+                    qr: qr.view_mut(),
                     t: shape.t as u32,
                     pos0: shape.pos0 as u32,
                     n_heads: shape.n_heads as u32,
@@ -146,14 +174,15 @@ fn launch(
                     block_size: lists.block_size as u32,
                     qblock0: (shape.pos0 / lists.block_size) as u32,
                     max_blocks: lists.max_blocks as u32,
+                    round_q: round_q as u32,
                 },
             )
-        };
+        }};
     }
     match kv {
-        SameDtype::Bf16(k, v) => launch!(prefill_bf16, k, v),
-        SameDtype::F16(k, v) => launch!(prefill_f16, k, v),
-        SameDtype::F32(k, v) => launch!(prefill_f32, k, v),
+        SameDtype::Bf16(k, v) => launch!(prefill_bf16, bf16, k, v),
+        SameDtype::F16(k, v) => launch!(prefill_f16, f16, k, v),
+        SameDtype::F32(k, v) => launch!(prefill_f32, f32, k, v),
     }?;
     Ok(())
 }
@@ -358,7 +387,14 @@ mod tests {
         let f = Fixture::new();
         let (dev, s, q, k, v, kv) = (&f.dev, f.s, &f.q, &f.k, &f.v, f.kv());
         let mut out = f.out();
-        let e = message(prefill_attention_dense(dev, &s, &q[1..], kv, &mut out));
+        let e = message(prefill_attention_dense(
+            dev,
+            &s,
+            &q[1..],
+            kv,
+            Queries::F32,
+            &mut out,
+        ));
         assert!(
             e.contains("attention.prefill_dense") && e.contains("q"),
             "{e}"
@@ -367,26 +403,61 @@ mod tests {
             k: KvSlice::F32((&k[..k.len() - 8]).into()),
             v: KvSlice::F32(v.into()),
         };
-        let e = message(prefill_attention_dense(dev, &s, q, short, &mut out));
+        let e = message(prefill_attention_dense(
+            dev,
+            &s,
+            q,
+            short,
+            Queries::F32,
+            &mut out,
+        ));
         assert!(e.contains("k has"), "{e}");
         let vb: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
         let mixed = KvView {
             k: KvSlice::F32(k.into()),
             v: KvSlice::Bf16((&vb).into()),
         };
-        let e = message(prefill_attention_dense(dev, &s, q, mixed, &mut out));
+        let e = message(prefill_attention_dense(
+            dev,
+            &s,
+            q,
+            mixed,
+            Queries::F32,
+            &mut out,
+        ));
         assert!(e.contains("k is f32 and v is bf16"), "{e}");
         let wide = AttnShape { head_dim: 512, ..s };
-        let e = message(prefill_attention_dense(dev, &wide, q, kv, &mut out));
+        let e = message(prefill_attention_dense(
+            dev,
+            &wide,
+            q,
+            kv,
+            Queries::F32,
+            &mut out,
+        ));
         assert!(e.contains("head_dim 512"), "{e}");
         let odd = AttnShape { n_kv_heads: 3, ..s };
-        let e = message(prefill_attention_dense(dev, &odd, q, kv, &mut out));
+        let e = message(prefill_attention_dense(
+            dev,
+            &odd,
+            q,
+            kv,
+            Queries::F32,
+            &mut out,
+        ));
         assert!(e.contains("not a multiple of n_kv_heads"), "{e}");
         // The kernel scales masked (-inf) scores: 0, a negative or a non-finite scale would
         // turn them into NaN or +inf.
         for scale in [0.0, -0.35, f32::NAN, f32::INFINITY] {
             let bad = AttnShape { scale, ..s };
-            let e = message(prefill_attention_dense(dev, &bad, q, kv, &mut out));
+            let e = message(prefill_attention_dense(
+                dev,
+                &bad,
+                q,
+                kv,
+                Queries::F32,
+                &mut out,
+            ));
             assert!(
                 e.contains(&format!("scale {scale} is not a positive finite number")),
                 "{e}"
@@ -421,6 +492,7 @@ mod tests {
                 &f.q,
                 f.kv(),
                 lists,
+                Queries::F32,
                 &mut out,
             ))
         };
@@ -454,9 +526,19 @@ mod tests {
     fn sparse_with_every_block_is_dense() {
         let f = Fixture::new();
         let mut dense = f.out();
-        prefill_attention_dense(&f.dev, &f.s, &f.q, f.kv(), &mut dense).unwrap();
+        prefill_attention_dense(&f.dev, &f.s, &f.q, f.kv(), Queries::F32, &mut dense).unwrap();
         let mut sparse = f.out();
-        prefill_attention_sparse(&f.dev, &f.s, &f.q, f.kv(), &full_lists(), &mut sparse).unwrap();
+        let lists = full_lists();
+        prefill_attention_sparse(
+            &f.dev,
+            &f.s,
+            &f.q,
+            f.kv(),
+            &lists,
+            Queries::F32,
+            &mut sparse,
+        )
+        .unwrap();
         assert!(dense.iter().all(|x| x.is_finite()));
         let same = dense
             .iter()

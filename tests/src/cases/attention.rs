@@ -1,10 +1,12 @@
 //! Differential cases of the prefill-attention kernel (`attention.prefill_<ty>`, dense and
 //! sparse mode) against [`crate::reference::attention`]: every cache dtype, GQA groups 1 to 4,
 //! head dims that are and are not multiples of 4, passes that start inside a tile or a block,
-//! and cache rows the kernel must not read set to NaN.
+//! cache rows the kernel must not read set to NaN, and queries in f32 and rounded to a bf16
+//! cache ([`Queries`]: the reference rounds them likewise, then computes in f64).
 
+use half::bf16;
 use lse_runtime::device::Device;
-use lse_runtime::ops::{self, AttnShape, BlockLists, KvView};
+use lse_runtime::ops::{self, AttnShape, BlockLists, KvView, Queries};
 
 use super::{boxed, shape, Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol};
@@ -23,6 +25,7 @@ pub struct AttnCase {
     pub head_dim: usize,
     pub extra: usize,
     pub sparse_block: Option<usize>,
+    pub queries: Queries,
     pub seed: u64,
 }
 
@@ -135,6 +138,13 @@ impl AttnCase {
     }
 }
 
+impl AttnCase {
+    /// Whether the kernel's scores are bf16 tile dots: queries rounded to a bf16 cache.
+    fn bf16_scores(&self) -> bool {
+        self.queries == Queries::RoundedToBf16Cache && self.dtype == Dtype::Bf16
+    }
+}
+
 impl Case for AttnCase {
     fn name(&self) -> String {
         format!("{self:?}")
@@ -143,9 +153,12 @@ impl Case for AttnCase {
     fn run(&self, dev: &Device) -> Vec<Out> {
         let x = self.inputs();
         let mut out = vec![0.0; x.q.len()];
+        let queries = self.queries;
         match &x.lists {
-            None => ops::prefill_attention_dense(dev, &x.shape, &x.q, x.kv(), &mut out),
-            Some(l) => ops::prefill_attention_sparse(dev, &x.shape, &x.q, x.kv(), l, &mut out),
+            None => ops::prefill_attention_dense(dev, &x.shape, &x.q, x.kv(), queries, &mut out),
+            Some(l) => {
+                ops::prefill_attention_sparse(dev, &x.shape, &x.q, x.kv(), l, queries, &mut out)
+            }
         }
         .unwrap();
         vec![Out::F32("out", out)]
@@ -155,9 +168,14 @@ impl Case for AttnCase {
         let x = self.inputs();
         let (k, v) = (x.k.widened(), x.v.widened());
         let kv = reference::KvF32 { k: &k, v: &v };
+        let q: Vec<f32> = if self.bf16_scores() {
+            x.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
+        } else {
+            x.q
+        };
         let out = match &x.lists {
-            None => reference::causal(&x.shape, &x.q, kv),
-            Some(l) => reference::block_sparse(&x.shape, &x.q, kv, l),
+            None => reference::causal(&x.shape, &q, kv),
+            Some(l) => reference::block_sparse(&x.shape, &q, kv, l),
         };
         vec![Out::F32("out", out)]
     }
@@ -168,11 +186,19 @@ impl Case for AttnCase {
         // moves a softmax weight by that relative amount, and the weighted sums of up to 700
         // terms add about as much. Observed: at most 3e-7 over these cases; 2e-6 leaves room
         // and still fails on any dropped, extra or misplaced key, which moves outputs by
-        // 1e-4 and more.
+        // 1e-4 and more. Queries rounded to bf16 (or not rounded where they should be) move
+        // scores by about 2^-9 of their size, outputs by 1e-5 to 1e-4: the bound holds the
+        // mode too (the bf16 dot's products are exact; only its sums round, as the f32 ones).
         Tol {
             abs: 2e-6,
             rel: 0.0,
         }
+    }
+
+    /// The f32 scores' dots keep the reference order on every host level; the bf16 ones sum
+    /// in the target's order (AMX's differs, `LOOM.md`), held to the tolerance instead.
+    fn same_order(&self) -> bool {
+        !self.bf16_scores()
     }
 }
 
@@ -193,7 +219,21 @@ pub fn case(
         head_dim,
         extra: 5,
         sparse_block,
+        queries: Queries::F32,
         seed: (t * 1000 + pos0 + head_dim) as u64,
+    }
+}
+
+/// [`case`] with the queries rounded to a bf16 cache ([`Queries::RoundedToBf16Cache`]).
+pub fn rounded(
+    dtype: Dtype,
+    rows: (usize, usize),
+    heads: (usize, usize, usize),
+    sparse_block: Option<usize>,
+) -> AttnCase {
+    AttnCase {
+        queries: Queries::RoundedToBf16Cache,
+        ..case(dtype, rows, heads, sparse_block)
     }
 }
 
@@ -210,6 +250,15 @@ pub fn dense_cases() -> Vec<Box<dyn Case>> {
         // head_dim below 4 (only the remainder loops), a single row, a single tile.
         case(Bf16, (1, 9), (2, 1, 3), None),
         case(F32, (5, 0), (2, 2, 3), None),
+        // Queries rounded to the bf16 cache: the 0.8B shape; head dims of one half-chunk, of
+        // a chunk and a half (the second half of the last chunk past head_dim) and below 4.
+        rounded(Bf16, (300, 0), (4, 1, 256), None),
+        rounded(Bf16, (181, 37), (4, 2, 32), None),
+        rounded(Bf16, (70, 130), (3, 3, 100), None),
+        rounded(Bf16, (1, 9), (2, 1, 3), None),
+        // Against f16 and f32 caches the queries stay f32.
+        rounded(F16, (181, 37), (4, 2, 64), None),
+        rounded(F32, (70, 130), (3, 3, 40), None),
     ])
 }
 
@@ -224,6 +273,8 @@ pub fn sparse_cases() -> Vec<Box<dyn Case>> {
         case(F32, (333, 200), (4, 4, 40), Some(64)),
         // A pass inside one block; head_dim 100 leaves partial staging slices.
         case(Bf16, (20, 70), (2, 1, 100), Some(128)),
+        rounded(Bf16, (490, 213), (4, 1, 256), Some(64)),
+        rounded(Bf16, (20, 70), (2, 1, 100), Some(128)),
     ])
 }
 
