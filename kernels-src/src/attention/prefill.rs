@@ -24,8 +24,8 @@
 //! dimensions at a time: a tile for all 256 would take the whole 64 KiB): loaded, scaled by
 //! the row's factor, added `P · v` by a tile dot and stored back; at the end divided by `l`
 //! into `out`. The query's chunks are copied into scratch once, zero-padded, and loaded from
-//! there for every key tile. Keys and values are widened to f32 by the tile loads, once per 64
-//! query rows (v1 staged them once per 16). v2 kept the accumulator in `out` and read the
+//! there for every key tile. Values, and keys for f32 scores, are widened to f32 by the tile
+//! loads, once per 64 query rows (v1 staged them once per 16). v2 kept the accumulator in `out` and read the
 //! query from `q`, whose rows lie `n_heads * head_dim` floats apart (8 KiB in Qwen3.5-0.8B): a
 //! window's 64 rows fell into a few sets of the host's L1 cache and its loads and stores
 //! missed; in `work` each 64-row block is contiguous. v3 gives v2's values.
