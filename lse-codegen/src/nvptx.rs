@@ -33,21 +33,22 @@ pub(crate) fn ptx_features(sm: &str) -> Result<&'static str, String> {
     }
 }
 
-/// Shared memory of one SM of `sm` (what CUDA lets a kernel's blocks use in all) and what
-/// CUDA reserves of it per resident block, in bytes.
-fn shared_per_sm(sm: &str) -> (u32, u32) {
+/// Shared memory of one SM of `sm` that CUDA lets the resident blocks use in all, in bytes.
+fn shared_per_sm(sm: &str) -> u32 {
     match sm {
-        "sm_80" => (164 * 1024, 1024),
+        "sm_80" => 164 * 1024,
         // sm_90 ([`module_text`] refuses other archs first).
-        _ => (228 * 1024, 1024),
+        _ => 228 * 1024,
     }
 }
+
+/// Shared memory CUDA reserves per resident block (sm_80 and later), in bytes.
+const RESERVED_PER_BLOCK: u32 = 1024;
 
 /// How many blocks with `dynamic` bytes of dynamic shared memory one SM of `sm` holds at
 /// once (at least 1).
 fn resident_blocks(sm: &str, dynamic: u32) -> u32 {
-    let (per_sm, reserved) = shared_per_sm(sm);
-    (per_sm / (dynamic + reserved)).max(1)
+    (shared_per_sm(sm) / (dynamic + RESERVED_PER_BLOCK)).max(1)
 }
 
 fn barrier(e: &mut Emitter) {
