@@ -4,7 +4,6 @@
 //! cache rows the kernel must not read set to NaN, and queries in f32 and rounded to a bf16
 //! cache ([`Queries`]: the reference rounds them likewise, then computes in f64).
 
-use half::bf16;
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, AttnShape, BlockLists, KvView, Queries};
 
@@ -168,8 +167,8 @@ impl Case for AttnCase {
         let x = self.inputs();
         let (k, v) = (x.k.widened(), x.v.widened());
         let kv = reference::KvF32 { k: &k, v: &v };
-        let q: Vec<f32> = if self.bf16_scores() {
-            x.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
+        let q = if self.bf16_scores() {
+            Stored::new(&x.q, Dtype::Bf16).widened()
         } else {
             x.q
         };
