@@ -387,14 +387,17 @@ mod tests {
         let f = Fixture::new();
         let (dev, s, q, k, v, kv) = (&f.dev, f.s, &f.q, &f.k, &f.v, f.kv());
         let mut out = f.out();
-        let e = message(prefill_attention_dense(
-            dev,
-            &s,
-            &q[1..],
-            kv,
-            Queries::F32,
-            &mut out,
-        ));
+        let mut refused = |s: &AttnShape, q: &[f32], kv: KvView| {
+            message(prefill_attention_dense(
+                dev,
+                s,
+                q,
+                kv,
+                Queries::F32,
+                &mut out,
+            ))
+        };
+        let e = refused(&s, &q[1..], kv);
         assert!(
             e.contains("attention.prefill_dense") && e.contains("q"),
             "{e}"
@@ -403,61 +406,26 @@ mod tests {
             k: KvSlice::F32((&k[..k.len() - 8]).into()),
             v: KvSlice::F32(v.into()),
         };
-        let e = message(prefill_attention_dense(
-            dev,
-            &s,
-            q,
-            short,
-            Queries::F32,
-            &mut out,
-        ));
+        let e = refused(&s, q, short);
         assert!(e.contains("k has"), "{e}");
         let vb: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
         let mixed = KvView {
             k: KvSlice::F32(k.into()),
             v: KvSlice::Bf16((&vb).into()),
         };
-        let e = message(prefill_attention_dense(
-            dev,
-            &s,
-            q,
-            mixed,
-            Queries::F32,
-            &mut out,
-        ));
+        let e = refused(&s, q, mixed);
         assert!(e.contains("k is f32 and v is bf16"), "{e}");
         let wide = AttnShape { head_dim: 512, ..s };
-        let e = message(prefill_attention_dense(
-            dev,
-            &wide,
-            q,
-            kv,
-            Queries::F32,
-            &mut out,
-        ));
+        let e = refused(&wide, q, kv);
         assert!(e.contains("head_dim 512"), "{e}");
         let odd = AttnShape { n_kv_heads: 3, ..s };
-        let e = message(prefill_attention_dense(
-            dev,
-            &odd,
-            q,
-            kv,
-            Queries::F32,
-            &mut out,
-        ));
+        let e = refused(&odd, q, kv);
         assert!(e.contains("not a multiple of n_kv_heads"), "{e}");
         // The kernel scales masked (-inf) scores: 0, a negative or a non-finite scale would
         // turn them into NaN or +inf.
         for scale in [0.0, -0.35, f32::NAN, f32::INFINITY] {
             let bad = AttnShape { scale, ..s };
-            let e = message(prefill_attention_dense(
-                dev,
-                &bad,
-                q,
-                kv,
-                Queries::F32,
-                &mut out,
-            ));
+            let e = refused(&bad, q, kv);
             assert!(
                 e.contains(&format!("scale {scale} is not a positive finite number")),
                 "{e}"
