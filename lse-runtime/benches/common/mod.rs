@@ -2,17 +2,23 @@
 
 use std::time::Instant;
 
-/// `n` values in [-scale, scale) from a 64-bit linear congruential generator.
+/// Deterministic uniform values in [-1, 1): a 64-bit linear congruential generator.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// `n` values in [-scale, scale) from [`Lcg`] seeded with `seed`.
 pub fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    let mut rng = Lcg(seed);
+    (0..n).map(|_| rng.next() * scale).collect()
 }
 
 /// Best wall time of at least `min_reps` runs of `f`, running more while their total stays
