@@ -25,8 +25,8 @@
 //! kernel ms of a 4-chunk Q8_0 run after v3, 455 of 7,052 after this kernel. A term decayed by
 //! `e^-69` is 2^-99 of its undecayed size, far below f32's 2^-24 resolution, so it can move a sum
 //! only where every other term is smaller still: the three 0.8B-shaped GGUF files score the same
-//! perplexity to the last digit after v3 and after v4 (README, "Subnormal decays"). `exp` sees only
-//! arguments from -69 up, so it forms no subnormal either.
+//! perplexity to the last digit after v3 and after v4 (`docs/measurements.md`, "Subnormal
+//! decays"). `exp` sees only arguments from -69 up, so it forms no subnormal either.
 //!
 //! Shared memory and tiles: `64 * 64 + 64` floats and 24 KiB = 40.25 KiB.
 
