@@ -8,7 +8,7 @@ use super::linear::{linear, linear_same_x, WeightMat};
 use super::prefill::PrefillAttention;
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
-use crate::ops::{self, AttnShape, HeadLayout, Queries, RopeTable};
+use crate::ops::{self, AttnShape, HeadLayout, KvRounding, Queries, RopeTable};
 
 /// Weights of one full-attention layer, on the engine's device.
 pub struct AttnWeights {
@@ -21,6 +21,9 @@ pub struct AttnWeights {
     /// How the queries meet the cache's keys: the checkpoint's rounding rule
     /// ([`WeightStore::attention_queries`]).
     queries: Queries,
+    /// How its keys and values go into the cache: the same rule
+    /// ([`WeightStore::kv_rounding`]).
+    kv_rounding: KvRounding,
 }
 
 impl AttnWeights {
@@ -48,6 +51,7 @@ impl AttnWeights {
                 &ws.norm_weight(&format!("{p}self_attn.k_norm.weight"), hd)?,
             )?,
             queries: ws.attention_queries(),
+            kv_rounding: ws.kv_rounding(),
         })
     }
 }
@@ -106,7 +110,7 @@ pub fn forward(
     };
     ops::qk_norm_rope(dev, &k_raw, k_layout, &w.k_norm, eps, rope, &mut k)?;
     drop(k_raw);
-    cache.write(dev, pos0, k.view(), v.view())?;
+    cache.write(dev, pos0, k.view(), v.view(), w.kv_rounding)?;
     drop((k, v));
 
     let shape = AttnShape {

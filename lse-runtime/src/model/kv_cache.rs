@@ -7,7 +7,7 @@ use half::{bf16, f16};
 
 use super::weights::DType;
 use crate::device::{BufError, DevSlice, Device, DeviceBuf, Elem};
-use crate::ops::{self, KvCacheMut, KvSlice, KvView, OpError};
+use crate::ops::{self, KvCacheMut, KvRounding, KvSlice, KvView, OpError};
 
 /// KV-cache dtype used unless the user asks otherwise (llama.cpp's default is f16; LSE keeps
 /// bf16 because Qwen3.5 checkpoints are bf16 and bf16 has f32's range).
@@ -73,20 +73,21 @@ impl KvCache {
         self.capacity
     }
     /// Stores the K and V rows of tokens `pos0..`, `k` and `v` holding whole rows of nKV·hd
-    /// values, rounding to the cache dtype (`attention.kv_write` on `dev`).
+    /// values, rounding to the cache dtype as `rounding` says (`attention.kv_write` on `dev`).
     pub fn write(
         &mut self,
         dev: &Device,
         pos0: usize,
         k: DevSlice<'_, f32>,
         v: DevSlice<'_, f32>,
+        rounding: KvRounding,
     ) -> std::result::Result<(), OpError> {
         let cache = match &mut self.store {
             KvStore::Bf16(kc, vc) => KvCacheMut::Bf16(kc.view_mut(), vc.view_mut()),
             KvStore::F16(kc, vc) => KvCacheMut::F16(kc.view_mut(), vc.view_mut()),
             KvStore::F32(kc, vc) => KvCacheMut::F32(kc.view_mut(), vc.view_mut()),
         };
-        ops::kv_write(dev, k, v, self.row, pos0, cache)
+        ops::kv_write(dev, k, v, self.row, pos0, cache, rounding)
     }
     /// The whole cache (every token slot, written or not) as the attention kernels take it.
     pub fn view(&self) -> KvView<'_> {
@@ -285,7 +286,8 @@ mod tests {
         for (dt, tol) in [(DType::F32, 0.0), (DType::F16, 1e-3), (DType::BF16, 1e-2)] {
             let mut c = KvCache::new(&dev, dt, 3, 4).unwrap();
             let (k, v) = ([1.0, 2.0, 0.3, -4.0], [0.1, 0.2, 0.3, 0.4]);
-            c.write(&dev, 1, (&k).into(), (&v).into()).unwrap();
+            c.write(&dev, 1, (&k).into(), (&v).into(), KvRounding::CacheDtype)
+                .unwrap();
             let (k, v) = c.to_f32().unwrap();
             assert_eq!(k.len(), 12);
             assert_eq!(&k[..4], &[0.0; 4]);

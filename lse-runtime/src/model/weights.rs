@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::{ModelError, Result};
-use crate::ops::{Activations, AffineFormat, QuantFormat, Queries};
+use crate::ops::{Activations, AffineFormat, KvRounding, QuantFormat, Queries};
 
 /// Storage dtype of a weight tensor (or of the KV cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -496,6 +496,17 @@ impl WeightStore {
         }
     }
 
+    /// How a pass's keys and values go into the KV cache: under llama.cpp's rounding through
+    /// f16 into an f32 cache, which its flash attention casts to f16 before reading; else
+    /// rounded to the cache's dtype only.
+    pub fn kv_rounding(&self) -> KvRounding {
+        if self.rounds_like_llama_cpp {
+            KvRounding::F32ThroughF16
+        } else {
+            KvRounding::CacheDtype
+        }
+    }
+
     /// True if a tensor with this exact name exists.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)
@@ -654,21 +665,27 @@ mod tests {
         assert_eq!(out, [7.0, -0.5]);
     }
 
-    /// The attention's queries follow the checkpoint's rounding rule: f32 for a Hugging Face
-    /// or MLX directory, rounded to a bf16 cache for a GGUF file and once activations are
-    /// rounded to 16-bit weights.
+    /// The attention's queries and the KV cache's values follow the checkpoint's rounding
+    /// rule: as transformers computes them for a Hugging Face or MLX directory; for a GGUF
+    /// file and once activations are rounded to 16-bit weights, as llama.cpp's flash
+    /// attention reads the cache (queries rounded to a bf16 cache, an f32 cache through f16).
     #[test]
-    fn attention_queries_round_where_activations_do() {
+    fn attention_reads_the_cache_as_llama_cpp_where_activations_round() {
         let path = Path::new("m");
+        let llama = (Queries::RoundedToBf16Cache, KvRounding::F32ThroughF16);
         for (conventions, want) in [
-            (Conventions::HuggingFace, Queries::F32),
-            (Conventions::Mlx, Queries::F32),
-            (Conventions::LlamaCpp, Queries::RoundedToBf16Cache),
+            (
+                Conventions::HuggingFace,
+                (Queries::F32, KvRounding::CacheDtype),
+            ),
+            (Conventions::Mlx, (Queries::F32, KvRounding::CacheDtype)),
+            (Conventions::LlamaCpp, llama),
         ] {
             let mut ws = WeightStore::empty(path, conventions);
-            assert_eq!(ws.attention_queries(), want, "{conventions:?}");
+            let rule = |ws: &WeightStore| (ws.attention_queries(), ws.kv_rounding());
+            assert_eq!(rule(&ws), want, "{conventions:?}");
             ws.round_activations_to_weight_dtype();
-            assert_eq!(ws.attention_queries(), Queries::RoundedToBf16Cache);
+            assert_eq!(rule(&ws), llama);
         }
     }
 }

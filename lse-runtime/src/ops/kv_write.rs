@@ -1,5 +1,5 @@
-//! `attention.kv_write_<ty>.v1`: one pass's keys and values into the KV cache, rounded to the
-//! cache dtype.
+//! `attention.kv_write_<ty>.v2`: one pass's keys and values into the KV cache, rounded to the
+//! cache dtype, or for an f32 cache through f16 as llama.cpp's flash attention reads it.
 
 use lse_kernels::attention::kv_write::{kv_write_bf16, kv_write_f16, kv_write_f32};
 
@@ -7,6 +7,18 @@ use half::{bf16, f16};
 
 use super::{check_len, to_u32, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
+
+/// How a pass's keys and values are rounded into the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvRounding {
+    /// To the cache's dtype (round to nearest even; a copy for an f32 cache).
+    CacheDtype,
+    /// An f32 cache holds each value rounded to f16 (then widened exactly): llama.cpp's flash
+    /// attention casts an f32 cache's keys and values to f16 before it reads them, so this is
+    /// the cache its scores see. bf16 and f16 caches round to their dtype, as
+    /// [`KvRounding::CacheDtype`].
+    F32ThroughF16,
+}
 
 /// A KV cache's keys and values (`[capacity, row]` each), writable, in their stored dtype.
 pub enum KvCacheMut<'a> {
@@ -27,7 +39,7 @@ impl KvCacheMut<'_> {
 }
 
 /// Writes `k` and `v` (`[t, row]` f32) into rows `pos0..pos0 + t` of the caches (`[capacity,
-/// row]`, one dtype), rounding to nearest even.
+/// row]`, one dtype), rounding to nearest even as `rounding` says.
 pub fn kv_write<'a>(
     dev: &Device,
     k: impl Into<DevSlice<'a, f32>>,
@@ -35,9 +47,10 @@ pub fn kv_write<'a>(
     row: usize,
     pos0: usize,
     cache: KvCacheMut<'_>,
+    rounding: KvRounding,
 ) -> Result<(), OpError> {
     let (k, v) = (k.into(), v.into());
-    const OP: &str = "attention.kv_write.v1";
+    const OP: &str = "attention.kv_write.v2";
     if row == 0 {
         return Err(OpError::Invalid {
             op: OP,
@@ -65,6 +78,8 @@ pub fn kv_write<'a>(
         return Ok(());
     }
     let (grid, row, pos0) = ([t as u32, 1, 1], row as u32, pos0 as u32);
+    let through_f16 =
+        u32::from(rounding == KvRounding::F32ThroughF16 && matches!(cache, KvCacheMut::F32(..)));
     macro_rules! launch {
         ($kernel:ident, $kc:expr, $vc:expr) => {
             dev.launch(
@@ -76,6 +91,7 @@ pub fn kv_write<'a>(
                     v_cache: $vc,
                     row,
                     pos0,
+                    through_f16,
                 },
             )
         };
@@ -105,6 +121,7 @@ mod tests {
             3,
             2,
             KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+            KvRounding::CacheDtype,
         )
         .unwrap_err();
         assert!(
@@ -120,6 +137,7 @@ mod tests {
             3,
             0,
             KvCacheMut::F32((&mut kc).into(), (&mut short).into()),
+            KvRounding::CacheDtype,
         )
         .unwrap_err();
         assert!(
@@ -134,6 +152,7 @@ mod tests {
             3,
             0,
             KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+            KvRounding::CacheDtype,
         )
         .unwrap_err();
         assert!(
@@ -147,9 +166,48 @@ mod tests {
             3,
             1,
             KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+            KvRounding::CacheDtype,
         )
         .unwrap();
         assert_eq!(kc, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(vc, [0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]);
+    }
+
+    #[test]
+    fn an_f32_cache_through_f16_holds_each_value_rounded_to_f16_on_every_cpu_device() {
+        // Values f16 rounds up, down and to even, one past its range and one below its
+        // smallest subnormal, with their exact f32 bits.
+        let k = [
+            1.0 + 2f32.powi(-11) + 2f32.powi(-20),
+            1.0 + 2f32.powi(-12),
+            70000.0,
+            1e-9,
+        ];
+        let v = [-(1.0 + 3.0 * 2f32.powi(-11)), 0.1, -70000.0, 3.0e-8];
+        let rounded =
+            |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| f16::from_f32(x).to_f32()).collect() };
+        for pool in [Pool::Cpu, Pool::Host] {
+            let dev = Device::open(pool).unwrap();
+            for (rounding, want_k, want_v) in [
+                (KvRounding::CacheDtype, k.to_vec(), v.to_vec()),
+                (KvRounding::F32ThroughF16, rounded(&k), rounded(&v)),
+            ] {
+                let (mut kc, mut vc) = (vec![5.0f32; 8], vec![5.0f32; 8]);
+                let cache = KvCacheMut::F32((&mut kc).into(), (&mut vc).into());
+                kv_write(&dev, &k, &v, 4, 1, cache, rounding).unwrap();
+                let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&kc[4..]), bits(&want_k), "{pool:?} {rounding:?}");
+                assert_eq!(bits(&vc[4..]), bits(&want_v), "{pool:?} {rounding:?}");
+                assert_eq!(kc[..4], [5.0; 4]);
+            }
+            // A 16-bit cache rounds to its own dtype either way.
+            for rounding in [KvRounding::CacheDtype, KvRounding::F32ThroughF16] {
+                let (mut kc, mut vc) = (vec![bf16::ZERO; 4], vec![bf16::ZERO; 4]);
+                let cache = KvCacheMut::Bf16((&mut kc).into(), (&mut vc).into());
+                kv_write(&dev, &k, &v, 4, 0, cache, rounding).unwrap();
+                let want: Vec<bf16> = k.iter().map(|&x| bf16::from_f32(x)).collect();
+                assert_eq!(kc, want, "{pool:?} {rounding:?}");
+            }
+        }
     }
 }

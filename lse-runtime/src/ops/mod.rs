@@ -43,7 +43,7 @@ pub use flashprefill::{
 };
 pub use gemm::{gemm, gemm_same_x, quantize_activations, Activations, GemmJob, GemmOut};
 pub use gemm_int::{integer_gemm_activations, interleave, interleave_into, interleaved_len};
-pub use kv_write::{kv_write, KvCacheMut};
+pub use kv_write::{kv_write, KvCacheMut, KvRounding};
 pub use lm_head::{lm_head, lm_head_dev, lm_head_dev_act, HeadWeight, WeightView};
 pub use lse_pick::{lse_pick, lse_pick_dev, LsePick};
 pub use moe::{moe_combine, moe_gather, moe_router, ExpertSlots, Routing};

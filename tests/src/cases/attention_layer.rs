@@ -13,7 +13,7 @@
 
 use half::{bf16, f16};
 use lse_runtime::device::Device;
-use lse_runtime::ops::{self, HeadLayout, KvCacheMut, RopeTable};
+use lse_runtime::ops::{self, HeadLayout, KvCacheMut, KvRounding, RopeTable};
 
 use super::{Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol, SAME_ORDER};
@@ -134,6 +134,7 @@ struct KvWriteCase {
     pos0: usize,
     capacity: usize,
     dtype: Dtype,
+    rounding: KvRounding,
 }
 
 impl KvWriteCase {
@@ -150,8 +151,8 @@ impl KvWriteCase {
 impl Case for KvWriteCase {
     fn name(&self) -> String {
         format!(
-            "kv_write t={} row={} pos0={} capacity={} {:?}",
-            self.t, self.row, self.pos0, self.capacity, self.dtype
+            "kv_write t={} row={} pos0={} capacity={} {:?} {:?}",
+            self.t, self.row, self.pos0, self.capacity, self.dtype, self.rounding
         )
     }
 
@@ -163,7 +164,7 @@ impl Case for KvWriteCase {
                 let mut kc: Vec<$ty> = old.iter().map(|&x| <$ty>::from_f32(x)).collect();
                 let mut vc = kc.clone();
                 let cache = KvCacheMut::$variant((&mut kc).into(), (&mut vc).into());
-                ops::kv_write(dev, &k, &v, row, pos0, cache).unwrap();
+                ops::kv_write(dev, &k, &v, row, pos0, cache, self.rounding).unwrap();
                 let widen = |c: Vec<$ty>| c.into_iter().map(|x| x.to_f32()).collect();
                 (widen(kc), widen(vc))
             }};
@@ -180,6 +181,7 @@ impl Case for KvWriteCase {
                     row,
                     pos0,
                     KvCacheMut::F32((&mut kc).into(), (&mut vc).into()),
+                    self.rounding,
                 )
                 .unwrap();
                 (kc, vc)
@@ -193,8 +195,14 @@ impl Case for KvWriteCase {
         let at = self.pos0 * self.row..(self.pos0 + self.t) * self.row;
         let mut kc = Stored::new(&old, self.dtype).widened();
         let mut vc = kc.clone();
-        kc[at.clone()].copy_from_slice(&Stored::new(&k, self.dtype).widened());
-        vc[at].copy_from_slice(&Stored::new(&v, self.dtype).widened());
+        // Through f16, an f32 cache holds f16's values (70000 becomes infinite); 16-bit
+        // caches round to their own dtype either way.
+        let written = match (self.rounding, self.dtype) {
+            (KvRounding::F32ThroughF16, Dtype::F32) => Dtype::F16,
+            _ => self.dtype,
+        };
+        kc[at.clone()].copy_from_slice(&Stored::new(&k, written).widened());
+        vc[at].copy_from_slice(&Stored::new(&v, written).widened());
         vec![Out::F32("k_cache", kc), Out::F32("v_cache", vc)]
     }
 
@@ -239,14 +247,17 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         out.push(Box::new(GateCase { t, heads, head_dim }));
     }
     for dtype in [Dtype::Bf16, Dtype::F16, Dtype::F32] {
-        for (t, row, pos0, capacity) in [(3, 512, 2, 8), (1, 1, 0, 1), (4, 300, 5, 9)] {
-            out.push(Box::new(KvWriteCase {
-                t,
-                row,
-                pos0,
-                capacity,
-                dtype,
-            }));
+        for rounding in [KvRounding::CacheDtype, KvRounding::F32ThroughF16] {
+            for (t, row, pos0, capacity) in [(3, 512, 2, 8), (1, 1, 0, 1), (4, 300, 5, 9)] {
+                out.push(Box::new(KvWriteCase {
+                    t,
+                    row,
+                    pos0,
+                    capacity,
+                    dtype,
+                    rounding,
+                }));
+            }
         }
     }
     out
