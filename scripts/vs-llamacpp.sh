@@ -8,8 +8,9 @@
 # e.g. the one the llama-cpp-python 0.3.36 sdist vendors, configured with -DGGML_NATIVE=OFF,
 # the GGML_AVX512*/AVX2/FMA/F16C options on and the GGML_AMX_* options off (README,
 # "GGUF checkpoints"). Settings: CTX (512), CHUNKS (8), THREADS (2), TEXT (wiki.test.raw),
-# KV (f16, llama.cpp's default cache type; both tools get it). Both tools score ctx/2 tokens
-# per chunk.
+# KV (f16, llama.cpp's default cache type; both tools get it), UBATCH (CTX: the rows of each
+# forward pass, `--ubatch-size` / `-ub`; the batch is CTX). Both tools score ctx/2 tokens per
+# chunk.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/scripts/env.sh"
@@ -19,6 +20,7 @@ CHUNKS="${CHUNKS:-8}"
 THREADS="${THREADS:-2}"
 TEXT="${TEXT:-$here/data/wikitext-2-raw/wiki.test.raw}"
 KV="${KV:-f16}"
+UBATCH="${UBATCH:-$CTX}"
 bin="$LLAMA_CPP/build/bin"
 [ -x "$bin/llama-perplexity" ] || { echo "no $bin/llama-perplexity: build llama.cpp first" >&2; exit 1; }
 cargo build --release --locked -p lse-cli >&2
@@ -29,12 +31,12 @@ printf '%-28s %14s %14s %10s %12s %12s %7s\n' file lse_ppl llama_ppl rel_gap lse
 for f in "$@"; do
     RAYON_NUM_THREADS="$THREADS" "$lse" perplexity --model "$f" --perplexity "$TEXT" \
         --perplexity-ctx "$CTX" --perplexity-chunks "$CHUNKS" --batch-size "$CTX" \
-        --ubatch-size "$CTX" --kv-len "$CTX" --kv-cache-dtype "$KV" --quiet \
+        --ubatch-size "$UBATCH" --kv-len "$CTX" --kv-cache-dtype "$KV" --quiet \
         --perplexity-output "$out/lse.json"
     lse_ppl=$(jq .perplexity "$out/lse.json")
     lse_tps=$(jq .prefill_tokens_per_second "$out/lse.json")
     LD_LIBRARY_PATH="$bin" "$bin/llama-perplexity" -m "$f" -f "$TEXT" -c "$CTX" \
-        --chunks "$CHUNKS" -b "$CTX" -ub "$CTX" -t "$THREADS" -tb "$THREADS" \
+        --chunks "$CHUNKS" -b "$CTX" -ub "$UBATCH" -t "$THREADS" -tb "$THREADS" \
         -ctk "$KV" -ctv "$KV" > "$out/llama.log" 2>&1
     llama_ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/llama.log")
     # llama-perplexity prints no throughput; its log lines carry timestamps (M.SS.mmm.uuu):
