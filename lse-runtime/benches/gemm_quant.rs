@@ -1,7 +1,8 @@
 //! Benchmark of the GEMM on K-quant weights kept in their block format, run with
 //! `cargo bench -p lse-runtime --bench gemm_quant` (2 threads: `RAYON_NUM_THREADS=2`).
 //!
-//! For Q4_K, Q5_K, Q6_K and Q8_0 weights of the Qwen3.5-0.8B prefill shapes at M = 512, on the
+//! For Q4_K, Q5_K, Q6_K and Q8_0 weights of the Qwen3.5-0.8B prefill shapes at M = 512 and its
+//! LM head at M = 128 (a Q4_K_M file's head is Q6_K), on the
 //! best host level this CPU runs, in one run: GFLOP/s of the integer GEMM (`act_quant.q8_k_int`,
 //! then `gemm.xwt_<q>_q8_k`, byte tile dots into i32; `act_quant.q8_0_int` and
 //! `gemm.xwt_q8_0_q8_0` for Q8_0) and of the f32 path it replaced (the activations rounded
@@ -20,12 +21,13 @@ use lse_runtime::ops::{
 use common::{best_within, random};
 
 /// (name, M, N, K).
-const SHAPES: [(&str, usize, usize, usize); 5] = [
+const SHAPES: [(&str, usize, usize, usize); 6] = [
     ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
     ("attn o / q", 512, 2048, 1024),
     ("mlp gate / up", 512, 3584, 1024),
     ("mlp down", 512, 1024, 3584),
     ("attn o_proj", 512, 1024, 2048),
+    ("lm head, M = 128", 128, 248320, 1024),
 ];
 
 /// `rows x k` values of `format`: random bytes, each block's f16 scales (`d`, and `dmin`
