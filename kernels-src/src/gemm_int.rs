@@ -40,7 +40,13 @@
 //! The activations come in `act_quant.q8_k_int`'s layout: four 8-bit values to a word, a K
 //! step's 32 values of the workgroup's 48 rows one after another, so each `a` tile is one
 //! run of 1.5 KiB, which `tile_load_packed` reads in place on the host (v5 held a word per
-//! value, and each step narrowed its 6 KiB to bytes in a copy).
+//! value, and each step narrowed its 6 KiB to bytes in a copy). The `a` windows take all 48
+//! rows of a block, also the last block's rows past `m` (the buffer holds whole blocks, zeros
+//! past `m` as the op allocates it; whatever they held, their sums stay in their own rows of
+//! `isum`, which meet a `d_x` loaded as 0 and which the store leaves out): v6 (Q8_0 v3) cut
+//! the last block's window at `m`, which the host copied through gathers, one vector gather
+//! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (three row
+//! blocks, the last of 32 rows).
 //!
 //! Grid (all three): x = ceil(n / 64) column blocks of `y` (the groups of 64 rows), y =
 //! ceil(m / 48) row blocks; a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did
@@ -55,7 +61,7 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 6, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 7, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -131,7 +137,7 @@ fn gemm_xwt_q4_k_q8_k(
                 xq,
                 (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
                 BK / 4,
-                m - row0,
+                BM,
                 BK,
             );
             tile_load(sc, ws, j * BN, BN, 1, BN);
@@ -161,7 +167,7 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 6, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 7, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -238,7 +244,7 @@ fn gemm_xwt_q5_k_q8_k(
                 xq,
                 (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
                 BK / 4,
-                m - row0,
+                BM,
                 BK,
             );
             tile_load(sc, ws, j * BN, BN, 1, BN);
@@ -272,7 +278,7 @@ fn gemm_xwt_q5_k_q8_k(
 /// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
 /// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
 /// exactly, as before.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 6, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 7, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -355,7 +361,7 @@ fn gemm_xwt_q6_k_q8_k(
                 xq,
                 (group_id_y() * (k / 32) + sb * 8 + step) * BM * (BK / 4) + j * (BS / 4),
                 BK / 4,
-                m - row0,
+                BM,
                 BS,
             );
             tile_load(sc, ws, 0, BN, 1, BN);
@@ -379,7 +385,7 @@ fn gemm_xwt_q6_k_q8_k(
 /// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
 /// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 3, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 4, workgroup = 64)]
 fn gemm_xwt_q8_0_q8_0(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 32)],
@@ -426,7 +432,7 @@ fn gemm_xwt_q8_0_q8_0(
             xq,
             (group_id_y() * (k / 32) + sb) * BM * (BK / 4),
             BK / 4,
-            m - row0,
+            BM,
             BK,
         );
         tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
