@@ -135,9 +135,7 @@ impl AttnCase {
             lists,
         }
     }
-}
 
-impl AttnCase {
     /// Whether the kernel's scores are bf16 tile dots: queries rounded to a bf16 cache.
     fn bf16_scores(&self) -> bool {
         self.queries == Queries::RoundedToBf16Cache && self.dtype == Dtype::Bf16
