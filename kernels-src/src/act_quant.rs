@@ -97,11 +97,17 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// rows `k` apart fell into the same few cache sets (and v5, a word per value, took four
 /// times the memory, which the GEMMs narrowed to bytes at every step).
 ///
-/// `max` is `broadcast` from the argmax's work-item (read through the argmax's index, every
-/// work-item's load of it was a gather on the host) and the sums row sums of `[8, 32]` and
-/// `[16, 16]` tiles of the `q` (a subgroup sum per 32 work-items was a tree of gathers and
-/// scatters there).
-#[kernel(name = "act_quant.q8_k_int", version = 6, workgroup = 256)]
+/// v7 (64 work-items, four values each: `j · 64 + local_id()`, j = 0..3): each work-item
+/// takes the first of its four values with the largest magnitude, and one `argmax` over the
+/// work-items, ties to the lower position, gives the block's first; `max` is `broadcast` from
+/// the work-item holding it, and the sums are row sums of `[8, 32]` and `[16, 16]` tiles of
+/// the `q`. v6 gave each of 256 work-items one value: its collectives, its per-work-item
+/// scalars (two divisions each) and its stores of `d` and the sums (a masked scatter per 16
+/// work-items on the host) ran over 16 vectors a block where these run over 4. Same values
+/// for every input without NaN; a NaN never wins (it did not in v6 either), and a block
+/// without a positive magnitude (all zeros, or all NaN) is stored as zeros with `d` 0, as
+/// llama.cpp's `if (!amax)` does.
+#[kernel(name = "act_quant.q8_k_int", version = 7, workgroup = 64)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k / 4],
@@ -110,24 +116,47 @@ fn q8_k_int(
     sums16: &mut [i32; num_groups() * 16],
     k: u32,
 ) {
-    let qt = tile::<f32, 8, 32>();
-    let st = tile::<f32, 8, 1>();
     let qt16 = tile::<f32, 16, 16>();
     let it = tile::<i8, 8, 32>();
     let st16 = tile::<f32, 16, 1>();
     let qs = shared::<f32>(256);
     let qi = shared::<i32>(256);
-    let s32 = shared::<f32>(8);
     let s16 = shared::<f32>(16);
-    let v = x[group_id() * 256 + local_id()];
-    let (amax, at) = argmax(abs(v), local_id());
-    let max = broadcast(v, at);
-    let iscale = if amax != 0.0 { -127.0 / max } else { 0.0 };
-    let qv = min((iscale * v + 12582912.0) - 12582912.0, 127.0);
-    qi[local_id()] = qv as i32;
-    qs[local_id()] = qv;
-    if local_id() == 0 {
-        d[group_id()] = if amax != 0.0 { 1.0 / iscale } else { 0.0 };
+    let l = local_id();
+    let at0 = group_id() * 256 + l;
+    let v0 = x[at0];
+    let v1 = x[at0 + 64];
+    let v2 = x[at0 + 128];
+    let v3 = x[at0 + 192];
+    // The first of the four with the largest magnitude: a NaN's magnitude counts as -1, below
+    // every number's, and a later value must be strictly larger to replace an earlier one.
+    let m0 = if abs(v0) >= 0.0 { abs(v0) } else { -1.0 };
+    let m1 = if abs(v1) > m0 { abs(v1) } else { m0 };
+    let m2 = if abs(v2) > m1 { abs(v2) } else { m1 };
+    let m3 = if abs(v3) > m2 { abs(v3) } else { m2 };
+    let p1 = if abs(v1) > m0 { l + 64 } else { l };
+    let p2 = if abs(v2) > m1 { l + 128 } else { p1 };
+    let p3 = if abs(v3) > m2 { l + 192 } else { p2 };
+    let w1 = if abs(v1) > m0 { v1 } else { v0 };
+    let w2 = if abs(v2) > m1 { v2 } else { w1 };
+    let w3 = if abs(v3) > m2 { v3 } else { w2 };
+    let (amax, at) = argmax(m3, p3);
+    let max = broadcast(w3, at % 64);
+    let iscale = if amax > 0.0 { -127.0 / max } else { 0.0 };
+    let q0 = min((iscale * v0 + 12582912.0) - 12582912.0, 127.0);
+    let q1 = min((iscale * v1 + 12582912.0) - 12582912.0, 127.0);
+    let q2 = min((iscale * v2 + 12582912.0) - 12582912.0, 127.0);
+    let q3 = min((iscale * v3 + 12582912.0) - 12582912.0, 127.0);
+    qi[l] = q0 as i32;
+    qi[l + 64] = q1 as i32;
+    qi[l + 128] = q2 as i32;
+    qi[l + 192] = q3 as i32;
+    qs[l] = q0;
+    qs[l + 64] = q1;
+    qs[l + 128] = q2;
+    qs[l + 192] = q3;
+    if l == 0 {
+        d[group_id()] = if amax > 0.0 { 1.0 / iscale } else { 0.0 };
     }
     // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 8 words apart.
     let r = group_id() / (k / 256);
@@ -141,16 +170,13 @@ fn q8_k_int(
         8,
         32,
     );
-    tile_load(qt, qs, 0, 32, 8, 32);
-    tile_row_sum(st, qt);
-    tile_store(st, s32, 0, 1, 8, 1);
     tile_load(qt16, qs, 0, 16, 16, 16);
     tile_row_sum(st16, qt16);
     tile_store(st16, s16, 0, 1, 16, 1);
-    if local_id() < 8 {
-        sums[group_id() * 8 + local_id()] = s32[local_id()] as i32;
+    if l < 8 {
+        sums[group_id() * 8 + l] = (s16[2 * l] + s16[2 * l + 1]) as i32;
     }
-    if local_id() < 16 {
-        sums16[group_id() * 16 + local_id()] = s16[local_id()] as i32;
+    if l < 16 {
+        sums16[group_id() * 16 + l] = s16[l] as i32;
     }
 }

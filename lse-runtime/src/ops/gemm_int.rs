@@ -713,17 +713,26 @@ mod tests {
     /// `act_quant.q8_k_int` gives, on every device, `q` and `d` whose products are
     /// `act_quant.q8_k`'s values bit for bit and the exact sums of each 32 and each 16 `q`: for random
     /// blocks, an all-zero block, and blocks whose largest magnitude comes first with a minus
-    /// sign and then with a plus sign (the first one sets the sign), and the other way round.
+    /// sign and then with a plus sign (the first one sets the sign), and the other way round:
+    /// held by different work-items of v7 (value `j · 64 + lane` is work-item `lane`'s `j`-th),
+    /// by one work-item (positions 10 and 74), by a later work-item's earlier value (9 before
+    /// 70), and behind a NaN in the same work-item (a NaN never wins).
     #[test]
     fn q8_k_parts_are_the_q8_k_values_on_every_device() {
-        // Three rows of two blocks.
-        let (blocks, k) = (6, 512);
+        // Four rows of two blocks.
+        let (blocks, k) = (8, 512);
         let mut x = values(blocks * 256, 7, 3.0);
         x[256..512].fill(0.0);
         x[512 + 5] = -4.0;
         x[512 + 200] = 4.0;
         x[768 + 3] = 4.0;
         x[768 + 100] = -4.0;
+        x[1024 + 10] = -4.0;
+        x[1024 + 74] = 4.0;
+        x[1280 + 70] = 4.0;
+        x[1280 + 9] = -4.0;
+        x[1536] = f32::NAN;
+        x[1536 + 64] = 4.0;
         let mut want = vec![0.0f32; x.len()];
         let host = Device::open(Pool::Host).unwrap();
         crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8K, &mut want[..])
@@ -779,8 +788,23 @@ mod tests {
                 assert_eq!(*s, exact, "sum of 16 {j} on {}", dev.arch());
             }
             // The first value of the largest magnitude becomes -127, whatever its sign.
-            let signs = [qv[512 + 5], qv[512 + 200], qv[768 + 3], qv[768 + 100]];
-            assert_eq!(signs, [-127, 127, -127, 127], "{}", dev.arch());
+            let signs = [
+                qv[512 + 5],
+                qv[512 + 200],
+                qv[768 + 3],
+                qv[768 + 100],
+                qv[1024 + 10],
+                qv[1024 + 74],
+                qv[1280 + 9],
+                qv[1280 + 70],
+                qv[1536 + 64],
+            ];
+            assert_eq!(
+                signs,
+                [-127, 127, -127, 127, -127, 127, -127, 127, -127],
+                "{}",
+                dev.arch()
+            );
             let got = (qv, bits(&dv), sv, s16);
             match &first {
                 Some(f) => assert_eq!(&got, f, "{}", dev.arch()),
