@@ -127,19 +127,27 @@ impl Emitter<'_> {
     /// Stores `v` (of type `from`) to the buffer or shared-array element behind tile element
     /// `(r, c)`.
     pub fn window_write(&mut self, w: &WindowVals, r: &str, c: &str, v: &str, from: Ty) {
-        let p = self.window_elem_ptr(w, r, c);
         if w.packed {
-            // Byte c % 4 of the word, the byte tile's value as it is.
-            let lane = self.b.op(format!("and i32 {c}, 3"));
+            // Byte c % 4 of word `offset + r * stride + c / 4` (little-endian, as every target
+            // is), the byte tile's value as it is. Addressed as byte `4 (offset + r * stride)
+            // + c` so a row's bytes are consecutive in `c` (one vector store on the host; as
+            // word `c / 4` plus byte `c % 4` LLVM stored them one by one).
+            let scaled = self.b.op(format!("mul nuw i32 {r}, {}", w.stride));
+            let word = self.b.op(format!("add nuw i32 {}, {scaled}", w.offset));
+            let word = self.b.op(format!("zext i32 {word} to i64"));
+            let first = self.b.op(format!("shl nuw i64 {word}, 2"));
+            let c64 = self.b.op(format!("zext i32 {c} to i64"));
+            let at = self.b.op(format!("add nuw i64 {first}, {c64}"));
             let q = self.b.op(format!(
-                "getelementptr inbounds i8, {} {p}, i32 {lane}",
-                w.ptr_ty
+                "getelementptr inbounds i8, {} {}, i64 {at}",
+                w.ptr_ty, w.base
             ));
             let md = self.mem_md.clone();
             self.b
                 .ins(format!("store i8 {v}, {} {q}, align 1{md}", w.ptr_ty));
             return;
         }
+        let p = self.window_elem_ptr(w, r, c);
         let v = convert(&mut self.b, v, from, w.elem);
         let (ty, md) = (lty(w.elem), self.mem_md.clone());
         self.b.ins(format!(
