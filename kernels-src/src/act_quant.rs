@@ -31,37 +31,118 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// integers `q` (into `q` as bytes, in `act_quant.q8_k_int`'s tile order: value `c` of row `r`
 /// at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
 /// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0`. `x` holds rows
-/// of `k` values; grid: x = blocks.
-#[kernel(name = "act_quant.q8_0_int", version = 2, workgroup = 32)]
+/// of `k` values, `blocks` blocks in all; grid: x = ceil(blocks / 8).
+///
+/// v3 takes 8 blocks a workgroup, 64 work-items of four values each (`j · 64 + local_id()`
+/// of the workgroup's 256, j = 0..3, so the block of a work-item's `j`-th value is `2 j +
+/// local_id() / 32`): the blocks' largest magnitudes and sums are row maxima and row sums of
+/// a 16 x 16 tile of the 256 (two rows a block), and each block's `q` a 32-byte run stored by
+/// `tile_store_packed`. v2 gave each block a workgroup of 32 work-items with a workgroup
+/// reduction each for the maximum and the sum, and its stores of `d` and the sum were a
+/// masked scatter per 16 work-items on the host. Same values for every input without NaN (a
+/// maximum of magnitudes and a sum of integers below 2^24 do not depend on the order).
+#[kernel(name = "act_quant.q8_0_int", version = 3, workgroup = 64)]
 fn q8_0_int(
-    x: &[f32; num_groups() * 32],
-    q: &mut [i32; (num_groups() * 32 / k + 47) / 48 * 48 * k / 4],
-    d: &mut [f32; num_groups()],
-    sums: &mut [f32; num_groups()],
+    x: &[f32; blocks * 32],
+    q: &mut [i32; (blocks * 32 / k + 47) / 48 * 48 * k / 4],
+    d: &mut [f32; blocks],
+    sums: &mut [f32; blocks],
+    blocks: u32,
     k: u32,
 ) {
     let qt = tile::<i8, 1, 32>();
-    let qi = shared::<i32>(32);
-    let v = x[group_id() * 32 + local_id()];
-    let amax = reduce_max(abs(v));
-    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    let qv = (v * id + 12582912.0) - 12582912.0;
-    qi[local_id()] = qv as i32;
-    let r = group_id() / (k / 32);
-    let blk = group_id() % (k / 32);
-    tile_load(qt, qi, 0, 32, 1, 32);
-    tile_store_packed(
-        qt,
-        q,
-        ((r / 48 * (k / 32) + blk) * 48 + r % 48) * 8,
-        8,
-        1,
-        32,
-    );
-    let s = reduce_sum(qv);
-    if local_id() == 0 {
-        d[group_id()] = f16_to_f32(f32_to_f16(amax / 127.0));
-        sums[group_id()] = s;
+    let q8 = tile::<i8, 8, 32>();
+    let t16 = tile::<f32, 16, 16>();
+    let r16 = tile::<f32, 16, 1>();
+    let vals = shared::<f32>(256);
+    let qi = shared::<i32>(256);
+    let halves = shared::<f32>(16);
+    let l = local_id();
+    let first = group_id() * 8;
+    let n = min(8, blocks - first);
+    let len = n * 32;
+    let at0 = first * 32 + l;
+    let v0 = if l < len { x[at0] } else { 0.0 };
+    let v1 = if l + 64 < len { x[at0 + 64] } else { 0.0 };
+    let v2 = if l + 128 < len { x[at0 + 128] } else { 0.0 };
+    let v3 = if l + 192 < len { x[at0 + 192] } else { 0.0 };
+    // Each 16 values' largest magnitude (a row of the tile), then each block's: rows 2b, 2b + 1.
+    vals[l] = abs(v0);
+    vals[l + 64] = abs(v1);
+    vals[l + 128] = abs(v2);
+    vals[l + 192] = abs(v3);
+    tile_load(t16, vals, 0, 16, 16, 16);
+    tile_row_max(r16, t16);
+    tile_store(r16, halves, 0, 1, 16, 1);
+    // (Each a choice between two uniform reads: an index formed from `l / 32` was a gather.)
+    let lo = l < 32;
+    let a0 = if lo {
+        max(halves[0], halves[1])
+    } else {
+        max(halves[2], halves[3])
+    };
+    let a1 = if lo {
+        max(halves[4], halves[5])
+    } else {
+        max(halves[6], halves[7])
+    };
+    let a2 = if lo {
+        max(halves[8], halves[9])
+    } else {
+        max(halves[10], halves[11])
+    };
+    let a3 = if lo {
+        max(halves[12], halves[13])
+    } else {
+        max(halves[14], halves[15])
+    };
+    let q0 = (v0 * (if a0 != 0.0 { 127.0 / a0 } else { 0.0 }) + 12582912.0) - 12582912.0;
+    let q1 = (v1 * (if a1 != 0.0 { 127.0 / a1 } else { 0.0 }) + 12582912.0) - 12582912.0;
+    let q2 = (v2 * (if a2 != 0.0 { 127.0 / a2 } else { 0.0 }) + 12582912.0) - 12582912.0;
+    let q3 = (v3 * (if a3 != 0.0 { 127.0 / a3 } else { 0.0 }) + 12582912.0) - 12582912.0;
+    qi[l] = q0 as i32;
+    qi[l + 64] = q1 as i32;
+    qi[l + 128] = q2 as i32;
+    qi[l + 192] = q3 as i32;
+    // Work-item b < n: block b's scale.
+    if l < n {
+        let a = max(halves[2 * l], halves[2 * l + 1]);
+        d[first + l] = f16_to_f32(f32_to_f16(a / 127.0));
+    }
+    // The sums, as the maxima: the values' `q` in the tile, rows added in pairs.
+    vals[l] = q0;
+    vals[l + 64] = q1;
+    vals[l + 128] = q2;
+    vals[l + 192] = q3;
+    tile_load(t16, vals, 0, 16, 16, 16);
+    tile_zero(r16);
+    tile_row_sum(r16, t16);
+    tile_store(r16, halves, 0, 1, 16, 1);
+    if l < n {
+        sums[first + l] = halves[2 * l] + halves[2 * l + 1];
+    }
+    // The blocks' `q`, 32-byte runs 48 · 8 words apart while they lie in one row (always
+    // where a row has a multiple of 8 blocks), else one run at a time.
+    let r0 = first / (k / 32);
+    let c0 = first % (k / 32);
+    if n == 8 && c0 + 8 <= k / 32 {
+        tile_load(q8, qi, 0, 32, 8, 32);
+        tile_store_packed(
+            q8,
+            q,
+            ((r0 / 48 * (k / 32) + c0) * 48 + r0 % 48) * 8,
+            48 * 8,
+            8,
+            32,
+        );
+    } else {
+        for b in 0..n {
+            let blk = first + b;
+            let r = blk / (k / 32);
+            let c = blk % (k / 32);
+            tile_load(qt, qi, b * 32, 32, 1, 32);
+            tile_store_packed(qt, q, ((r / 48 * (k / 32) + c) * 48 + r % 48) * 8, 8, 1, 32);
+        }
     }
 }
 

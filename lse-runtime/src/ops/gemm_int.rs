@@ -164,7 +164,18 @@ pub(super) fn quantize(
     let (q, d) = (xq.view_mut(), xd.view_mut());
     if q8_0 {
         let sums = xs.view_mut();
-        dev.launch([blocks, 1, 1], q8_0_int::Args { x, q, d, sums, k })?;
+        let grid = [blocks.div_ceil(8), 1, 1];
+        dev.launch(
+            grid,
+            q8_0_int::Args {
+                x,
+                q,
+                d,
+                sums,
+                blocks,
+                k,
+            },
+        )?;
     } else {
         let (sums, sums16) = (xs32.view_mut(), xs16.view_mut());
         let args = q8_k_int::Args {
@@ -708,6 +719,86 @@ mod tests {
             whole.sub(64 * k..rows * k).unwrap().interleaved.is_some(),
             "row 64"
         );
+    }
+
+    /// `act_quant.q8_0_int` gives, on every device, `q` and `d` whose products are
+    /// `act_quant.q8_0`'s values bit for bit and each block's exact sum of `q`: with rows of
+    /// 16 blocks (v3's 8 blocks a workgroup in one row: one store) and of 3 blocks (groups
+    /// that straddle rows, the last one partial: a store per block), an all-zero block, a
+    /// largest magnitude that is negative, values that round half to even, and a NaN, which
+    /// never sets the scale (its own value and its block's sum, NaN, are left out: the
+    /// integer part has no NaN).
+    #[test]
+    fn q8_0_parts_are_the_q8_0_values_on_every_device() {
+        for (rows, k) in [(3usize, 512usize), (5, 96)] {
+            let blocks = rows * k / 32;
+            let mut x = values(rows * k, 11, 3.0);
+            x[32..64].fill(0.0);
+            x[64 + 7] = -5.0;
+            for (i, v) in x[96..128].iter_mut().enumerate() {
+                *v = (i as f32 - 15.5) * 0.125;
+            }
+            x[96 + 31] = 127.0 * 0.125;
+            x[160 + 3] = f32::NAN;
+            x[160 + 9] = 6.0;
+            let mut want = vec![0.0f32; x.len()];
+            let host = Device::open(Pool::Host).unwrap();
+            crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8_0, &mut want[..])
+                .unwrap();
+            let at = |i: usize| {
+                let (r, c) = (i / k, i % k);
+                ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
+            };
+            let mut first: Option<(Vec<i32>, Vec<u32>, Vec<u32>)> = None;
+            for dev in cpu_side_devices() {
+                let what = format!("{} at {rows} x {k}", dev.arch());
+                let xd = dev.buffer_from(&x).unwrap();
+                let mut q = dev.alloc::<i32>(48 * k / 4).unwrap();
+                let mut d = dev.alloc::<f32>(blocks).unwrap();
+                let mut sums = dev.alloc::<f32>(blocks).unwrap();
+                let args = q8_0_int::Args {
+                    x: xd.view(),
+                    q: q.view_mut(),
+                    d: d.view_mut(),
+                    sums: sums.view_mut(),
+                    blocks: blocks as u32,
+                    k: k as u32,
+                };
+                dev.launch([blocks.div_ceil(8) as u32, 1, 1], args).unwrap();
+                let (mut laid, mut dv, mut sv) = (
+                    vec![0i32; 48 * k / 4],
+                    vec![0.0f32; blocks],
+                    vec![0.0f32; blocks],
+                );
+                q.download(&mut laid).unwrap();
+                d.download(&mut dv).unwrap();
+                sums.download(&mut sv).unwrap();
+                let qv: Vec<i32> = (0..x.len())
+                    .map(|i| i32::from((laid[at(i) / 4] >> (8 * (at(i) % 4))) as i8))
+                    .collect();
+                let got: Vec<f32> = qv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &q)| dv[i / 32] * q as f32)
+                    .collect();
+                // The NaN's own value (NaN) has no integer part; the rest of its block is
+                // scaled by the block's largest number, 6.0.
+                let nan = 160 + 3;
+                let (mut got, mut want) = (got, want.clone());
+                (got[nan], want[nan]) = (0.0, 0.0);
+                assert_eq!(bits(&got), bits(&want), "{what}");
+                for (j, s) in sv.iter().enumerate().filter(|&(j, _)| j != nan / 32) {
+                    let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
+                    assert_eq!(*s, exact as f32, "sum {j} on {what}");
+                }
+                assert_eq!([qv[64 + 7], qv[160 + 9]], [-127, 127], "{what}");
+                let parts = (qv, bits(&dv), bits(&sv));
+                match &first {
+                    Some(f) => assert_eq!(&parts, f, "{what}"),
+                    None => first = Some(parts),
+                }
+            }
+        }
     }
 
     /// `act_quant.q8_k_int` gives, on every device, `q` and `d` whose products are
