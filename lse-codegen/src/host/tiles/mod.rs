@@ -1639,11 +1639,15 @@ impl HostPhases {
         // 12 rows share each widening (24 accumulators). `vdpbf16ps` blocks take 6 rows (24
         // accumulators): each row of `b` loaded serves 6 rows of `a` (with 4, at K = 3584 the
         // GEMM ran about 7% slower on Zen 5); other blocks keep 4 (with 6 the f32-activation
-        // GEMM ran 17% slower, and the integer dots were no faster).
+        // GEMM ran 17% slower, and the integer dots were no faster), but that `fma` blocks
+        // of at most 32 columns take 8 rows (16 accumulators, where 4 rows gave 8, each
+        // chain's `fma` latency in the way: prefill attention's `P · V` ran 3 to 5% slower).
         let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
+        let narrow = self.tiles[acc].decl.cols <= 32;
         let (mr_max, nr_max) = match (self.zmm, pairs_b, micro) {
             (true, true, _) => (12, 2),
             (true, false, Micro::Dpbf16) => (6, 4),
+            (true, false, Micro::Fma) if narrow => (8, 2),
             (true, false, _) => (4, 4),
             (false, _, _) => (6, 1),
         };
