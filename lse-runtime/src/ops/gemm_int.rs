@@ -721,6 +721,19 @@ mod tests {
         );
     }
 
+    /// The 8-bit values of `len` activations (rows of `k`) read back from the activation
+    /// kernels' tile order: value `c` of row `r` at byte `((r / 48 · k / 32 + c / 32) · 48 +
+    /// r % 48) · 32 + c % 32` of `laid`.
+    fn from_tile_order(laid: &[i32], len: usize, k: usize) -> Vec<i32> {
+        (0..len)
+            .map(|i| {
+                let (r, c) = (i / k, i % k);
+                let at = ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32;
+                i32::from((laid[at / 4] >> (8 * (at % 4))) as i8)
+            })
+            .collect()
+    }
+
     /// `act_quant.q8_0_int` gives, on every device, `q` and `d` whose products are
     /// `act_quant.q8_0`'s values bit for bit and each block's exact sum of `q`: with rows of
     /// 16 blocks (v3's 8 blocks a workgroup in one row: one store) and of 3 blocks (groups
@@ -745,10 +758,6 @@ mod tests {
             let host = Device::open(Pool::Host).unwrap();
             crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8_0, &mut want[..])
                 .unwrap();
-            let at = |i: usize| {
-                let (r, c) = (i / k, i % k);
-                ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
-            };
             let mut first: Option<(Vec<i32>, Vec<u32>, Vec<u32>)> = None;
             for dev in cpu_side_devices() {
                 let what = format!("{} at {rows} x {k}", dev.arch());
@@ -773,9 +782,7 @@ mod tests {
                 q.download(&mut laid).unwrap();
                 d.download(&mut dv).unwrap();
                 sums.download(&mut sv).unwrap();
-                let qv: Vec<i32> = (0..x.len())
-                    .map(|i| i32::from((laid[at(i) / 4] >> (8 * (at(i) % 4))) as i8))
-                    .collect();
+                let qv = from_tile_order(&laid, x.len(), k);
                 let got: Vec<f32> = qv
                     .iter()
                     .enumerate()
@@ -828,11 +835,6 @@ mod tests {
         let host = Device::open(Pool::Host).unwrap();
         crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8K, &mut want[..])
             .unwrap();
-        // The byte of `q` that holds value `c` of row `r`.
-        let at = |i: usize| {
-            let (r, c) = (i / k, i % k);
-            ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32
-        };
         // Each device's `q`, `d` and `sums` bits and `sums16`.
         type Parts = (Vec<i32>, Vec<u32>, Vec<i32>, Vec<i32>);
         let mut first: Option<Parts> = None;
@@ -859,9 +861,7 @@ mod tests {
             q.download(&mut laid).unwrap();
             d.download(&mut dv).unwrap();
             sums.download(&mut sv).unwrap();
-            let qv: Vec<i32> = (0..x.len())
-                .map(|i| i32::from((laid[at(i) / 4] >> (8 * (at(i) % 4))) as i8))
-                .collect();
+            let qv = from_tile_order(&laid, x.len(), k);
             let values: Vec<f32> = qv
                 .iter()
                 .enumerate()
