@@ -181,10 +181,12 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// v7 (64 work-items, four values each: `j · 64 + local_id()`, j = 0..3): each work-item
 /// takes the first of its four values with the largest magnitude, and one `argmax` over the
 /// work-items, ties to the lower position, gives the block's first; `max` is `broadcast` from
-/// the work-item holding it, and the sums are row sums of `[8, 32]` and `[16, 16]` tiles of
-/// the `q`. v6 gave each of 256 work-items one value: its collectives, its per-work-item
-/// scalars (two divisions each) and its stores of `d` and the sums (a masked scatter per 16
-/// work-items on the host) ran over 16 vectors a block where these run over 4. Same values
+/// the work-item holding it. The sums per 16 are the row sums of a `[16, 16]` tile of the
+/// `q`, and those per 32 add pairs of them. v6 gave each of 256 work-items one value: its
+/// collectives, its per-work-item scalars (two divisions each) and its stores of `d` and the
+/// sums (a masked scatter per 16 work-items on the host) ran over 16 vectors a block where
+/// these run over 4, and its row sums of an `[8, 32]` tile took the host's unvectorised
+/// path (rows not a multiple of 16). Same values
 /// for every input without NaN; a NaN never wins (it did not in v6 either), and a block
 /// without a positive magnitude (all zeros, or all NaN) is stored as zeros with `d` 0, as
 /// llama.cpp's `if (!amax)` does.
