@@ -164,18 +164,16 @@ pub(super) fn quantize(
     let (q, d) = (xq.view_mut(), xd.view_mut());
     if q8_0 {
         let sums = xs.view_mut();
-        let grid = [blocks.div_ceil(8), 1, 1];
-        dev.launch(
-            grid,
-            q8_0_int::Args {
-                x,
-                q,
-                d,
-                sums,
-                blocks,
-                k,
-            },
-        )?;
+        let args = q8_0_int::Args {
+            x,
+            q,
+            d,
+            sums,
+            blocks,
+            k,
+        };
+        // Eight blocks a workgroup.
+        dev.launch([blocks.div_ceil(8), 1, 1], args)?;
     } else {
         let (sums, sums16) = (xs32.view_mut(), xs16.view_mut());
         let args = q8_k_int::Args {
