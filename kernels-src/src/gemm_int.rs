@@ -48,20 +48,23 @@
 //! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (three row
 //! blocks, the last of 32 rows).
 //!
-//! Grid (all three): x = ceil(n / 64) column blocks of `y` (the groups of 64 rows), y =
-//! ceil(m / 48) row blocks; a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64 did
-//! not fit a GPU's 64 KiB of shared memory). Consecutive workgroups share their rows of `xq`,
-//! which stay in the cache while the weight streams past (with row blocks innermost, every
-//! column block read all of `xq` from memory again, and the loads of the `a` tiles took a
-//! fifth of the time). The padding rows of a partial group give columns of `y` that are not
-//! stored.
+//! Grid (all four): x = ceil(m / 48) row blocks of `y`, y = ceil(n / 64) column blocks (the
+//! groups of 64 weight rows); a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64
+//! did not fit a GPU's 64 KiB of shared memory). Row blocks run fastest, so consecutive
+//! workgroups read the same column block of the weight, which comes from memory once and
+//! then from cache, while the activations (48 KiB a row block at K = 1024) come from L2 or
+//! L3. v8 (Q8_0 v5) turned the grid so: v7 ran column blocks fastest and streamed the whole
+//! weight from memory once per row block, three times for the LM head at M = 128 (208 MB of
+//! Q6_K each time), which ran 30% slower than now; at M = 512 and 8192 the two orders are
+//! within a few percent of each other. The padding rows of a partial group give columns of
+//! `y` that are not stored.
 
 use loom::kernel;
 
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 7, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 8, workgroup = 64)]
 fn gemm_xwt_q4_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -94,8 +97,8 @@ fn gemm_xwt_q4_k_q8_k(
     let wf = shared::<f32>(2 * BN);
     // Rows 0..8: the sub-blocks' 6-bit scales `sc_j`; rows 8..16: their minimums `m_j`.
     let ws = shared::<i32>(16 * BN);
-    let row0 = group_id_y() * BM;
-    let col0 = group_id() * BN;
+    let row0 = group_id() * BM;
+    let col0 = group_id_y() * BN;
     let blocks = k / 256;
     tile_zero(acc);
     tile_zero(acc_min);
@@ -106,7 +109,7 @@ fn gemm_xwt_q4_k_q8_k(
         // consecutive work-items read consecutive words: a vector load, not a gather. A
         // variable used in several regions lives per work-item, and a read through it was
         // a gather.)
-        let at = (group_id() * (k / 256) + sb) * 36;
+        let at = (group_id_y() * (k / 256) + sb) * 36;
         let dm = w[at * BN + local_id()];
         wf[local_id()] = f16_to_f32(f16_from_bits(dm));
         wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
@@ -125,7 +128,7 @@ fn gemm_xwt_q4_k_q8_k(
         }
         for j in 0..8u32 {
             let shift = j % 2 * 4;
-            let qs = (group_id() * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
+            let qs = (group_id_y() * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
             // Word t holds values 4t..4t + 3 of the sub-block, one per byte: `b`'s four rows.
             for t in 0..8u32 {
                 let word = w[(qs + t) * BN + local_id()];
@@ -135,7 +138,7 @@ fn gemm_xwt_q4_k_q8_k(
             tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                (group_id() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
                 BK / 4,
                 BM,
                 BK,
@@ -167,7 +170,7 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 7, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 8, workgroup = 64)]
 fn gemm_xwt_q5_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -198,8 +201,8 @@ fn gemm_xwt_q5_k_q8_k(
     let wq = shared::<i32>(BK / 4 * BN);
     let wf = shared::<f32>(2 * BN);
     let ws = shared::<i32>(16 * BN);
-    let row0 = group_id_y() * BM;
-    let col0 = group_id() * BN;
+    let row0 = group_id() * BM;
+    let col0 = group_id_y() * BN;
     let blocks = k / 256;
     tile_zero(acc);
     tile_zero(acc_min);
@@ -210,7 +213,7 @@ fn gemm_xwt_q5_k_q8_k(
         // consecutive work-items read consecutive words: a vector load, not a gather. A
         // variable used in several regions lives per work-item, and a read through it was
         // a gather.)
-        let at = (group_id() * (k / 256) + sb) * 44;
+        let at = (group_id_y() * (k / 256) + sb) * 44;
         let dm = w[at * BN + local_id()];
         wf[local_id()] = f16_to_f32(f16_from_bits(dm));
         wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
@@ -230,7 +233,7 @@ fn gemm_xwt_q5_k_q8_k(
         for j in 0..8u32 {
             let shift = j % 2 * 4;
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id() * (k / 256) + sb) * 44;
+            let blk = (group_id_y() * (k / 256) + sb) * 44;
             let qs = blk + 12 + j / 2 * 8;
             for t in 0..8u32 {
                 let word = w[(qs + t) * BN + local_id()];
@@ -242,7 +245,7 @@ fn gemm_xwt_q5_k_q8_k(
             tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                (group_id() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
                 BK / 4,
                 BM,
                 BK,
@@ -278,7 +281,7 @@ fn gemm_xwt_q5_k_q8_k(
 /// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
 /// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
 /// exactly, as before.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 7, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 8, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -310,8 +313,8 @@ fn gemm_xwt_q6_k_q8_k(
     // The block's 16 offset factors `-32 · sc_j`.
     let wo = shared::<i32>(BS * BN);
     let wf = shared::<f32>(BN);
-    let row0 = group_id_y() * BM;
-    let col0 = group_id() * BN;
+    let row0 = group_id() * BM;
+    let col0 = group_id_y() * BN;
     let blocks = k / 256;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -319,7 +322,7 @@ fn gemm_xwt_q6_k_q8_k(
     for sb in 0..blocks {
         // Word t of this work-item's block (its 210 bytes, then two zero bytes):
         // w[(at + t) * 64 + local_id()].
-        let at = (group_id() * (k / 256) + sb) * 53;
+        let at = (group_id_y() * (k / 256) + sb) * 53;
         wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
         // The offset first: `-32 · sc_j` for the 16 scales (signed bytes 192.. of the block,
         // four to a word), by the activations' sums per 16.
@@ -334,7 +337,7 @@ fn gemm_xwt_q6_k_q8_k(
         tile_dot(isum, xsum, offs);
         for sub in 0..16u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id() * (k / 256) + sb) * 53;
+            let blk = (group_id_y() * (k / 256) + sb) * 53;
             // The sub-block's K step of 32 (`half` of the block's two 128-value halves, the
             // `kq`-th 32 of it) and which 16 of the step.
             let step = sub / 2;
@@ -359,7 +362,7 @@ fn gemm_xwt_q6_k_q8_k(
             tile_load_packed(
                 a,
                 xq,
-                (group_id_y() * (k / 32) + sb * 8 + step) * BM * (BK / 4) + j * (BS / 4),
+                (group_id() * (k / 32) + sb * 8 + step) * BM * (BK / 4) + j * (BS / 4),
                 BK / 4,
                 BM,
                 BS,
@@ -385,7 +388,7 @@ fn gemm_xwt_q6_k_q8_k(
 /// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
 /// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 4, workgroup = 64)]
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 5, workgroup = 64)]
 fn gemm_xwt_q8_0_q8_0(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 32)],
@@ -408,8 +411,8 @@ fn gemm_xwt_q8_0_q8_0(
     let dx = tile::<f32, BM, 1>();
     let wq = shared::<i32>(8 * BN);
     let wf = shared::<f32>(BN);
-    let row0 = group_id_y() * BM;
-    let col0 = group_id() * BN;
+    let row0 = group_id() * BM;
+    let col0 = group_id_y() * BN;
     let blocks = k / 32;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -417,11 +420,11 @@ fn gemm_xwt_q8_0_q8_0(
     for sb in 0..blocks {
         // Word t of this work-item's block: w[(at + t) * 64 + local_id()]; `d` is the low
         // half of word 0, `q` bytes 2..34.
-        let at = (group_id() * (k / 32) + sb) * 9;
+        let at = (group_id_y() * (k / 32) + sb) * 9;
         wf[local_id()] = f16_to_f32(f16_from_bits(w[at * BN + local_id()]));
         for t in 0..8u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id() * (k / 32) + sb) * 9;
+            let blk = (group_id_y() * (k / 32) + sb) * 9;
             let lo = w[(blk + t) * BN + local_id()];
             let hi = w[(blk + t + 1) * BN + local_id()];
             wq[t * BN + local_id()] = (((lo >> 16) | (hi << 16)) ^ 0x8080_8080) as i32;
@@ -430,7 +433,7 @@ fn gemm_xwt_q8_0_q8_0(
         tile_load_packed(
             a,
             xq,
-            (group_id_y() * (k / 32) + sb) * BM * (BK / 4),
+            (group_id() * (k / 32) + sb) * BM * (BK / 4),
             BK / 4,
             BM,
             BK,

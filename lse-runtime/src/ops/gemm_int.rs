@@ -212,7 +212,7 @@ pub(super) fn launch_quantized(
     const OP: &str = "gemm";
     let (m, k) = (x.m, x.k);
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    let grid = [n.div_ceil(COLS), m.div_ceil(ROWS), 1];
+    let grid = [m.div_ceil(ROWS), n.div_ceil(COLS), 1];
     let (xq, xd, w) = (x.q.view(), x.d.view(), w.words);
     macro_rules! args {
         ($kernel:ident, $sums:ident: $buf:ident) => {
