@@ -564,9 +564,14 @@ pub enum TileOp {
 /// (over the statement's whole K) before adding it to `acc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DotScale {
-    /// `tile_dot_scaled(acc, a, b, s)`: `acc[m][n] += s[0][n] · s` in wrapping i32, `s` a
-    /// `[1 x N]` i32 tile (a quantized block's per-column sub-block scale); `acc` is i32.
-    Columns(TileId),
+    /// `tile_dot_scaled(acc, a, b, s[, offset])`: `acc[m][n] += s[0][n] · (offset[m][0] +
+    /// sum)` in wrapping i32 (`sum` the element's integer dot, `offset` 0 when absent), `s`
+    /// a `[1 x N]` i32 tile (a quantized block's per-column sub-block scale), `offset` an
+    /// `[M x 1]` i32 tile (what a weight's zero point takes off a row's sum); `acc` is i32.
+    Columns {
+        scale: TileId,
+        offset: Option<TileId>,
+    },
     /// `tile_dot_dequant(acc, a, b, offset, rows, cols)`: `acc[m][n] += (f32(s) +
     /// offset[m][0]) · (rows[m][0] · cols[0][n])` on an f32 `acc`, each operation one IEEE
     /// rounding (no fused multiply-add), with `offset` and `rows` `[M x 1]` and `cols`
@@ -580,10 +585,18 @@ pub enum DotScale {
 }
 
 impl DotScale {
+    /// The `[M x 1]` i32 tile an integer scaled dot's sums start from, if any.
+    pub fn sum_start(&self) -> Option<TileId> {
+        match *self {
+            DotScale::Columns { offset, .. } => offset,
+            DotScale::Dequant { .. } => None,
+        }
+    }
+
     /// The tiles the scaling reads.
     pub fn tiles(&self) -> Vec<TileId> {
         match *self {
-            DotScale::Columns(s) => vec![s],
+            DotScale::Columns { scale, offset } => std::iter::once(scale).chain(offset).collect(),
             DotScale::Dequant { offset, rows, cols } => vec![offset, rows, cols],
         }
     }

@@ -558,12 +558,22 @@ pub mod tile {
 
     /// `tile_dot` of integer tiles (i16, or i8 by u8): `acc[m][n] += sum over k of
     /// a[m][k] * b[k][n]`, the products exact and the sums wrapping in i32 (any order gives
-    /// these values); with `scale` (`tile_dot_scaled`), the sum times `scale[n]` (wrapping).
-    pub fn dot_int(acc: &mut [i32], a: &[i32], b: &[i32], n: u32, k: u32, scale: Option<&[i32]>) {
+    /// these values); with `scale` (`tile_dot_scaled`), `offset[m]` (if given) plus the sum,
+    /// times `scale[n]` (wrapping).
+    pub fn dot_int(
+        acc: &mut [i32],
+        a: &[i32],
+        b: &[i32],
+        n: u32,
+        k: u32,
+        scale: Option<&[i32]>,
+        offset: Option<&[i32]>,
+    ) {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
+            let start = offset.map_or(0, |o| o[m]);
             for (j, out) in row.iter_mut().enumerate() {
-                let sum = int_sum(a, b, (m, j), n, k);
+                let sum = start.wrapping_add(int_sum(a, b, (m, j), n, k));
                 let scaled = scale.map_or(sum, |s| sum.wrapping_mul(s[j]));
                 *out = out.wrapping_add(scaled);
             }

@@ -573,14 +573,20 @@ impl Gen<'_> {
                     );
                     quote!(::lse_dsl::rt::tile::dot_dequant(&mut #c, &#x, &#y, #n, #k, &#o, &#r, &#s);)
                 } else if decl(*acc).elem == Ty::I32 {
-                    let s = match scale {
-                        Some(DotScale::Columns(s)) => {
-                            let s = self.tile_ident(*s);
-                            quote!(Some(&#s))
+                    let some = |t: Option<TileId>| match t {
+                        Some(t) => {
+                            let t = self.tile_ident(t);
+                            quote!(Some(&#t))
                         }
-                        _ => quote!(None),
+                        None => quote!(None),
                     };
-                    quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s);)
+                    let (s, o) = match scale {
+                        Some(DotScale::Columns { scale, offset }) => {
+                            (some(Some(*scale)), some(*offset))
+                        }
+                        _ => (some(None), some(None)),
+                    };
+                    quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s, #o);)
                 } else {
                     let pairs = self.k.bf16_pair_dot(*a, *b);
                     quote!(::lse_dsl::rt::tile::dot(&mut #c, &#x, &#y, #n, #k, #pairs);)

@@ -247,8 +247,13 @@ impl Printer<'_> {
             TileOp::Dot { acc, a, b, scale } => {
                 let (acc, a, b) = (self.tile(*acc), self.tile(*a), self.tile(*b));
                 match scale {
-                    Some(DotScale::Columns(s)) => {
-                        format!("tile_dot_scaled({acc}, {a}, {b}, {});", self.tile(*s))
+                    Some(DotScale::Columns { scale, offset }) => {
+                        let offset =
+                            offset.map_or(String::new(), |o| format!(", {}", self.tile(o)));
+                        format!(
+                            "tile_dot_scaled({acc}, {a}, {b}, {}{offset});",
+                            self.tile(*scale)
+                        )
                     }
                     Some(DotScale::Dequant { offset, rows, cols }) => format!(
                         "tile_dot_dequant({acc}, {a}, {b}, {}, {}, {});",

@@ -117,7 +117,7 @@ pub(crate) fn scaled_sum(
     };
     let (int, float) = (ty("i32"), ty("float"));
     match s {
-        DotScale::Columns(_) => {
+        DotScale::Columns { .. } => {
             let scaled = b.op(format!("mul {int} {sum}, {}", f[0]));
             b.op(format!("add {int} {old}, {scaled}"))
         }

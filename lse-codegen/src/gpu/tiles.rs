@@ -203,9 +203,15 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
         let j = e.b.op(format!("urem i32 {i}, {n}"));
         let old = read_raw(e, acc, i);
         let sum_ty = if int { "i32" } else { "float" };
-        // A scaled dot sums its products from 0 and adds the scaled sum to `acc` at the end.
-        let init = if scale.is_some() { "0" } else { old.as_str() };
-        let s = e.carried_loop(k, sum_ty, &[init.to_string()], |e, step, s| {
+        // A scaled dot sums its products from its row's offset (or 0) and adds the scaled sum
+        // to `acc` at the end.
+        let init = match scale {
+            Some(s) => s
+                .sum_start()
+                .map_or("0".to_string(), |o| read_raw(e, o, &m)),
+            None => old.clone(),
+        };
+        let s = e.carried_loop(k, sum_ty, &[init], |e, step, s| {
             let kk = &dot_step(&mut e.b, step, k, pairs);
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
@@ -228,7 +234,7 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
         let sum = match scale {
             Some(scale) => {
                 let factors = match scale {
-                    DotScale::Columns(st) => vec![read_raw(e, st, &j)],
+                    DotScale::Columns { scale, .. } => vec![read_raw(e, scale, &j)],
                     DotScale::Dequant { offset, rows, cols } => vec![
                         read_raw(e, offset, &m),
                         read_raw(e, rows, &m),

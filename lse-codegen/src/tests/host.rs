@@ -1745,7 +1745,8 @@ fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
 }
 
 /// Byte tiles on every host level: i32 values wrap to i8 or u8 as they load, products are
-/// exact and sums wrap in i32, a scaled dot multiplies each column's sum by its scale, so
+/// exact and sums wrap in i32, a scaled dot multiplies each column's sum (from its row's
+/// offset, where it has one) by its scale, so
 /// every level, the `vpdpbusd` path (both operand orders) included, equals the definition bit
 /// for bit; whole and partial windows, a packed window's `a` read in place when whole.
 #[test]
@@ -1770,6 +1771,11 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                 // Per K step of 64 the scaled dot is scaled; the scale is linear, so over both
                 // steps too.
                 let scaled = dot(i8_, u8_).wrapping_mul(c as i32 - 9);
+                // With row `r`'s offset `3 r - 50`, added to each K step's sum.
+                let offset = 2 * (3 * r as i32 - 50);
+                let offset_scaled = dot(i8_, u8_)
+                    .wrapping_add(offset)
+                    .wrapping_mul(c as i32 - 9);
                 let quad_rows = if n == 32 { 64 } else { 61 };
                 let quads = (0..128)
                     .filter(|kk| kk % 64 < quad_rows)
@@ -1786,6 +1792,7 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                         s.wrapping_add(i8_(word >> (8 * (kc % 4))) * u8_(w[c * 128 + kk]))
                     });
                 want[r * 32 + c] = scaled
+                    .wrapping_add(offset_scaled)
                     .wrapping_add(dot(u8_, i8_))
                     .wrapping_add(dot(i8_, u8_))
                     .wrapping_add(quads)

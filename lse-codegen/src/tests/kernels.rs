@@ -953,6 +953,7 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
     let wq = shared::<i32>(2048);
     let wp = shared::<i32>(512);
     let sq = shared::<i32>(32);
+    let so = shared::<i32>(48);
     let a = tile::<i8, 48, 64>();
     let au = tile::<u8, 48, 64>();
     let ap = tile::<i8, 48, 64>();
@@ -961,11 +962,17 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
     let bt = tile::<u8, 64, 32>();
     let bq = tile::<u8, 64, 32>();
     let sc = tile::<i32, 1, 32>();
+    let off = tile::<i32, 48, 1>();
     let acc = tile::<i32, 48, 32>();
     let f = tile::<f32, 48, 32>();
     let c = local_id();
     sq[c] = c as i32 - 9;
+    so[c] = 3 * c as i32 - 50;
+    if c < 16 {
+        so[c + 32] = 3 * (c + 32) as i32 - 50;
+    }
     tile_load(sc, sq, 0, 32, 1, 32);
+    tile_load(off, so, 0, 1, 48, 1);
     for k0 in (0u32..128u32).step_by(64) {
         for kk in 0u32..64u32 {
             wq[kk * 32 + c] = w[c * 128 + k0 + kk];
@@ -975,6 +982,7 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
         tile_load(b, wq, 0, 32, 64, n);
         tile_load(bi, wq, 0, 32, 64, n);
         tile_dot_scaled(acc, a, b, sc);
+        tile_dot_scaled(acc, a, b, sc, off);
         tile_dot(acc, au, bi);
         tile_load_t(bt, w, k0, 128, 64, n);
         tile_dot(acc, a, bt);

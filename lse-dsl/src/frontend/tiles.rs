@@ -182,10 +182,17 @@ impl Cx {
             | "tile_store_pairs" => 6,
             _ => 2,
         };
-        if args.len() != want {
+        // `tile_dot_scaled` takes an optional fifth, its rows' offsets.
+        let optional = usize::from(name == "tile_dot_scaled");
+        if args.len() < want || args.len() > want + optional {
+            let takes = if optional == 0 {
+                want.to_string()
+            } else {
+                format!("{want} or {}", want + optional)
+            };
             return err(
                 call.span(),
-                format!("`{name}` takes {want} arguments, found {}", args.len()),
+                format!("`{name}` takes {takes} arguments, found {}", args.len()),
             );
         }
         let op = match name {
@@ -402,9 +409,12 @@ impl Cx {
                 ),
             );
         }
-        let scale = match args.len() {
-            4 => Some(DotScale::Columns(self.dot_scale(args[3], acc)?)),
-            6 => Some(self.dot_dequant(&args[3..], acc)?),
+        let scale = match name {
+            "tile_dot_scaled" => Some(DotScale::Columns {
+                scale: self.dot_scale(args[3], acc)?,
+                offset: args.get(4).map(|o| self.dot_offset(o, acc)).transpose()?,
+            }),
+            "tile_dot_dequant" => Some(self.dot_dequant(&args[3..], acc)?),
             _ => None,
         };
         Ok(TileOp::Dot { acc, a, b, scale })
@@ -516,6 +526,27 @@ impl Cx {
             );
         }
         Ok(s)
+    }
+
+    /// The row offsets of `tile_dot_scaled(acc, a, b, s, offset)`: an i32 tile of `acc`'s
+    /// rows and one column.
+    fn dot_offset(&self, e: &syn::Expr, acc: TileId) -> syn::Result<TileId> {
+        let o = self.tile_arg(e)?;
+        let (tc, to) = (&self.tiles[acc as usize], &self.tiles[o as usize]);
+        if to.elem != Ty::I32 || to.rows != tc.rows || to.cols != 1 {
+            return err(
+                e.span(),
+                format!(
+                    "the offset of `tile_dot_scaled` is an i32 tile of {} rows and 1 column, `{}` is {} {}x{}",
+                    tc.rows,
+                    to.name,
+                    to.elem.rust_name(),
+                    to.rows,
+                    to.cols
+                ),
+            );
+        }
+        Ok(o)
     }
 
     /// A tile argument of a statement that works on f32 tiles.
@@ -909,16 +940,19 @@ mod tests {
     }
 
     #[test]
-    fn byte_tiles_dot_one_signed_by_one_unsigned_with_an_optional_column_scale() {
+    fn byte_tiles_dot_one_signed_by_one_unsigned_with_an_optional_column_scale_and_row_offset() {
         let k = k("let q = shared::<i32>(256);
             let a = tile::<i8, 16, 16>();
             let b = tile::<u8, 16, 16>();
             let s = tile::<i32, 1, 16>();
             let acc = tile::<i32, 16, 16>();
+            let o = tile::<i32, 16, 1>();
             tile_load(a, q, 0, 16, 16, 16);
             tile_load(b, q, 0, 16, 16, 16);
             tile_load(s, q, 0, 16, 1, 16);
+            tile_load(o, q, 0, 1, 16, 1);
             tile_dot_scaled(acc, a, b, s);
+            tile_dot_scaled(acc, a, b, s, o);
             tile_dot(acc, b, a);
             tile_load_packed(a, q, 0, 4, 16, 16);");
         assert_eq!((k.tiles[0].elem, k.tiles[1].elem), (Ty::I8, Ty::U8));
@@ -929,6 +963,10 @@ mod tests {
         );
         assert!(
             text.contains("tile_dot_scaled(acc#t3, a#t0, b#t1, s#t2);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tile_dot_scaled(acc#t3, a#t0, b#t1, s#t2, o#t4);"),
             "{text}"
         );
         assert!(text.contains("tile_dot(acc#t3, b#t1, a#t0);"), "{text}");
@@ -1034,7 +1072,10 @@ mod tests {
             let s = tile::<i32, 1, 16>();
             let g = tile::<f32, 16, 16>();
             let sf = tile::<f32, 1, 16>();
-            let s2 = tile::<i32, 2, 16>();";
+            let s2 = tile::<i32, 2, 16>();
+            let o = tile::<i32, 16, 1>();
+            let of = tile::<f32, 16, 1>();
+            let o8 = tile::<i32, 8, 1>();";
         for (stmt, want) in [
             ("tile_dot(acc, a, a);", "found i8 and i8"),
             ("tile_dot(acc, u, u);", "found u8 and u8"),
@@ -1043,7 +1084,11 @@ mod tests {
             ("tile_dot_scaled(f, g, g, sf);", "`tile_dot_scaled` takes integer operands (i16, i8, u8), found f32"),
             ("tile_dot_scaled(acc, a, u, sf);", "the scale of `tile_dot_scaled` is an i32 tile of 1 row and 16 columns, `sf` is f32 1x16"),
             ("tile_dot_scaled(acc, a, u, s2);", "`s2` is i32 2x16"),
-            ("tile_dot_scaled(acc, a, u);", "`tile_dot_scaled` takes 4 arguments, found 3"),
+            ("tile_dot_scaled(acc, a, u);", "`tile_dot_scaled` takes 4 or 5 arguments, found 3"),
+            ("tile_dot_scaled(acc, a, u, s, o, o);", "`tile_dot_scaled` takes 4 or 5 arguments, found 6"),
+            ("tile_dot_scaled(acc, a, u, s, of);", "the offset of `tile_dot_scaled` is an i32 tile of 16 rows and 1 column, `of` is f32 16x1"),
+            ("tile_dot_scaled(acc, a, u, s, o8);", "`o8` is i32 8x1"),
+            ("tile_dot_scaled(acc, a, u, s, s);", "`s` is i32 1x16"),
             ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),
             ("tile_copy(f, u);", "not from u8 to f32"),
             ("tile_load_quads(h, q, 0, 16, 16, 16);", "`tile_load_quads` moves i8 or u8 tiles (four values in each i32), `h` is i16"),

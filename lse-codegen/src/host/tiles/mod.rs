@@ -52,8 +52,9 @@
 //!   wrapping sums, so bit-identical to the reference. A dot of an i8 by a u8 tile stores
 //!   `b` in fours of rows ([`Layout::Quads`]: a `tile_load_quads` window's words as they are,
 //!   an i32 window's rows narrowed and interleaved) and runs `vpdpbusd`, the u8 operand
-//!   first. `tile_dot_scaled` starts the block's accumulators at zero and, after the K steps,
-//!   adds them times the columns' scales (`vpmulld`) to `acc`; `tile_dot_dequant` likewise
+//!   first. `tile_dot_scaled` starts the block's accumulators at zero (or at their rows'
+//!   offsets, broadcast) and, after the K steps, adds them times the columns' scales
+//!   (`vpmulld`) to `acc`; `tile_dot_dequant` likewise
 //!   converts them to f32, adds the rows' offsets and adds them times the rows' by the
 //!   columns' scales to its f32 `acc`, 16 lanes at a time. Elsewhere an integer dot is the
 //!   element loop in wrapping i32.
@@ -1537,7 +1538,7 @@ impl HostPhases {
             }
         };
         match s {
-            DotScale::Columns(t) => vec![column(self, e, t)],
+            DotScale::Columns { scale, .. } => vec![column(self, e, scale)],
             DotScale::Dequant { offset, rows, cols } => vec![
                 row(self, e, offset),
                 row(self, e, rows),
@@ -1580,7 +1581,10 @@ impl HostPhases {
         if let Some(s) = scale {
             self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
                 h.parallel_loop(e, n, LoopHint::Plain, |h, e, j| {
-                    let sum = e.carried_loop(k, "i32", &["0".to_string()], |e, kk, sum| {
+                    let start = s
+                        .sum_start()
+                        .map_or("0".to_string(), |o| h.read_raw(e, o as usize, i, "0"));
+                    let sum = e.carried_loop(k, "i32", &[start], |e, kk, sum| {
                         let x = operand(h, e, a, i, kk);
                         let y = operand(h, e, b, kk, j);
                         let p = e.b.op(format!("mul i32 {x}, {y}"));
@@ -1724,14 +1728,22 @@ impl HostPhases {
         let block = at(e, acc_elem, &pc, &first);
         let mut acc_ptrs = Vec::new();
         let mut init = Vec::new();
-        for r in 0..mr {
+        for (r, row) in rows.iter().enumerate() {
+            // A scaled dot's sums start from their row's offset, or 0.
+            let start = scale.map(|s| match s.sum_start() {
+                Some(o) => {
+                    let v = self.read_raw(e, o as usize, row, "0");
+                    splat(e, "i32", &v)
+                }
+                None => "zeroinitializer".to_string(),
+            });
             for j in 0..nr {
                 let p = e.b.op(format!(
                     "getelementptr inbounds {acc_elem}, ptr {block}, i64 {}",
-                    r * n + j * 16
+                    r as u32 * n + j * 16
                 ));
-                init.push(match scale {
-                    Some(_) => "zeroinitializer".to_string(),
+                init.push(match &start {
+                    Some(start) => start.clone(),
                     None => e.b.op(format!("load {vt}, ptr {p}, align 64")),
                 });
                 acc_ptrs.push(p);
