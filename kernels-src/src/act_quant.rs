@@ -166,9 +166,10 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// of 256 values, `max` the first value of the largest magnitude (with its sign),
 /// `iscale = -127 / max`, `q = min(127, round(iscale · v))` (into `q`), `d = 1 / iscale`
 /// (into `d`; 0 for an all-zero block), and as integers the sums of each 32 consecutive `q`
-/// (into `sums`: the Q4_K and Q5_K GEMMs' minimum terms) and of each 16 (into `sums16`:
-/// ggml's `bsums`, which the Q6_K GEMM takes off for its quants' offset of 32). `x` holds
-/// rows of `k` values; grid: x = blocks.
+/// (into `sums`: the Q4_K and Q5_K GEMMs' minimum terms) and, times -32, of each 16 (into
+/// `offsets16`: ggml's `bsums` as the Q6_K GEMM takes them, the row offsets that take its
+/// quants' offset of 32 off each sub-block's sum). `x` holds rows of `k` values; grid: x =
+/// blocks.
 ///
 /// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`), four values to a word
 /// (little-endian bytes, read by `tile_load_packed`): rows in blocks of 48, and within a
@@ -176,7 +177,9 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// row `r` at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32` (rows past the
 /// last of a partial block are not written). A step's tile is then one run of 1.5 KiB, where
 /// rows `k` apart fell into the same few cache sets (and v5, a word per value, took four
-/// times the memory, which the GEMMs narrowed to bytes at every step).
+/// times the memory, which the GEMMs narrowed to bytes at every step). `offsets16` is in the
+/// same order, a word per 16 values: sum `j` of row `r` at `(r / 48 · k / 16 + j) · 48 +
+/// r % 48`, so the Q6_K GEMM reads a sub-block's 48 offsets as one run.
 ///
 /// v7 (64 work-items, four values each: `j · 64 + local_id()`, j = 0..3): each work-item
 /// takes the first of its four values with the largest magnitude, and one `argmax` over the
@@ -189,14 +192,15 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// path (rows not a multiple of 16). Same values
 /// for every input without NaN; a NaN never wins (it did not in v6 either), and a block
 /// without a positive magnitude (all zeros, or all NaN) is stored as zeros with `d` 0, as
-/// llama.cpp's `if (!amax)` does.
-#[kernel(name = "act_quant.q8_k_int", version = 7, workgroup = 64)]
+/// llama.cpp's `if (!amax)` does. v8: `offsets16` (-32 times the sums per 16, in tile order)
+/// where v7 stored the plain sums row by row.
+#[kernel(name = "act_quant.q8_k_int", version = 8, workgroup = 64)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k / 4],
     d: &mut [f32; num_groups()],
     sums: &mut [i32; num_groups() * 8],
-    sums16: &mut [i32; num_groups() * 16],
+    offsets16: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * (k / 16)],
     k: u32,
 ) {
     let qt16 = tile::<f32, 16, 16>();
@@ -260,6 +264,6 @@ fn q8_k_int(
         sums[group_id() * 8 + l] = (s16[2 * l] + s16[2 * l + 1]) as i32;
     }
     if l < 16 {
-        sums16[group_id() * 16 + l] = s16[l] as i32;
+        offsets16[(r / 48 * (k / 16) + sb * 16 + l) * 48 + r % 48] = -32 * (s16[l] as i32);
     }
 }

@@ -19,8 +19,8 @@
 //! into the i32 tile `isum` (`vpdpbusd` on the host levels with AVX512-VNNI: four products
 //! per lane). Q6_K, each sub-block of 16: work-item `c` writes its 6-bit quants `q` (0..63)
 //! four to a word the same way, and one byte dot adds them times the sub-block's signed scale;
-//! the quants' offset of 32 comes off once per block as an i16 `tile_dot` (`vpdpwssd`) of the
-//! activations' sums per 16 by `-32 · sc`. At the end of each block of 256 one
+//! the quants' offset of 32 comes off as each row's sum starts from `-32 ·` the sum of its
+//! activations over the sub-block (`tile_dot_scaled`'s row offsets). At the end of each block of 256 one
 //! `tile_dequant` takes `isum` into the f32 `acc`, and the minimum term is one
 //! `tile_dot_dequant` of the activations' sums per 32 (`[48, 8]`, i16) by the minimums
 //! (`[8, 64]`) into `acc_min`: where v4 ran ten statements over the block's 48 x 64 f32
@@ -277,15 +277,17 @@ fn gemm_xwt_q5_k_q8_k(
 /// Q6_K (210-byte blocks of 256: 128 bytes `ql` of low nibbles, 64 bytes `qh` of high bit
 /// pairs, 16 signed 8-bit scales `sc_j` for the sub-blocks of 16, f16 `d`; the value is
 /// `d · sc_j · (q - 32)`, and there is no minimum term), interleaved by 64 rows. The quants
-/// `q` (0..63) go into the byte dot as they are, u8, one scaled dot per sub-block of 16; the
-/// offset comes off as an i16 dot of the activations' sums per 16 (`xs16`, `[48, 16]` per
-/// block) by `-32 · sc_j` (`[16, 64]`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
-/// exactly, as before.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 8, workgroup = 64)]
+/// `q` (0..63) go into the byte dot as they are, u8, one scaled dot per sub-block of 16,
+/// whose sums start from the rows' offsets `-32 · Σ x` over the sub-block (`xo16`, from
+/// `act_quant.q8_k_int`, 48 in a run), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
+/// exactly, as before. v9: the offsets as the dots' start (a broadcast per row of a register
+/// block), where v8 took them off with an i16 dot per block of the sums per 16 (`[48, 16]`)
+/// by `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 9, workgroup = 64)]
 fn gemm_xwt_q6_k_q8_k(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
-    xs16: &[i32; m * (k / 16)],
+    xo16: &[i32; (m + 47) / 48 * 48 * (k / 16)],
     w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
     y: &mut [f32; m * n],
     m: u32,
@@ -301,17 +303,14 @@ fn gemm_xwt_q6_k_q8_k(
     let a = tile::<i8, BM, BS>();
     let b = tile::<u8, BS, BN>();
     let sc = tile::<i32, 1, BN>();
+    let offset = tile::<i32, BM, 1>();
     let isum = tile::<i32, BM, BN>();
-    let xsum = tile::<i16, BM, BS>();
-    let offs = tile::<i16, BS, BN>();
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
     // A sub-block's 16 quants, four to a word (`b`'s quads), and its scale.
     let wq = shared::<i32>(BS / 4 * BN);
     let ws = shared::<i32>(BN);
-    // The block's 16 offset factors `-32 · sc_j`.
-    let wo = shared::<i32>(BS * BN);
     let wf = shared::<f32>(BN);
     let row0 = group_id() * BM;
     let col0 = group_id_y() * BN;
@@ -324,17 +323,6 @@ fn gemm_xwt_q6_k_q8_k(
         // w[(at + t) * 64 + local_id()].
         let at = (group_id_y() * (k / 256) + sb) * 53;
         wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
-        // The offset first: `-32 · sc_j` for the 16 scales (signed bytes 192.. of the block,
-        // four to a word), by the activations' sums per 16.
-        for t in 0..4u32 {
-            let sw = w[(at + 48 + t) * BN + local_id()];
-            for i in 0..4u32 {
-                wo[(4 * t + i) * BN + local_id()] = -32 * (((sw << (24 - 8 * i)) as i32) >> 24);
-            }
-        }
-        tile_load(xsum, xs16, row0 * (k / 16) + sb * 16, k / 16, m - row0, BS);
-        tile_load(offs, wo, 0, BN, BS, BN);
-        tile_dot(isum, xsum, offs);
         for sub in 0..16u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
             let blk = (group_id_y() * (k / 256) + sb) * 53;
@@ -368,7 +356,15 @@ fn gemm_xwt_q6_k_q8_k(
                 BS,
             );
             tile_load(sc, ws, 0, BN, 1, BN);
-            tile_dot_scaled(isum, a, b, sc);
+            tile_load(
+                offset,
+                xo16,
+                (group_id() * (k / 16) + sb * 16 + sub) * BM,
+                1,
+                BM,
+                1,
+            );
+            tile_dot_scaled(isum, a, b, sc, offset);
         }
         // `d_x · d_w` formed first, as llama.cpp scales a block's integer sum.
         tile_load(dw, wf, 0, BN, 1, BN);

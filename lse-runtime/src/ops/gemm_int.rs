@@ -126,8 +126,9 @@ pub(super) struct QuantizedRows {
     sums: DeviceBuf<f32>,
     /// Q8_K's integer sums per 32 values (the Q4_K and Q5_K GEMMs'); 1 element for Q8_0.
     sums32: DeviceBuf<i32>,
-    /// Q8_K's integer sums per 16 values (the Q6_K GEMM's); a 1-element buffer for Q8_0.
-    sums16: DeviceBuf<i32>,
+    /// Q8_K's integer sums per 16 values times -32, in the kernels' tile order (the Q6_K
+    /// GEMM's row offsets); a 1-element buffer for Q8_0.
+    offsets16: DeviceBuf<i32>,
     m: u32,
     k: u32,
 }
@@ -155,12 +156,13 @@ pub(super) fn quantize(
         }
     };
     // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded; four
-    // values to a word.
-    let mut xq = dev.alloc::<i32>(mu.div_ceil(ROWS as usize) * ROWS as usize * ku / 4)?;
+    // values to a word (and Q8_K's offsets a word per 16 values).
+    let padded_rows = mu.div_ceil(ROWS as usize) * ROWS as usize;
+    let mut xq = dev.alloc::<i32>(padded_rows * ku / 4)?;
     let mut xd = dev.alloc::<f32>(blocks as usize)?;
     let mut xs = dev.alloc::<f32>(per_block(1, true))?;
     let mut xs32 = dev.alloc::<i32>(per_block(8, false))?;
-    let mut xs16 = dev.alloc::<i32>(per_block(16, false))?;
+    let mut xo16 = dev.alloc::<i32>(if q8_0 { 1 } else { padded_rows * ku / 16 })?;
     let (q, d) = (xq.view_mut(), xd.view_mut());
     if q8_0 {
         let sums = xs.view_mut();
@@ -175,13 +177,13 @@ pub(super) fn quantize(
         // Eight blocks a workgroup.
         dev.launch([blocks.div_ceil(8), 1, 1], args)?;
     } else {
-        let (sums, sums16) = (xs32.view_mut(), xs16.view_mut());
+        let (sums, offsets16) = (xs32.view_mut(), xo16.view_mut());
         let args = q8_k_int::Args {
             x,
             q,
             d,
             sums,
-            sums16,
+            offsets16,
             k,
         };
         dev.launch([blocks, 1, 1], args)?;
@@ -191,7 +193,7 @@ pub(super) fn quantize(
         d: xd,
         sums: xs,
         sums32: xs32,
-        sums16: xs16,
+        offsets16: xo16,
         m,
         k,
     })
@@ -232,7 +234,7 @@ pub(super) fn launch_quantized(
     match format {
         QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs: sums32)),
         QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs: sums32)),
-        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xs16: sums16)),
+        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xo16: offsets16)),
         QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs: sums)),
         other => {
             return Err(OpError::Invalid {
@@ -833,7 +835,7 @@ mod tests {
         let host = Device::open(Pool::Host).unwrap();
         crate::ops::quantize_activations(&host, &x[..], k, Activations::Q8K, &mut want[..])
             .unwrap();
-        // Each device's `q`, `d` and `sums` bits and `sums16`.
+        // Each device's `q`, `d` and `sums` bits and `offsets16`.
         type Parts = (Vec<i32>, Vec<u32>, Vec<i32>, Vec<i32>);
         let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
@@ -841,13 +843,13 @@ mod tests {
             let mut q = dev.alloc::<i32>(48 * k / 4).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<i32>(blocks * 8).unwrap();
-            let mut sums16 = dev.alloc::<i32>(blocks * 16).unwrap();
+            let mut offsets16 = dev.alloc::<i32>(48 * k / 16).unwrap();
             let args = q8_k_int::Args {
                 x: xd.view(),
                 q: q.view_mut(),
                 d: d.view_mut(),
                 sums: sums.view_mut(),
-                sums16: sums16.view_mut(),
+                offsets16: offsets16.view_mut(),
                 k: k as u32,
             };
             dev.launch([blocks as u32, 1, 1], args).unwrap();
@@ -870,11 +872,14 @@ mod tests {
                 let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
                 assert_eq!(*s, exact, "sum {j} on {}", dev.arch());
             }
-            let mut s16 = vec![0i32; blocks * 16];
-            sums16.download(&mut s16).unwrap();
-            for (j, s) in s16.iter().enumerate() {
-                let exact: i32 = qv[16 * j..16 * (j + 1)].iter().sum();
-                assert_eq!(*s, exact, "sum of 16 {j} on {}", dev.arch());
+            // Sum `j` of row `r`, times -32, at `(r / 48 · k / 16 + j) · 48 + r % 48`.
+            let mut o16 = vec![0i32; 48 * k / 16];
+            offsets16.download(&mut o16).unwrap();
+            for (i, sub) in qv.chunks_exact(16).enumerate() {
+                let (r, j) = (i / (k / 16), i % (k / 16));
+                let at = (r / 48 * (k / 16) + j) * 48 + r % 48;
+                let exact: i32 = sub.iter().sum();
+                assert_eq!(o16[at], -32 * exact, "offset {i} on {}", dev.arch());
             }
             // The first value of the largest magnitude becomes -127, whatever its sign.
             let signs = [
@@ -894,7 +899,7 @@ mod tests {
                 "{}",
                 dev.arch()
             );
-            let got = (qv, bits(&dv), sv, s16);
+            let got = (qv, bits(&dv), sv, o16);
             match &first {
                 Some(f) => assert_eq!(&got, f, "{}", dev.arch()),
                 None => first = Some(got),
