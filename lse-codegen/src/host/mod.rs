@@ -19,7 +19,7 @@ use crate::emit::{
     bool_to_byte, byte_to_bool, combine, combine_argmax, lty, var_lty, Emitter, Lowered,
     ModuleText, TargetStmts, VarLoc,
 };
-use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, Ty, VarId};
+use lse_dsl::ir::{CollectiveOp, Expr, Param, Stmt, TileOp, Ty, VarId};
 use lse_dsl::wil::{Phase, VarStorage, WilKernel};
 
 /// The largest workgroup whose vectorised work-item loops are fully unrolled (see
@@ -223,8 +223,21 @@ impl TargetStmts for HostPhases {
 
 impl HostPhases {
     fn phases(&mut self, e: &mut Emitter, phases: &[Phase]) -> Lowered<()> {
-        for p in phases {
+        let mut rest = phases;
+        while let Some((p, after)) = rest.split_first() {
+            // A `tile_dequant` whose sums are zeroed next (a K-quant block's, for the next
+            // block) zeroes each as it reads it: one pass over them instead of two.
+            if let (Phase::Tile(dequant @ TileOp::Dequant { src, .. }), Some(next)) =
+                (p, after.first())
+            {
+                if *next == Phase::Tile(TileOp::Zero { dst: *src }) && self.zeroes_in_place(*src) {
+                    self.dequant(e, dequant, true);
+                    rest = &after[1..];
+                    continue;
+                }
+            }
             self.phase(e, p)?;
+            rest = after;
         }
         Ok(())
     }

@@ -1840,8 +1840,9 @@ fn packed_stores_write_one_byte_per_element_on_every_cpu() {
 /// `tile_dot_dequant` on every host level, the `vpdpbusd` register blocks included (their
 /// sums scaled where they are), equals the definition bit for bit: the exact integer sum of
 /// each K step, then `acc + (f32(sum) + offset) · (row · col)` with one rounding each; and
-/// `tile_dequant` of the steps' summed integer sums, `acc + f32(s) · (row · col)`; whole
-/// and partial windows, `y`'s values outside the window untouched.
+/// `tile_dequant` of the steps' summed integer sums, `acc + f32(s) · (row · col)`, then
+/// (the sums zeroed as that statement reads them: a `tile_zero` right after it) of the last
+/// step's sums alone; whole and partial windows, `y`'s values outside the window untouched.
 #[test]
 fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_DEQUANT_DOT_SRC);
@@ -1868,7 +1869,7 @@ fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
         let mut want = y0.clone();
         for r in 0..m as usize {
             for c in 0..n as usize {
-                let mut total = 0i32;
+                let (mut total, mut last) = (0i32, 0i32);
                 for step in 0..2 {
                     let sum = (64 * step..64 * step + 64).fold(0i32, |s, kk| {
                         s.wrapping_add(
@@ -1878,8 +1879,10 @@ fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
                     let d = sx[96 * step + 48 + r] * sw[32 * step + c];
                     want[r * 32 + c] += (sum as f32 + sx[96 * step + r]) * d;
                     total = total.wrapping_add(sum);
+                    last = sum;
                 }
                 want[r * 32 + c] += total as f32 * (sx[96 + 48 + r] * sw[32 + c]);
+                want[r * 32 + c] += last as f32 * (sx[96 + 48 + r] * sw[32 + c]);
             }
         }
         for cpu in HOST_CPUS {

@@ -922,6 +922,9 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
         tile_dot(s, a, b);
     }
     tile_dequant(acc, s, rows, cols);
+    tile_zero(s);
+    tile_dot(s, a, b);
+    tile_dequant(acc, s, rows, cols);
     tile_store(acc, y, 0, 32, m, n);
 }
 "#;

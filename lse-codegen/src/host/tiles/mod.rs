@@ -809,6 +809,41 @@ impl HostPhases {
     }
 
     /// Lowers one tile statement (once per workgroup).
+    /// `tile_dequant` (`op`); with `zero_src`, each sum is set to 0 once read (the
+    /// statement and a `tile_zero` of its sums after it, in one pass).
+    pub(super) fn dequant(&mut self, e: &mut Emitter, op: &TileOp, zero_src: bool) {
+        let TileOp::Dequant {
+            acc,
+            src,
+            rows,
+            cols,
+        } = *op
+        else {
+            unreachable!("dequant lowers tile_dequant only");
+        };
+        let (d, s) = (acc as usize, src as usize);
+        self.each_element(e, d, |h, e, r, c| {
+            let sum = h.read_raw(e, s, r, c);
+            if zero_src {
+                h.write_raw(e, s, r, c, "0");
+            }
+            let x = e.b.op(format!("sitofp i32 {sum} to float"));
+            let old = h.read(e, d, r, c);
+            let factors = [
+                h.read(e, rows as usize, r, "0"),
+                h.read(e, cols as usize, "0", c),
+            ];
+            let v = dequant_sum(&mut e.b, &factors, &x, &old, false);
+            h.write_raw(e, d, r, c, &v);
+        });
+    }
+
+    /// Whether tile `t` lives in its own array (not a view of a buffer), so zeroing it as a
+    /// statement reads it is the same as a `tile_zero` after.
+    pub(super) fn zeroes_in_place(&self, t: TileId) -> bool {
+        self.tiles[t as usize].view.is_none()
+    }
+
     pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) -> Lowered<()> {
         match op {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
@@ -841,25 +876,7 @@ impl HostPhases {
                     self.loop_dot(e, [acc, a, b], scale)
                 }
             }
-            TileOp::Dequant {
-                acc,
-                src,
-                rows,
-                cols,
-            } => {
-                let (d, s, rows, cols) = (*acc as usize, *src as usize, *rows, *cols);
-                self.each_element(e, d, |h, e, r, c| {
-                    let sum = h.read_raw(e, s, r, c);
-                    let x = e.b.op(format!("sitofp i32 {sum} to float"));
-                    let old = h.read(e, d, r, c);
-                    let factors = [
-                        h.read(e, rows as usize, r, "0"),
-                        h.read(e, cols as usize, "0", c),
-                    ];
-                    let v = dequant_sum(&mut e.b, &factors, &x, &old, false);
-                    h.write_raw(e, d, r, c, &v);
-                });
-            }
+            TileOp::Dequant { .. } => self.dequant(e, op, false),
             TileOp::Binary { op, dst, src } => {
                 let (op, d, s) = (*op, *dst as usize, *src as usize);
                 let (s_rows, s_cols) = (self.tiles[s].decl.rows, self.tiles[s].decl.cols);
