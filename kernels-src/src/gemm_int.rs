@@ -20,8 +20,9 @@
 //! per lane). Q6_K, each sub-block of 16: work-item `c` writes its 6-bit quants `q` (0..63)
 //! four to a word the same way, and one byte dot adds them times the sub-block's signed scale;
 //! the quants' offset of 32 comes off as each row's sum starts from `-32 ·` the sum of its
-//! activations over the sub-block (`tile_dot_scaled`'s row offsets). At the end of each block of 256 one
-//! `tile_dequant` takes `isum` into the f32 `acc`, and the minimum term is one
+//! activations over the sub-block (`tile_dot_scaled`'s row offsets). At the end of each
+//! block of 256 one `tile_dequant` takes `isum` into the f32 `acc` (zeroing `isum` as it
+//! reads it, on the host), and the minimum term is one
 //! `tile_dot_dequant` of the activations' sums per 32 (`[48, 8]`, i16) by the minimums
 //! (`[8, 64]`) into `acc_min`: where v4 ran ten statements over the block's 48 x 64 f32
 //! tiles (the minimum term an f32 dot), each a pass through memory. As in llama.cpp (its

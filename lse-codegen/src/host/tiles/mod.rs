@@ -808,7 +808,6 @@ impl HostPhases {
         }
     }
 
-    /// Lowers one tile statement (once per workgroup).
     /// `tile_dequant` (`op`); with `zero_src`, each sum is set to 0 once read (the
     /// statement and a `tile_zero` of its sums after it, in one pass).
     pub(super) fn dequant(&mut self, e: &mut Emitter, op: &TileOp, zero_src: bool) {
@@ -844,6 +843,7 @@ impl HostPhases {
         self.tiles[t as usize].view.is_none()
     }
 
+    /// Lowers one tile statement (once per workgroup).
     pub(super) fn tile(&mut self, e: &mut Emitter, op: &TileOp) -> Lowered<()> {
         match op {
             TileOp::Zero { dst } => memset0(e, &self.tiles[*dst as usize]),
