@@ -581,11 +581,10 @@ impl Gen<'_> {
                         None => quote!(None),
                     };
                     let (s, o) = match scale {
-                        Some(DotScale::Columns { scale, offset }) => {
-                            (some(Some(*scale)), some(*offset))
-                        }
-                        _ => (some(None), some(None)),
+                        Some(DotScale::Columns { scale, offset }) => (Some(*scale), *offset),
+                        _ => (None, None),
                     };
+                    let (s, o) = (some(s), some(o));
                     quote!(::lse_dsl::rt::tile::dot_int(&mut #c, &#x, &#y, #n, #k, #s, #o);)
                 } else {
                     let pairs = self.k.bf16_pair_dot(*a, *b);

@@ -734,6 +734,14 @@ mod tests {
             .collect()
     }
 
+    /// Each value `d · q` of the integer parts, one `d` per `block` values.
+    fn dequantized_parts(q: &[i32], d: &[f32], block: usize) -> Vec<f32> {
+        q.iter()
+            .enumerate()
+            .map(|(i, &q)| d[i / block] * q as f32)
+            .collect()
+    }
+
     /// `act_quant.q8_0_int` gives, on every device, `q` and `d` whose products are
     /// `act_quant.q8_0`'s values bit for bit and each block's exact sum of `q`: with rows of
     /// 16 blocks (v3's 8 blocks a workgroup in one row: one store) and of 3 blocks (groups
@@ -774,20 +782,13 @@ mod tests {
                     k: k as u32,
                 };
                 dev.launch([blocks.div_ceil(8) as u32, 1, 1], args).unwrap();
-                let (mut laid, mut dv, mut sv) = (
-                    vec![0i32; 48 * k / 4],
-                    vec![0.0f32; blocks],
-                    vec![0.0f32; blocks],
+                let (laid, dv, sv) = (
+                    q.to_vec().unwrap(),
+                    d.to_vec().unwrap(),
+                    sums.to_vec().unwrap(),
                 );
-                q.download(&mut laid).unwrap();
-                d.download(&mut dv).unwrap();
-                sums.download(&mut sv).unwrap();
                 let qv = from_tile_order(&laid, x.len(), k);
-                let got: Vec<f32> = qv
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &q)| dv[i / 32] * q as f32)
-                    .collect();
+                let got = dequantized_parts(&qv, &dv, 32);
                 // The NaN's own value (NaN) has no integer part; the rest of its block is
                 // scaled by the block's largest number, 6.0.
                 let nan = 160 + 3;
@@ -853,28 +854,20 @@ mod tests {
                 k: k as u32,
             };
             dev.launch([blocks as u32, 1, 1], args).unwrap();
-            let (mut laid, mut dv, mut sv) = (
-                vec![0i32; 48 * k / 4],
-                vec![0.0f32; blocks],
-                vec![0i32; blocks * 8],
+            let (laid, dv, sv) = (
+                q.to_vec().unwrap(),
+                d.to_vec().unwrap(),
+                sums.to_vec().unwrap(),
             );
-            q.download(&mut laid).unwrap();
-            d.download(&mut dv).unwrap();
-            sums.download(&mut sv).unwrap();
             let qv = from_tile_order(&laid, x.len(), k);
-            let values: Vec<f32> = qv
-                .iter()
-                .enumerate()
-                .map(|(i, &q)| dv[i / 256] * q as f32)
-                .collect();
+            let values = dequantized_parts(&qv, &dv, 256);
             assert_eq!(bits(&values), bits(&want), "{}", dev.arch());
             for (j, s) in sv.iter().enumerate() {
                 let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
                 assert_eq!(*s, exact, "sum {j} on {}", dev.arch());
             }
             // Sum `j` of row `r`, times -32, at `(r / 48 · k / 16 + j) · 48 + r % 48`.
-            let mut o16 = vec![0i32; 48 * k / 16];
-            offsets16.download(&mut o16).unwrap();
+            let o16 = offsets16.to_vec().unwrap();
             for (i, sub) in qv.chunks_exact(16).enumerate() {
                 let (r, j) = (i / (k / 16), i % (k / 16));
                 let at = (r / 48 * (k / 16) + j) * 48 + r % 48;
