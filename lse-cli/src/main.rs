@@ -1,5 +1,6 @@
 //! `lse`: LSE's command line.
 
+mod allocator;
 mod kernels_cmd;
 mod perplexity_cmd;
 mod progress_bar;
@@ -37,6 +38,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::keep_freed_memory();
     // Ctrl-C, TERM and HUP leave no partial output: remove in-flight temporary files, exit.
     signals::install();
     let cli = Cli::parse();
