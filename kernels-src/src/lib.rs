@@ -15,6 +15,7 @@ pub mod gemm;
 pub mod gemm_int;
 pub mod gemm_mlx;
 pub mod gemm_quant;
+pub mod gemm_swiglu;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod norm;
@@ -58,6 +59,11 @@ kernels!(
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
     gemm::transpose_x_f32,
+    gemm_swiglu::gemm_xwt_swiglu_bf16,
+    gemm_swiglu::gemm_xwt_swiglu_f16,
+    gemm_swiglu::gemm_xwt_exact_swiglu_bf16,
+    gemm_swiglu::gemm_xwt_exact_swiglu_f16,
+    gemm_swiglu::gemm_xwt_exact_swiglu_f32,
     gemm_int::gemm_xwt_q4_k_q8_k,
     gemm_int::gemm_xwt_q5_k_q8_k,
     gemm_int::gemm_xwt_q6_k_q8_k,

@@ -40,8 +40,24 @@ impl Mlp {
         &self,
         dev: &Device,
         x: DevSlice<'_, f32>,
-        out: DevSliceMut<'_, f32>,
+        mut out: DevSliceMut<'_, f32>,
     ) -> Result<()> {
+        let (gate, up, down) = (&self.gate, &self.up, &self.down);
+        if gate.act == up.act
+            && up.act == down.act
+            && ops::swiglu_mlp(
+                dev,
+                x,
+                gate.cols,
+                [gate.view(), up.view(), down.view()],
+                gate.rows,
+                down.rows,
+                out.reborrow_mut(),
+                gate.act,
+            )?
+        {
+            return Ok(());
+        }
         let t = x.len() / self.gate.cols;
         let i = self.gate.rows;
         let mut a = dev.scratch::<f32>(t * i)?;

@@ -225,7 +225,7 @@ fn integer_route<'a>(
 
 /// The type `gemm.xwt` (bf16, f16) or `gemm.xwt_exact` (f32) takes `xᵀ` in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum XtType {
+pub(super) enum XtType {
     Bf16,
     F16,
     F32,
@@ -234,7 +234,7 @@ enum XtType {
 /// `xᵀ` rounded to [`XtType`] in `gemm.transpose_x`'s blocked pairs layout, or kept f32 in
 /// `gemm.transpose_x_f32`'s blocked layout, written once and read by the products on it; in
 /// a buffer the device keeps between calls.
-enum TransposedX<'d> {
+pub(super) enum TransposedX<'d> {
     Bf16(Scratch<'d, bf16>),
     F16(Scratch<'d, f16>),
     F32(Scratch<'d, f32>),
@@ -242,7 +242,7 @@ enum TransposedX<'d> {
 
 /// The type `xᵀ` takes for a bf16, f16 or f32 weight `w` and `act`: the weight's for
 /// `gemm.xwt` (a 16-bit weight, activations rounded to it), else f32 for `gemm.xwt_exact`.
-fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
+pub(super) fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
     match (w, act) {
         (WeightView::Bf16(_), Activations::RoundedToWeight) => XtType::Bf16,
         (WeightView::F16(_), Activations::RoundedToWeight) => XtType::F16,
@@ -251,7 +251,7 @@ fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
 }
 
 /// `xᵀ` of `x` (`[m, k]`) in `ty`.
-fn transpose<'d>(
+pub(super) fn transpose<'d>(
     dev: &'d Device,
     x: DevSlice<'_, f32>,
     ty: XtType,
@@ -308,7 +308,7 @@ fn transpose<'d>(
 
 /// `y (=|+=) x · wᵀ` through `gemm.xwt` (or `gemm.xwt_exact` for f32 `xt`) on `xt` = `xᵀ`,
 /// for a weight `xt`'s type was chosen for ([`xt_type`]).
-fn launch_transposed(
+pub(super) fn launch_transposed(
     dev: &Device,
     xt: &TransposedX<'_>,
     w: WeightView<'_>,

@@ -26,6 +26,7 @@ mod prefill_attention;
 mod quant;
 mod rope;
 mod swiglu;
+mod swiglu_mlp;
 mod topk_pairs;
 
 pub use affine::{AffineFormat, AffineParams, AffineView};
@@ -53,6 +54,7 @@ pub use prefill_attention::{prefill_attention_dense, prefill_attention_sparse, Q
 pub use quant::{Interleaved, QuantFormat, QuantView};
 pub use rope::{qk_norm_rope, rope_inv_freq, HeadLayout, RopeTable};
 pub use swiglu::swiglu;
+pub use swiglu_mlp::swiglu_mlp;
 pub use topk_pairs::{topk_pairs, topk_pairs_dev, TopK, MAX_TOP_K};
 
 use crate::device::{BufError, LaunchError};

@@ -1,12 +1,15 @@
-//! Differential cases of the feed-forward kernels: `ffn.swiglu`, `ffn.moe_router`,
-//! `ffn.moe_combine`, and the routed-experts path of the MoE block end to end (router,
+//! Differential cases of the feed-forward kernels: `ffn.swiglu`, the dense MLP with SwiGLU
+//! fused into its gate and up products (`gemm.xwt_swiglu`, `gemm.xwt_exact_swiglu`),
+//! `ffn.moe_router`, `ffn.moe_combine`, and the routed-experts path of the MoE block end to end (router,
 //! [`ExpertSlots`], `ffn.moe_gather`, the experts' GEMMs over their segments, SwiGLU,
 //! combine). Ragged sizes, one token, k = 1 and k = num_experts, tied router logits, an
 //! expert no token chooses, and every token routed to one expert.
 
+use half::{bf16, f16};
 use lse_runtime::device::Device;
 use lse_runtime::ops::{self, Activations, ExpertSlots, GemmOut, HeadWeight, Routing};
 
+use super::{Dtype, Stored};
 use crate::diff::{Case, Out, Rng, Tol};
 use crate::reference::ffn as reference;
 
@@ -64,6 +67,141 @@ impl Case for SwigluCase {
             abs: 1e-30,
             rel: 8.0 * 2.0 * U,
         }
+    }
+}
+
+/// Scale of the MLP cases' weights (activations are within 1).
+const MLP_W: f32 = 0.2;
+
+/// The dense MLP `(silu(x · gateᵀ) ⊙ (x · upᵀ)) · downᵀ` through `ops::swiglu_mlp`: `x`
+/// `[m, k]`, `gate` and `up` `[n, k]`, `down` `[h, n]`, weights stored as `dtype` and met as
+/// `act`. The reference rounds where the kernels round (the activations and `h` to a 16-bit
+/// weight's type when `act` rounds to it) and sums exactly in f64.
+struct SwigluMlpCase {
+    m: usize,
+    k: usize,
+    n: usize,
+    h: usize,
+    dtype: Dtype,
+    act: Activations,
+    /// The tolerance, from the reference's own magnitudes (`SwigluMlpCase::new`).
+    abs: f32,
+}
+
+struct MlpInputs {
+    x: Vec<f32>,
+    gate: Stored,
+    up: Stored,
+    down: Stored,
+}
+
+impl SwigluMlpCase {
+    fn new(m: usize, k: usize, n: usize, h: usize, dtype: Dtype, act: Activations) -> Self {
+        let mut case = SwigluMlpCase {
+            m,
+            k,
+            n,
+            h,
+            dtype,
+            act,
+            abs: 0.0,
+        };
+        case.abs = case.bound();
+        case
+    }
+
+    fn inputs(&self) -> MlpInputs {
+        let (m, k, n, h) = (self.m, self.k, self.n, self.h);
+        let mut rng = Rng(0x6d6c + (m * 131 + k * 17 + n * 7 + h) as u64);
+        MlpInputs {
+            x: rng.f32s(m * k, 1.0),
+            gate: Stored::new(&rng.f32s(n * k, MLP_W), self.dtype),
+            up: Stored::new(&rng.f32s(n * k, MLP_W), self.dtype),
+            down: Stored::new(&rng.f32s(h * n, MLP_W), self.dtype),
+        }
+    }
+
+    /// A value as the kernels round activations (to the weight's type, or kept f32).
+    fn rounded(&self, v: f32) -> f32 {
+        match (self.dtype, self.act) {
+            (Dtype::Bf16, Activations::RoundedToWeight) => bf16::from_f32(v).to_f32(),
+            (Dtype::F16, Activations::RoundedToWeight) => f16::from_f32(v).to_f32(),
+            _ => v,
+        }
+    }
+
+    /// The reference's `g`, `u` and `h` (`h` rounded as the kernels round it).
+    fn hidden(&self, inp: &MlpInputs) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let x: Vec<f32> = inp.x.iter().map(|&v| self.rounded(v)).collect();
+        let g = reference::matmul_xwt(&x, &inp.gate.widened(), self.k);
+        let u = reference::matmul_xwt(&x, &inp.up.widened(), self.k);
+        let mut hid = g.clone();
+        reference::swiglu(&mut hid, &u);
+        let hid = hid.into_iter().map(|v| self.rounded(v)).collect();
+        (g, u, hid)
+    }
+
+    /// `abs` for this case: every sum of `j` terms in any f32 order is within `j · 2^-24 ·
+    /// Σ|terms|` of the exact one; `g` and `u` carry that into `h` (silu's slope is below
+    /// 1.1) with 8 more roundings of `h` (silu, the product); a rounded `h` may take the
+    /// other neighbour in the weight's type (2^-8 relative for bf16, 2^-11 for f16) where
+    /// those errors cross a midpoint; the down product sums `n` such `h` times `|w| <=
+    /// MLP_W`, in its own order.
+    fn bound(&self) -> f32 {
+        let inp = self.inputs();
+        let (g, u, hid) = self.hidden(&inp);
+        let max = |v: &[f32]| v.iter().fold(0f32, |a, &b| a.max(b.abs()));
+        let (gm, um, hm) = (max(&g), max(&u), max(&hid));
+        let (k, n) = (self.k as f32, self.n as f32);
+        // Σ|x w| <= k · max|x| · MLP_W, with max|x| <= 1.
+        let dot = k * k * U * MLP_W;
+        let eh = 1.1 * um * dot + gm * dot + 8.0 * U * hm;
+        let flip = match (self.dtype, self.act) {
+            (Dtype::Bf16, Activations::RoundedToWeight) => 1.0 / 256.0,
+            (Dtype::F16, Activations::RoundedToWeight) => 1.0 / 2048.0,
+            _ => 0.0,
+        };
+        n * MLP_W * (eh + flip * hm) + n * n * U * hm * MLP_W + 4.0 * U
+    }
+}
+
+impl Case for SwigluMlpCase {
+    fn name(&self) -> String {
+        format!(
+            "swiglu_mlp m={} k={} n={} h={} {:?} {:?}",
+            self.m, self.k, self.n, self.h, self.dtype, self.act
+        )
+    }
+
+    fn run(&self, dev: &Device) -> Vec<Out> {
+        let inp = self.inputs();
+        let mut y = vec![f32::NAN; self.m * self.h];
+        let weights = [inp.gate.head(), inp.up.head(), inp.down.head()].map(Into::into);
+        let fused = ops::swiglu_mlp(
+            dev, &inp.x, self.k, weights, self.n, self.h, &mut y, self.act,
+        )
+        .unwrap();
+        assert!(fused, "{}: the fused MLP applies", self.name());
+        vec![Out::F32("y", y)]
+    }
+
+    fn reference(&self) -> Vec<Out> {
+        let inp = self.inputs();
+        let (_, _, hid) = self.hidden(&inp);
+        let y = reference::matmul_xwt(&hid, &inp.down.widened(), self.n);
+        vec![Out::F32("y", y)]
+    }
+
+    fn tolerance(&self) -> Tol {
+        Tol {
+            abs: self.abs,
+            rel: 0.0,
+        }
+    }
+
+    /// As `gemm.xwt`'s: only bf16 products of rounded activations take the target's order.
+    fn same_order(&self) -> bool {
+        self.dtype != Dtype::Bf16 || self.act == Activations::F32
     }
 }
 
@@ -410,6 +548,26 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut out: Vec<Box<dyn Case>> = Vec::new();
     for n in [1, 7, 255, 256, 1000, 4099] {
         out.push(Box::new(SwigluCase { n }));
+    }
+    let kinds = [
+        (Dtype::Bf16, Activations::RoundedToWeight),
+        (Dtype::F16, Activations::RoundedToWeight),
+        (Dtype::Bf16, Activations::F32),
+        (Dtype::F16, Activations::F32),
+        (Dtype::F32, Activations::F32),
+    ];
+    for (dtype, act) in kinds {
+        // Ragged (a last row block of 6 rows, widths below a tile, one of everything), whole
+        // blocks where the host fuses the K loops, and the 0.8B model's MLP on 9 rows.
+        for (m, k, n, h) in [
+            (70, 96, 130, 40),
+            (1, 1, 1, 1),
+            (5, 33, 7, 65),
+            (64, 128, 128, 64),
+            (9, 1024, 3584, 1024),
+        ] {
+            out.push(Box::new(SwigluMlpCase::new(m, k, n, h, dtype, act)));
+        }
     }
     for (tokens, num_experts, k, fill) in [
         (1, 4, 1, Random),

@@ -1,0 +1,138 @@
+//! A SwiGLU MLP's gate and up products and its element-wise step in one kernel, written as
+//! the down product's activations: `h = silu(x · gateᵀ) ⊙ (x · upᵀ)`, for `x` `[m, k]` and
+//! `gate`, `up` `[n, k]`, is `[m, n]`, which the down GEMM reads transposed (`xᵀ`,
+//! `gemm.rs`). The GEMMs compute blocks of `yᵀ = w · xᵀ`, so each workgroup's 64 x 64 block
+//! of `hᵀ` is already a block of that layout: it is stored as it stands, where the unfused
+//! MLP stored both products in f32, read them back for `ffn.swiglu`, stored `h`, and
+//! transposed it in `gemm.transpose_x` before the down GEMM.
+//!
+//! Each workgroup runs the gate's K loop into `g`, turns `g` into `silu(g)` with `u` and `s`
+//! as temporaries, runs the up's K loop into `u`, multiplies, and stores. `silu` is LOOM's,
+//! `g · (1 / (1 + exp(-g)))`, one tile statement per operation, so every element goes
+//! through the same IEEE operations as `ffn.swiglu`'s `silu(a) · b`; the dots are
+//! `gemm.xwt`'s and `gemm.xwt_exact`'s (K steps of 64 and 32 here, which on the host's fused
+//! K loop and in every f32 `tile_dot` keep each element's order), so on the host the fused
+//! MLP gives the unfused one's values bit for bit. Both K loops are only the two loads and
+//! the dot, so the host runs each fused (`lse-codegen/src/host/tiles/fused.rs`). Five 64 x 64
+//! tiles (three f32, two of the operands) fill the 64 KiB a GPU workgroup may have.
+
+use loom::kernel;
+
+/// `hp` = `hᵀ` in `W` (round to nearest even) in `gemm.transpose_x`'s layout for `[m, n]`
+/// (`[ceil(m / 64), ceil(n / 2), 64, 2]`, a last block of fewer than 64 rows written out to
+/// 64 with zeros), from `xp` = `xᵀ` in that layout for `[m, k]` (`gemm.xwt`'s activations);
+/// `ones`: 64 values of 1.0. Grid: x = ceil(m / 64) row blocks, y = ceil(n / 64) column
+/// blocks, in `gemm.xwt`'s groups of 8 row blocks.
+#[kernel(name = "gemm.xwt_swiglu", version = 1, workgroup = 64, elem = [bf16, f16])]
+fn gemm_xwt_swiglu<W>(
+    xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
+    gate: &[W; n * k],
+    up: &[W; n * k],
+    ones: &[f32; 64],
+    hp: &mut [W; (m + 63) / 64 * ((n + 1) / 2) * 128],
+    m: u32,
+    n: u32,
+    k: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<W, BN, BK>();
+    let b = tile::<W, BK, BM>();
+    let g = tile::<f32, BN, BM>();
+    let u = tile::<f32, BN, BM>();
+    let s = tile::<f32, BN, BM>();
+    let o = tile::<W, BN, BM>();
+    // Workgroups in groups of 8 row blocks, as in `gemm.xwt` (LOOM has no shared helpers).
+    let linear = group_id() + num_groups() * group_id_y();
+    let span = 8 * num_groups_y();
+    let group = linear / span;
+    let in_group = linear - group * span;
+    let rows_here = min(8, num_groups() - group * 8);
+    let row0 = (group * 8 + in_group % rows_here) * BM;
+    let col0 = in_group / rows_here * BN;
+    tile_zero(g);
+    for k0 in (0..k).step_by(BK) {
+        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
+        tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
+        tile_dot(g, a, b);
+    }
+    // g = silu(g) = g · (1 / (1 + exp(-g))).
+    tile_copy(u, g);
+    tile_scale(u, -1.0);
+    tile_exp(u);
+    tile_load(s, ones, 0, 0, BN, BM);
+    tile_add(u, s);
+    tile_div(s, u);
+    tile_mul(g, s);
+    tile_zero(u);
+    for k0 in (0..k).step_by(BK) {
+        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
+        tile_load(a, up, col0 * k + k0, k, n - col0, k - k0);
+        tile_dot(u, a, b);
+    }
+    tile_mul(g, u);
+    tile_copy(o, g);
+    tile_store_pairs(
+        o,
+        hp,
+        row0 * ((n + 1) / 2) * 2 + col0 * 64,
+        128,
+        n - col0,
+        BM,
+    );
+}
+
+/// `ht` = `hᵀ` in f32 in `gemm.transpose_x_f32`'s layout for `[m, n]` (`[ceil(m / 64), n,
+/// 64]`, a last block of fewer than 64 rows written out to 64 with zeros), from `xt` = `xᵀ`
+/// in that layout for `[m, k]` (`gemm.xwt_exact`'s activations: f32 products against the
+/// widened weights); `ones`: 64 values of 1.0. Grid: x = ceil(m / 64) row blocks, y =
+/// ceil(n / 64) column blocks, in groups of 8 row blocks.
+#[kernel(name = "gemm.xwt_exact_swiglu", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
+fn gemm_xwt_exact_swiglu<W>(
+    xt: &[f32; (m + 63) / 64 * k * 64],
+    gate: &[W; n * k],
+    up: &[W; n * k],
+    ones: &[f32; 64],
+    ht: &mut [f32; (m + 63) / 64 * n * 64],
+    m: u32,
+    n: u32,
+    k: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<f32, BN, BK>();
+    let b = tile::<f32, BK, BM>();
+    let g = tile::<f32, BN, BM>();
+    let u = tile::<f32, BN, BM>();
+    let s = tile::<f32, BN, BM>();
+    let linear = group_id() + num_groups() * group_id_y();
+    let span = 8 * num_groups_y();
+    let group = linear / span;
+    let in_group = linear - group * span;
+    let rows_here = min(8, num_groups() - group * 8);
+    let row0 = (group * 8 + in_group % rows_here) * BM;
+    let col0 = in_group / rows_here * BN;
+    tile_zero(g);
+    for k0 in (0..k).step_by(BK) {
+        tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
+        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
+        tile_dot(g, a, b);
+    }
+    tile_copy(u, g);
+    tile_scale(u, -1.0);
+    tile_exp(u);
+    tile_load(s, ones, 0, 0, BN, BM);
+    tile_add(u, s);
+    tile_div(s, u);
+    tile_mul(g, s);
+    tile_zero(u);
+    for k0 in (0..k).step_by(BK) {
+        tile_load(a, up, col0 * k + k0, k, n - col0, k - k0);
+        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
+        tile_dot(u, a, b);
+    }
+    tile_mul(g, u);
+    tile_store(g, ht, row0 * n + col0 * BM, BM, n - col0, BM);
+}
