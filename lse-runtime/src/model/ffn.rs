@@ -5,7 +5,9 @@
 //! per-expert 2-D.
 //!
 //! Everything runs as LOOM kernels on the engine's device: projections through the GEMM
-//! ([`linear`]), SwiGLU through `ffn.swiglu`, the router, the gather of each expert's rows
+//! ([`linear`]), SwiGLU fused into the dense MLP's gate and up products where its three
+//! weights take one form of activations ([`ops::swiglu_mlp`]), else through `ffn.swiglu`, the
+//! router, the gather of each expert's rows
 //! and the final combine through the MoE ops ([`crate::ops::moe_router`] and the rest). The
 //! host only sorts the routed (token, choice) pairs by expert ([`ExpertSlots`], integer
 //! bookkeeping).
