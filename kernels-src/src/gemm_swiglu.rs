@@ -10,11 +10,14 @@
 //! as temporaries, runs the up's K loop into `u`, multiplies, and stores. `silu` is LOOM's,
 //! `g · (1 / (1 + exp(-g)))`, one tile statement per operation, so every element goes
 //! through the same IEEE operations as `ffn.swiglu`'s `silu(a) · b`; the dots are
-//! `gemm.xwt`'s and `gemm.xwt_exact`'s (K steps of 64 and 32 here, which on the host's fused
-//! K loop and in every f32 `tile_dot` keep each element's order), so on the host the fused
-//! MLP gives the unfused one's values bit for bit. Both K loops are only the two loads and
-//! the dot, so the host runs each fused (`lse-codegen/src/host/tiles/fused.rs`). Five 64 x 64
-//! tiles (three f32, two of the operands) fill the 64 KiB a GPU workgroup may have.
+//! `gemm.xwt`'s and `gemm.xwt_exact`'s (in K steps of 32 where those take 128 and 64, which
+//! on the host's fused K loop and in every f32 `tile_dot` keep each element's order), so on
+//! the host the fused MLP gives the unfused one's values bit for bit. Both K loops are only
+//! the two loads and the dot, so the host runs each fused
+//! (`lse-codegen/src/host/tiles/fused.rs`). The three f32 tiles, the operands of a K step and
+//! (for a 16-bit `hᵀ`) its rounded block fill the 64 KiB a GPU workgroup may have; the rounded
+//! block has a tile of its own, since the host reads a tile that is also a copy's destination
+//! from its own storage rather than in place, and the K loops would not run fused.
 
 use loom::kernel;
 
