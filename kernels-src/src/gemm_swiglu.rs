@@ -54,7 +54,6 @@ fn gemm_xwt_swiglu<W>(
     let rows_here = min(8, num_groups() - group * 8);
     let row0 = (group * 8 + in_group % rows_here) * BM;
     let col0 = in_group / rows_here * BN;
-    tile_zero(g);
     for k0 in (0..k).step_by(BK) {
         tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
         tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
@@ -117,7 +116,6 @@ fn gemm_xwt_exact_swiglu<W>(
     let rows_here = min(8, num_groups() - group * 8);
     let row0 = (group * 8 + in_group % rows_here) * BM;
     let col0 = in_group / rows_here * BN;
-    tile_zero(g);
     for k0 in (0..k).step_by(BK) {
         tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
         tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);

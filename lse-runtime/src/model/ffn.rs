@@ -60,20 +60,20 @@ impl Mlp {
         {
             return Ok(());
         }
-        let t = x.len() / self.gate.cols;
-        let i = self.gate.rows;
+        let t = x.len() / gate.cols;
+        let i = gate.rows;
         let mut a = dev.scratch::<f32>(t * i)?;
         let mut b = dev.scratch::<f32>(t * i)?;
         linear_same_x(
             dev,
             x,
             vec![
-                (WeightMat::of(&self.gate), a.view_mut()),
-                (WeightMat::of(&self.up), b.view_mut()),
+                (WeightMat::of(gate), a.view_mut()),
+                (WeightMat::of(up), b.view_mut()),
             ],
         )?;
         ops::swiglu(dev, &mut a, &b)?;
-        linear(dev, a.view(), WeightMat::of(&self.down), out)?;
+        linear(dev, a.view(), WeightMat::of(down), out)?;
         Ok(())
     }
 }
