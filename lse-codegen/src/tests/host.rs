@@ -1419,9 +1419,11 @@ fn pairs_windows_load_store_and_feed_dots_as_the_reference_on_every_cpu() {
     }
 }
 
-/// `(n, m, k)` for the fused K loop tests (16 x 32 tiles, K steps of 32, K up to 160): whole
-/// steps, a partial last step, short rows, short columns, no steps, one value of K.
-const FUSED_K_SHAPES: [(usize, usize, usize); 8] = [
+/// `(n, m, k)` for the fused K loop tests (16 x 32 tiles, K steps of 32, K up to
+/// [`FUSED_K_MAX`]): whole steps, a partial last step, short rows, short columns, no steps,
+/// one value of K, and 129 whole steps (the host's chunks of steps: 128 and 1 where a step's
+/// `b` is 2 KiB of bf16, 64, 64 and 1 where it is 4 KiB of f32).
+const FUSED_K_SHAPES: [(usize, usize, usize); 9] = [
     (16, 32, 96),
     (16, 32, 160),
     (16, 32, 32),
@@ -1430,7 +1432,11 @@ const FUSED_K_SHAPES: [(usize, usize, usize); 8] = [
     (16, 20, 64),
     (16, 32, 0),
     (16, 32, 1),
+    (16, 32, FUSED_K_MAX),
 ];
+
+/// The largest K of [`FUSED_K_SHAPES`].
+const FUSED_K_MAX: usize = 129 * 32;
 
 /// A dot's K loop ([`kernels::TILE_FUSED_K_SRC`]) run in one pass per register block where
 /// every step's windows are whole (whole K steps, `n` and `m` filling the tiles) and as
@@ -1454,7 +1460,7 @@ fn fused_k_loops_match_the_reference_on_every_cpu() {
     let small = |i: usize, seed: usize| ((i * 5 + seed) % 9) as f32 - 4.0;
     let rough = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
     let fma_levels = ["x86-64", "x86-64-v3", "x86-64-v4"];
-    let kmax = 160;
+    let kmax = FUSED_K_MAX;
     let y0: Vec<f32> = (0..16 * 32).map(|i| small(i, 3) * 10.0).collect();
     // Small integers on every level; values whose sums round on the levels that run the dot
     // as FMAs (the pairs `b` read in place and widened per K pair).
@@ -1521,16 +1527,11 @@ fn fused_f32_k_loops_with_bf16_rows_match_the_reference_on_every_cpu() {
     assert!(text(&k, "x86-64-v3").contains("[512 x i16]"));
     assert!(!text(&k, "x86-64").contains("[512 x i16]"));
     let val = |i: usize, seed: usize| ((i * 37 + seed * 11) % 101) as f32 / 17.0 - 2.9;
-    let kmax = 160;
+    let kmax = FUSED_K_MAX;
     let mut w: Vec<bf16> = (0..16 * kmax).map(|i| bf16::from_f32(val(i, 1))).collect();
     // A signaling NaN, an infinity, a subnormal and a negative zero, at even and odd K (the
     // host reads the rows a K pair at a time): the NaN and the infinity fill a row of `y`.
-    for (at, bits) in [
-        (5, 0x7f81),
-        (kmax + 2, 0x7f80),
-        (2 * kmax + 7, 1),
-        (3 * kmax, 0x8000),
-    ] {
+    for (at, bits) in [(5, 0x7f81), (162, 0x7f80), (327, 1), (480, 0x8000)] {
         w[at] = bf16::from_bits(bits);
     }
     let x: Vec<f32> = (0..kmax * 32).map(|i| val(i, 2)).collect();

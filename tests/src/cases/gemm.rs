@@ -129,6 +129,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             // Whole weight blocks and K steps with a last block of 6 rows: the fused K loop
             // over the transpose's zero rows.
             (70, 128, 256),
+            // 17 whole K steps of 64: the host's fused loop in chunks of 16 steps and 1
+            // (`lse-codegen/src/host/tiles/fused.rs`).
+            (70, 128, 1088),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -155,6 +158,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             // model's 1024 x 3584 on 64 rows; 130 x 200 x 384 has partial edge blocks too).
             (64, 1024, 3584),
             (130, 200, 384),
+            // 17 whole K steps of 128: the fused loop in chunks of 16 steps and 1.
+            (70, 128, 2176),
             // 10 row blocks of 64: a group of 8 and a last group of 2.
             (600, 130, 66),
         ] {

@@ -5,7 +5,8 @@
 //! each: a block's accumulators stay in registers (tile registers) over the whole K instead
 //! of being loaded and stored around every step (a tenth of the bf16 GEMM's time at K steps
 //! of 64). The products and their order per element are the loop's, so the results are the
-//! same.
+//! same. The register-blocked dots run the steps in chunks whose `b` windows fit in L2
+//! ([`CHUNK_BYTES`]), every block through one chunk before the next; AMX runs them in one.
 //!
 //! The views need every step's windows whole (a partial window is a zero-padded copy, which
 //! a step would have to make while the other steps' blocks read theirs): a scalar pass over
@@ -16,6 +17,10 @@ use crate::emit::{Emitter, Lowered, WindowVals};
 use crate::host::remat::pure;
 use lse_dsl::ir::{Expr, ExprKind, Kernel, TileMem, TileOp, TileWindow, Ty, VarId};
 use lse_dsl::wil::Phase;
+
+/// The most bytes of `b` windows a chunk of a fused dot's steps reads
+/// ([`HostPhases::in_chunks`]): a quarter of Zen 5's L2, an eighth of Sapphire Rapids'.
+const CHUNK_BYTES: u32 = 256 * 1024;
 
 /// A loop [`HostPhases::fused_dot`] accepts: `acc += a b` run as `dot`, after the loads.
 pub(in crate::host) struct FusedDot {
@@ -138,12 +143,54 @@ impl HostPhases {
                 if !fused {
                     e.for_loop(var, start, end, step, &mut |e| self.phases(e, body))
                 } else if let PackedDot::Blocked(micro) = f.dot {
-                    self.blocked_dot(e, [f.acc, f.a, f.b], None, micro, Some(&steps))
+                    self.in_chunks(e, &steps, &mut |h, e, chunk| {
+                        h.blocked_dot(e, [f.acc, f.a, f.b], None, micro, Some(chunk))
+                    })
                 } else {
                     self.amx_dot(e, [f.acc, f.a, f.b], Some(&steps))
                 }
             })
         })
+    }
+
+    /// Runs `body` over `steps` in chunks of consecutive steps whose `b` windows take at most
+    /// [`CHUNK_BYTES`] together, each chunk a [`Steps`] of its own: every register block of
+    /// the dot reads the whole of `b` over the steps it runs, so a chunk's `b` stays in L2
+    /// for the next block (at K = 3584 the f32-activation GEMM's `xt` block, 917 KiB,
+    /// streamed from L3 once per block, at 64 to 75% of the `fma` peak). A register block
+    /// loads its accumulators before its steps and stores them after, so the products and
+    /// their order per element are those of one pass over every step.
+    fn in_chunks(
+        &mut self,
+        e: &mut Emitter,
+        steps: &Steps,
+        body: &mut dyn FnMut(&mut Self, &mut Emitter, &Steps) -> Lowered<()>,
+    ) -> Lowered<()> {
+        let b = &self.tiles[steps.dot.b].decl;
+        let per_chunk = (CHUNK_BYTES / (b.rows * b.cols * b.elem.size_bytes())).max(1);
+        let last = e.b.op(format!("sub nuw i32 {}, 1", steps.trips));
+        let q = e.b.op(format!("udiv i32 {last}, {per_chunk}"));
+        let chunks = e.b.op(format!("add nuw i32 {q}, 1"));
+        let mut result = Ok(());
+        e.carried_loop(&chunks, "i32", &[], |e, c, _| {
+            let first = e.b.op(format!("mul nuw i32 {c}, {per_chunk}"));
+            let left = e.b.op(format!("sub nuw i32 {}, {first}", steps.trips));
+            let fewer = e.b.op(format!("icmp ult i32 {left}, {per_chunk}"));
+            let trips =
+                e.b.op(format!("select i1 {fewer}, i32 {left}, i32 {per_chunk}"));
+            let skip = e.b.op(format!("mul nuw i32 {first}, {}", steps.dot.step));
+            let chunk = Steps {
+                dot: steps.dot,
+                start: e.b.op(format!("add nuw i32 {}, {skip}", steps.start)),
+                trips,
+            };
+            let r = body(self, e, &chunk);
+            if result.is_ok() {
+                result = r;
+            }
+            Vec::new()
+        });
+        result
     }
 
     /// Whether every step's windows cover their tiles (an `i1`).
