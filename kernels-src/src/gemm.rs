@@ -25,8 +25,8 @@
 //! `y` is written transposed once at the end. Each K loop is only the two loads and the dot,
 //! so where every step's blocks are whole the host runs it fused: each register block of the
 //! dot goes through the whole K with its accumulators in registers, in chunks of K whose
-//! `xᵀ` stays in L2 (`lse-codegen/src/host/tiles/fused.rs`); `gemm.xwt_exact`'s 16-bit weight rows are widened
-//! (exactly) as its `fma` register blocks broadcast them. The host's AMX level runs the bf16
+//! `xᵀ` stays in L2 (`lse-codegen/src/host/tiles/fused.rs`); `gemm.xwt_exact`'s 16-bit
+//! weight rows are widened (exactly) as its `fma` register blocks broadcast them. The host's AMX level runs the bf16
 //! dots on AMX tiles; other levels and GPUs use the portable lowering.
 
 use loom::kernel;
