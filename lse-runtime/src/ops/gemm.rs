@@ -250,6 +250,16 @@ pub(super) fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
     }
 }
 
+/// Elements of `xᵀ` for `x` `[m, k]` in `ty`'s layout: blocks of 64 rows of `x` (a last
+/// one padded out to 64), each two K interleaved for the 16-bit types (an odd `k` padded).
+pub(super) fn xt_len(ty: XtType, m: usize, k: usize) -> usize {
+    let blocks = m.div_ceil(64);
+    match ty {
+        XtType::Bf16 | XtType::F16 => blocks * k.div_ceil(2) * 128,
+        XtType::F32 => blocks * k * 64,
+    }
+}
+
 /// `xᵀ` of `x` (`[m, k]`) in `ty`.
 pub(super) fn transpose<'d>(
     dev: &'d Device,
@@ -261,8 +271,7 @@ pub(super) fn transpose<'d>(
     // Every element a product reads is written here: a last block of fewer than 64 rows is
     // written out to 64 with zeros (the products read whole blocks and the stores clip their
     // rows); the padding of an odd `k` is neither written nor read.
-    let blocks = (m as usize).div_ceil(64);
-    let len = blocks * (k as usize).div_ceil(2) * 128;
+    let len = xt_len(ty, m as usize, k as usize);
     Ok(match ty {
         XtType::Bf16 => {
             let mut xt = dev.scratch::<bf16>(len)?;
@@ -291,7 +300,7 @@ pub(super) fn transpose<'d>(
             TransposedX::F16(xt)
         }
         XtType::F32 => {
-            let mut xt = dev.scratch::<f32>(blocks * k as usize * 64)?;
+            let mut xt = dev.scratch::<f32>(len)?;
             dev.launch(
                 grid,
                 transpose_x_f32::Args {

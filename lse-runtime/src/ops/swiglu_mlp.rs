@@ -11,7 +11,7 @@ use lse_kernels::gemm_swiglu::{
     gemm_xwt_swiglu_bf16, gemm_xwt_swiglu_f16,
 };
 
-use super::gemm::{launch_transposed, transpose, xt_type, TransposedX};
+use super::gemm::{launch_transposed, transpose, xt_len, xt_type, TransposedX, XtType};
 use super::lm_head::WeightView;
 use super::{check_len, to_u32, Activations, GemmOut, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device};
@@ -94,11 +94,10 @@ fn gate_up_swiglu<'d>(
     [m, n, k]: [u32; 3],
 ) -> Result<TransposedX<'d>, OpError> {
     let grid = [m.div_ceil(64), n.div_ceil(64), 1];
-    let blocks = (m as usize).div_ceil(64);
     let ones = ONES.as_slice();
     macro_rules! pairs {
         ($kernel:ident, $elem:ty, $variant:ident, $xt:expr, $gate:expr, $up:expr) => {{
-            let mut hp = dev.scratch::<$elem>(blocks * (n as usize).div_ceil(2) * 128)?;
+            let mut hp = dev.scratch::<$elem>(xt_len(XtType::$variant, m as usize, n as usize))?;
             let args = $kernel::Args {
                 xp: $xt.view(),
                 gate: $gate,
@@ -115,7 +114,7 @@ fn gate_up_swiglu<'d>(
     }
     macro_rules! exact {
         ($kernel:ident, $xt:expr, $gate:expr, $up:expr) => {{
-            let mut ht = dev.scratch::<f32>(blocks * n as usize * 64)?;
+            let mut ht = dev.scratch::<f32>(xt_len(XtType::F32, m as usize, n as usize))?;
             let args = $kernel::Args {
                 xt: $xt.view(),
                 gate: $gate,
@@ -157,7 +156,6 @@ fn gate_up_swiglu<'d>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::gemm::XtType;
     use super::*;
     use crate::device::{cpu_side_devices, test_values as values};
     use crate::ops::{gemm, swiglu};
