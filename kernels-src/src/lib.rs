@@ -14,6 +14,7 @@ pub mod ffn;
 pub mod gemm;
 pub mod gemm_int;
 pub mod gemm_mlx;
+pub mod gemm_narrow;
 pub mod gemm_quant;
 pub mod gemm_swiglu;
 pub mod lm_head;
@@ -59,6 +60,11 @@ kernels!(
     gemm::transpose_x_bf16,
     gemm::transpose_x_f16,
     gemm::transpose_x_f32,
+    gemm_narrow::gemm_xwt_narrow_bf16,
+    gemm_narrow::gemm_xwt_narrow_f16,
+    gemm_narrow::gemm_xwt_exact_narrow_bf16,
+    gemm_narrow::gemm_xwt_exact_narrow_f16,
+    gemm_narrow::gemm_xwt_exact_narrow_f32,
     gemm_swiglu::gemm_xwt_swiglu_bf16,
     gemm_swiglu::gemm_xwt_swiglu_f16,
     gemm_swiglu::gemm_xwt_exact_swiglu_bf16,

@@ -259,10 +259,12 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
 /// The GEMM's matrix instructions are where the host levels promise them, checked in the
 /// assembly the build produced (the AMX level cannot run on a CPU without AMX, so this is the
 /// check it gets there): `tdpbf16ps` (with `ldtilecfg`) on `x86-64-v4-amx`, `vdpbf16ps` on
-/// `x86-64-v4-bf16`, neither below; f32 products keep to FMA (`vfmadd`) everywhere.
+/// `x86-64-v4-bf16`, neither below; f32 products keep to FMA (`vfmadd`) everywhere. The same
+/// for the instances of few rows (`gemm.xwt_narrow`, `gemm.xwt_exact_narrow`).
 #[test]
 fn gemm_host_levels_use_their_matrix_instructions() {
     use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16};
+    use lse_kernels::gemm_narrow::{gemm_xwt_exact_narrow_bf16, gemm_xwt_narrow_bf16};
     let asm = |k: &lse_dsl::rt::KernelDef, cpu: &str| {
         k.host
             .iter()
@@ -270,16 +272,35 @@ fn gemm_host_levels_use_their_matrix_instructions() {
             .unwrap_or_else(|| panic!("{} has no {cpu} code", k.id))
             .asm
     };
-    let amx = asm(&gemm_xwt_bf16::KERNEL, "x86-64-v4-amx");
-    assert!(amx.contains("tdpbf16ps") && amx.contains("ldtilecfg"));
-    assert!(asm(&gemm_xwt_bf16::KERNEL, "x86-64-v4-bf16").contains("vdpbf16ps"));
-    for cpu in ["x86-64", "x86-64-v3", "x86-64-v4"] {
-        let a = asm(&gemm_xwt_bf16::KERNEL, cpu);
-        assert!(!a.contains("dpbf16ps") && !a.contains("tileloadd"), "{cpu}");
+    for k in [&gemm_xwt_bf16::KERNEL, &gemm_xwt_narrow_bf16::KERNEL] {
+        let amx = asm(k, "x86-64-v4-amx");
+        assert!(
+            amx.contains("tdpbf16ps") && amx.contains("ldtilecfg"),
+            "{}",
+            k.id
+        );
+        assert!(asm(k, "x86-64-v4-bf16").contains("vdpbf16ps"), "{}", k.id);
+        for cpu in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+            let a = asm(k, cpu);
+            assert!(
+                !a.contains("dpbf16ps") && !a.contains("tileloadd"),
+                "{} {cpu}",
+                k.id
+            );
+        }
     }
-    for cpu in ["x86-64-v3", "x86-64-v4", "x86-64-v4-bf16"] {
-        let a = asm(&gemm_xwt_exact_bf16::KERNEL, cpu);
-        assert!(a.contains("vfmadd") && !a.contains("dpbf16ps"), "{cpu}");
+    for k in [
+        &gemm_xwt_exact_bf16::KERNEL,
+        &gemm_xwt_exact_narrow_bf16::KERNEL,
+    ] {
+        for cpu in ["x86-64-v3", "x86-64-v4", "x86-64-v4-bf16"] {
+            let a = asm(k, cpu);
+            assert!(
+                a.contains("vfmadd") && !a.contains("dpbf16ps"),
+                "{} {cpu}",
+                k.id
+            );
+        }
     }
 }
 
@@ -287,11 +308,18 @@ fn gemm_host_levels_use_their_matrix_instructions() {
 /// produced (no GPU here): MFMA on gfx942, WMMA on gfx1100 and gfx1201, `mma.sync` with
 /// `ldmatrix` operand loads in the PTX of sm_80 and sm_90. The f32-activation GEMM has f32
 /// operand tiles, which no matrix unit here multiplies, so its dots keep the portable
-/// lowering. Both load whole blocks with 16-byte vectors.
+/// lowering. Both load whole blocks with 16-byte vectors. The instances of few rows
+/// (`gemm.xwt_narrow_<ty>`) take the same matrix units.
 #[test]
 fn gemm_gpu_targets_use_their_matrix_units() {
     use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_f16};
-    for k in [&gemm_xwt_bf16::KERNEL, &gemm_xwt_f16::KERNEL] {
+    use lse_kernels::gemm_narrow::{gemm_xwt_narrow_bf16, gemm_xwt_narrow_f16};
+    for k in [
+        &gemm_xwt_bf16::KERNEL,
+        &gemm_xwt_f16::KERNEL,
+        &gemm_xwt_narrow_bf16::KERNEL,
+        &gemm_xwt_narrow_f16::KERNEL,
+    ] {
         let ty = if k.id.contains("bf16") { "bf16" } else { "f16" };
         for obj in k.gpu {
             let want = match obj.arch {

@@ -21,6 +21,10 @@ use lse_kernels::gemm_mlx::{
     gemm_xwt_mlx4_bf16, gemm_xwt_mlx4_f16, gemm_xwt_mlx4_f32, gemm_xwt_mlx8_bf16,
     gemm_xwt_mlx8_f16, gemm_xwt_mlx8_f32,
 };
+use lse_kernels::gemm_narrow::{
+    gemm_xwt_exact_narrow_bf16, gemm_xwt_exact_narrow_f16, gemm_xwt_exact_narrow_f32,
+    gemm_xwt_narrow_bf16, gemm_xwt_narrow_f16,
+};
 use lse_kernels::gemm_quant::{
     gemm_xwt_q4_0, gemm_xwt_q4_1, gemm_xwt_q4_k, gemm_xwt_q5_0, gemm_xwt_q5_1, gemm_xwt_q5_k,
     gemm_xwt_q6_k, gemm_xwt_q8_0,
@@ -45,6 +49,13 @@ const XWT_ROWS: u32 = 64;
 const XWT_COLS: u32 = 64;
 /// Rows and columns of `x` per workgroup of `gemm.transpose_x`.
 const TRANSPOSE_BLOCK: u32 = 64;
+/// Rows and columns of `y` per workgroup of `gemm.xwt_narrow` and `gemm.xwt_exact_narrow`
+/// (their `BM` and `BN`), and the most rows of `x` they take: past 32 rows a block of 64
+/// (the wide kernels') computes at most a quarter more rows than blocks of 16 do, and reads
+/// each block of weight rows once where they read it three or four times.
+const NARROW_ROWS: u32 = 16;
+const NARROW_COLS: u32 = 64;
+const NARROW_MAX_M: u32 = 32;
 
 /// Whether the product replaces `y` or is added to it (a fused residual add).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -325,16 +336,18 @@ pub(super) fn launch_transposed(
     [m, n, k]: [u32; 3],
     out: GemmOut,
 ) -> Result<(), OpError> {
-    let grid = [m.div_ceil(XWT_ROWS), n.div_ceil(XWT_COLS), 1];
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    match (xt, w) {
-        (TransposedX::Bf16(xt), WeightView::Bf16(w)) => {
-            let xt = xt.view();
+    let narrow = m <= NARROW_MAX_M;
+    let grid = |rows: u32, cols: u32| [m.div_ceil(rows), n.div_ceil(cols), 1];
+    // One launch of `$kernel` on `xᵀ` (its argument named `$arg`) and `$w`, on the grid of
+    // `$rows` x `$cols` blocks of `y`.
+    macro_rules! xwt {
+        ($kernel:ident, $arg:ident: $xt:expr, $w:expr, $rows:expr, $cols:expr) => {
             dev.launch(
-                grid,
-                gemm_xwt_bf16::Args {
-                    xp: xt,
-                    w,
+                grid($rows, $cols),
+                $kernel::Args {
+                    $arg: $xt.view(),
+                    w: $w,
                     y,
                     m,
                     n,
@@ -342,48 +355,42 @@ pub(super) fn launch_transposed(
                     accumulate,
                 },
             )?
+        };
+    }
+    match (xt, w) {
+        (TransposedX::Bf16(xt), WeightView::Bf16(w)) if narrow => {
+            xwt!(gemm_xwt_narrow_bf16, xp: xt, w, NARROW_ROWS, NARROW_COLS)
+        }
+        (TransposedX::Bf16(xt), WeightView::Bf16(w)) => {
+            xwt!(gemm_xwt_bf16, xp: xt, w, XWT_ROWS, XWT_COLS)
+        }
+        (TransposedX::F16(xt), WeightView::F16(w)) if narrow => {
+            xwt!(gemm_xwt_narrow_f16, xp: xt, w, NARROW_ROWS, NARROW_COLS)
         }
         (TransposedX::F16(xt), WeightView::F16(w)) => {
-            let xt = xt.view();
-            dev.launch(
-                grid,
-                gemm_xwt_f16::Args {
-                    xp: xt,
-                    w,
-                    y,
-                    m,
-                    n,
-                    k,
-                    accumulate,
-                },
-            )?
+            xwt!(gemm_xwt_f16, xp: xt, w, XWT_ROWS, XWT_COLS)
         }
-        (TransposedX::F32(xt), w) => {
-            let grid = [m.div_ceil(EXACT_ROWS), n.div_ceil(EXACT_COLS), 1];
-            let xt = xt.view();
-            macro_rules! exact {
-                ($kernel:ident, $w:expr) => {
-                    dev.launch(
-                        grid,
-                        $kernel::Args {
-                            xt,
-                            w: $w,
-                            y,
-                            m,
-                            n,
-                            k,
-                            accumulate,
-                        },
-                    )?
-                };
+        (TransposedX::F32(xt), w) => match (w, narrow) {
+            (WeightView::Bf16(w), true) => {
+                xwt!(gemm_xwt_exact_narrow_bf16, xt: xt, w, NARROW_ROWS, NARROW_COLS)
             }
-            match w {
-                WeightView::Bf16(w) => exact!(gemm_xwt_exact_bf16, w),
-                WeightView::F16(w) => exact!(gemm_xwt_exact_f16, w),
-                WeightView::F32(w) => exact!(gemm_xwt_exact_f32, w),
-                _ => return Err(mismatch()),
+            (WeightView::F16(w), true) => {
+                xwt!(gemm_xwt_exact_narrow_f16, xt: xt, w, NARROW_ROWS, NARROW_COLS)
             }
-        }
+            (WeightView::F32(w), true) => {
+                xwt!(gemm_xwt_exact_narrow_f32, xt: xt, w, NARROW_ROWS, NARROW_COLS)
+            }
+            (WeightView::Bf16(w), false) => {
+                xwt!(gemm_xwt_exact_bf16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+            }
+            (WeightView::F16(w), false) => {
+                xwt!(gemm_xwt_exact_f16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+            }
+            (WeightView::F32(w), false) => {
+                xwt!(gemm_xwt_exact_f32, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+            }
+            _ => return Err(mismatch()),
+        },
         _ => return Err(mismatch()),
     }
     Ok(())

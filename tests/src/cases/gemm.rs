@@ -1,6 +1,6 @@
-//! Differential cases of the LOOM GEMM (`gemm.xwt_<ty>`): every weight dtype, the 0.8B
-//! model's widths on a few rows, ragged shapes (m, n, k not multiples of any tile; m = 1;
-//! k = 1), overwrite and accumulate.
+//! Differential cases of the LOOM GEMM (`gemm.xwt_<ty>`, and `gemm.xwt_narrow_<ty>` for at
+//! most 32 rows): every weight dtype, the 0.8B model's widths on a few rows, ragged shapes
+//! (m, n, k not multiples of any tile; m = 1; k = 1), overwrite and accumulate.
 //!
 //! Tolerance (the numeric contract of `tile_dot`, LOOM.md): the reference sums the exact
 //! products of the operands the kernel multiplies (activations rounded to the weight's 16-bit
@@ -132,6 +132,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             // 17 whole K steps of 64: the host's fused loop in chunks of 16 steps and 1
             // (`lse-codegen/src/host/tiles/fused.rs`).
             (70, 128, 1088),
+            // `gemm.xwt_exact_narrow` (at most 32 rows): whole K steps, fused, with a last
+            // row block of 4 rows, and its most rows, two whole blocks of 16.
+            (20, 130, 256),
+            (32, 64, 128),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -162,6 +166,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (70, 128, 2176),
             // 10 row blocks of 64: a group of 8 and a last group of 2.
             (600, 130, 66),
+            // `gemm.xwt_narrow` (at most 32 rows, blocks of 16): its most rows, whole K
+            // steps (fused); a ragged last row block; 33 rows, past it, take `gemm.xwt`.
+            (32, 128, 256),
+            (17, 70, 384),
+            (33, 64, 256),
         ] {
             out.push(Box::new(GemmCase {
                 m,
@@ -179,6 +188,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (600, 65, 130),
             // The fused K loop with a last row block of 6 rows.
             (70, 128, 256),
+            // `gemm.xwt_narrow`, its second row block of 16 ragged.
+            (30, 65, 256),
         ] {
             out.push(Box::new(GemmCase {
                 m,

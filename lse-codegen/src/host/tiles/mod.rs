@@ -1663,9 +1663,15 @@ impl HostPhases {
         // GEMM ran 17% slower, and the integer dots were no faster), but that `fma` blocks
         // of at most 32 columns take 8 rows (16 accumulators, where 4 rows gave 8, each
         // chain's `fma` latency in the way: prefill attention's `P · V` ran 3 to 5% slower).
+        // `vdpbf16ps` blocks of one column vector take 8 rows: with 6 accumulators each
+        // chain waited on the instruction's latency (the few-row GEMM, `gemm.xwt_narrow`,
+        // ran 15% slower), and 12 or 16 weight rows 4 KiB apart (K = 2048) fell into one
+        // set of the L1 cache (slower still).
         let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
         let narrow = self.tiles[acc].decl.cols <= 32;
+        let one_vec = self.tiles[acc].decl.cols == 16;
         let (mr_max, nr_max) = match (self.zmm, pairs_b, micro) {
+            (true, false, Micro::Dpbf16) if one_vec => (8, 1),
             (true, true, _) => (12, 2),
             (true, false, Micro::Dpbf16) => (6, 4),
             (true, false, Micro::Fma) if narrow => (8, 2),
