@@ -5,7 +5,8 @@
 //! per-expert 2-D.
 //!
 //! Everything runs as LOOM kernels on the engine's device: projections through the GEMM
-//! ([`linear`]), SwiGLU fused into the dense MLP's gate and up products where its three
+//! ([`linear`]; the routed experts of a fused or stacked bf16, f16 or f32 tensor in one
+//! launch per product for all of them, [`ops::gemm_experts`]), SwiGLU fused into the dense MLP's gate and up products where its three
 //! weights take one form of activations ([`ops::swiglu_mlp`]), else through `ffn.swiglu`, the
 //! router, the gather of each expert's rows
 //! and the final combine through the MoE ops ([`crate::ops::moe_router`] and the rest). The
@@ -18,7 +19,7 @@ use super::error::{ModelError, Result};
 use super::linear::{linear, linear_same_x, WeightMat};
 use super::weights::WeightStore;
 use crate::device::{DevSlice, DevSliceMut, Device};
-use crate::ops::{self, ExpertSlots};
+use crate::ops::{self, Activations, ExpertSlots, ExpertsJob, WeightView};
 
 /// A SwiGLU MLP: `down(silu(gate x) ⊙ up x)`, its weights on the engine's device.
 pub struct Mlp {
@@ -76,6 +77,41 @@ impl Mlp {
         linear(dev, a.view(), WeightMat::of(down), out)?;
         Ok(())
     }
+}
+
+/// A weight's view when it is bf16, f16 or f32 (not in a block format).
+fn plain_view(w: &DeviceWeight) -> Option<WeightView<'_>> {
+    let v = w.view();
+    matches!(
+        v,
+        WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
+    )
+    .then_some(v)
+}
+
+/// The job of [`ops::gemm_experts`] for one of [`GroupedExperts`]' weights, into `y`.
+fn experts_job<'a>(
+    (w, stride, offset): (WeightView<'a>, usize, usize),
+    n: usize,
+    y: DevSliceMut<'a, f32>,
+) -> ExpertsJob<'a> {
+    ExpertsJob {
+        w,
+        n,
+        stride,
+        offset,
+        y,
+    }
+}
+
+/// The routed experts' weights as [`ops::gemm_experts`] takes them ([`Moe::grouped`]): each
+/// product's tensor, the distance between two experts' matrices in it and the first one's
+/// offset.
+struct GroupedExperts<'a> {
+    gate: (WeightView<'a>, usize, usize),
+    up: (WeightView<'a>, usize, usize),
+    down: (WeightView<'a>, usize, usize),
+    act: Activations,
 }
 
 enum Experts {
@@ -174,6 +210,35 @@ impl Moe {
         })
     }
 
+    /// The experts' weights as [`ops::gemm_experts`] takes them, when they are stacked in
+    /// one tensor per product (fused or stacked layouts) of bf16, f16 or f32, all met by the
+    /// same activations; `None` for experts split into a tensor each or in a block format,
+    /// which take a GEMM per expert.
+    fn grouped(&self) -> Option<GroupedExperts<'_>> {
+        let (h, im) = (self.hidden, self.cfg.moe_intermediate_size);
+        let (gate, up, down, act) = match &self.experts {
+            Experts::Fused { gate_up, down } if gate_up.act == down.act => (
+                (plain_view(gate_up)?, 2 * im * h, 0),
+                (plain_view(gate_up)?, 2 * im * h, im * h),
+                (plain_view(down)?, h * im, 0),
+                down.act,
+            ),
+            Experts::Stacked { gate, up, down } if gate.act == down.act && up.act == down.act => (
+                (plain_view(gate)?, im * h, 0),
+                (plain_view(up)?, im * h, 0),
+                (plain_view(down)?, h * im, 0),
+                down.act,
+            ),
+            _ => return None,
+        };
+        Some(GroupedExperts {
+            gate,
+            up,
+            down,
+            act,
+        })
+    }
+
     /// Applies the block to `x` [t, H], writing [t, H] to `out`, all on `dev`: the router
     /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, each expert's
     /// SwiGLU over its contiguous rows (one `ffn.swiglu` for all experts), the shared expert
@@ -195,36 +260,53 @@ impl Moe {
         linear(dev, x, WeightMat::of(&self.router), logits.view_mut())?;
         // The routing comes to the host for the integer sort by expert.
         let routing = ops::moe_router(dev, &logits, ne, k)?;
-        let slots = ExpertSlots::new(&routing)?;
+        let grouped = self.grouped();
+        let slots = match grouped {
+            Some(_) => ExpertSlots::aligned(&routing, ops::NARROW_ROWS)?,
+            None => ExpertSlots::new(&routing)?,
+        };
         let n = slots.len();
         let mut xs = dev.scratch::<f32>(n * h)?;
         ops::moe_gather(dev, x, h, &slots, &mut xs)?;
         // Routed experts: gate and up over each expert's rows, SwiGLU over all rows, down.
         let mut a = dev.scratch::<f32>(n * im)?;
         let mut b = dev.scratch::<f32>(n * im)?;
-        for e in 0..ne {
-            let r = slots.segment(e);
-            if r.is_empty() {
-                continue;
-            }
-            let (g, u, _) = self.expert(e)?;
-            let rows = xs.slice(r.start * h..r.end * h)?;
-            let (ya, yb) = (
-                a.slice_mut(r.start * im..r.end * im)?,
-                b.slice_mut(r.start * im..r.end * im)?,
-            );
-            linear_same_x(dev, rows, vec![(g, ya), (u, yb)])?;
-        }
-        ops::swiglu(dev, &mut a, &b)?;
         let mut ys = dev.scratch::<f32>(n * h)?;
-        for e in 0..ne {
-            let r = slots.segment(e);
-            if r.is_empty() {
-                continue;
+        if let Some(g) = grouped {
+            // Every expert in one launch per weight, each block of rows on its expert's.
+            let experts = slots.block_experts();
+            let jobs = vec![
+                experts_job(g.gate, im, a.view_mut()),
+                experts_job(g.up, im, b.view_mut()),
+            ];
+            ops::gemm_experts(dev, xs.view(), h, &experts, g.act, jobs)?;
+            ops::swiglu(dev, &mut a, &b)?;
+            let jobs = vec![experts_job(g.down, h, ys.view_mut())];
+            ops::gemm_experts(dev, a.view(), im, &experts, g.act, jobs)?;
+        } else {
+            for e in 0..ne {
+                let r = slots.segment(e);
+                if r.is_empty() {
+                    continue;
+                }
+                let (g, u, _) = self.expert(e)?;
+                let rows = xs.slice(r.start * h..r.end * h)?;
+                let (ya, yb) = (
+                    a.slice_mut(r.start * im..r.end * im)?,
+                    b.slice_mut(r.start * im..r.end * im)?,
+                );
+                linear_same_x(dev, rows, vec![(g, ya), (u, yb)])?;
             }
-            let (_, _, d) = self.expert(e)?;
-            let rows = a.slice(r.start * im..r.end * im)?;
-            linear(dev, rows, d, ys.slice_mut(r.start * h..r.end * h)?)?;
+            ops::swiglu(dev, &mut a, &b)?;
+            for e in 0..ne {
+                let r = slots.segment(e);
+                if r.is_empty() {
+                    continue;
+                }
+                let (_, _, d) = self.expert(e)?;
+                let rows = a.slice(r.start * im..r.end * im)?;
+                linear(dev, rows, d, ys.slice_mut(r.start * h..r.end * h)?)?;
+            }
         }
         // Shared expert and the logit of its scalar gate.
         let mut shared = dev.scratch::<f32>(t * h)?;

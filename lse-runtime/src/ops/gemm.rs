@@ -50,12 +50,14 @@ const XWT_COLS: u32 = 64;
 /// Rows and columns of `x` per workgroup of `gemm.transpose_x`.
 const TRANSPOSE_BLOCK: u32 = 64;
 /// Rows and columns of `y` per workgroup of `gemm.xwt_narrow` and `gemm.xwt_exact_narrow`
-/// (their `BM` and `BN`), and the most rows of `x` they take: past 32 rows a block of 64
-/// (the wide kernels') computes at most a quarter more rows than blocks of 16 do, and reads
-/// each block of weight rows once where they read it three or four times.
-const NARROW_ROWS: u32 = 16;
+/// (their `BM` and `BN`), and the most rows of `x` a product of one weight takes there: past
+/// 32 rows a block of 64 (the wide kernels') computes at most a quarter more rows than blocks
+/// of 16 do, and reads each block of weight rows once where they read it three or four times.
+pub const NARROW_ROWS: usize = 16;
 const NARROW_COLS: u32 = 64;
 const NARROW_MAX_M: u32 = 32;
+/// The narrow kernels' table of experts for a product of one weight: every block on it.
+const ONE_WEIGHT: [u32; NARROW_MAX_M as usize / NARROW_ROWS] = [0; 2];
 
 /// Whether the product replaces `y` or is added to it (a fused residual add).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,7 +339,10 @@ pub(super) fn launch_transposed(
     out: GemmOut,
 ) -> Result<(), OpError> {
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    let narrow = m <= NARROW_MAX_M;
+    if m <= NARROW_MAX_M {
+        let experts = &ONE_WEIGHT[..(m as usize).div_ceil(NARROW_ROWS)];
+        return launch_narrow(dev, xt, w, experts, y, [m, n, k], [0, 0], accumulate);
+    }
     let grid = |rows: u32, cols: u32| [m.div_ceil(rows), n.div_ceil(cols), 1];
     // One launch of `$kernel` on `xᵀ` (its argument named `$arg`) and `$w`, on the grid of
     // `$rows` x `$cols` blocks of `y`.
@@ -358,40 +363,166 @@ pub(super) fn launch_transposed(
         };
     }
     match (xt, w) {
-        (TransposedX::Bf16(xt), WeightView::Bf16(w)) if narrow => {
-            xwt!(gemm_xwt_narrow_bf16, xp: xt, w, NARROW_ROWS, NARROW_COLS)
-        }
         (TransposedX::Bf16(xt), WeightView::Bf16(w)) => {
             xwt!(gemm_xwt_bf16, xp: xt, w, XWT_ROWS, XWT_COLS)
-        }
-        (TransposedX::F16(xt), WeightView::F16(w)) if narrow => {
-            xwt!(gemm_xwt_narrow_f16, xp: xt, w, NARROW_ROWS, NARROW_COLS)
         }
         (TransposedX::F16(xt), WeightView::F16(w)) => {
             xwt!(gemm_xwt_f16, xp: xt, w, XWT_ROWS, XWT_COLS)
         }
-        (TransposedX::F32(xt), w) => match (w, narrow) {
-            (WeightView::Bf16(w), true) => {
-                xwt!(gemm_xwt_exact_narrow_bf16, xt: xt, w, NARROW_ROWS, NARROW_COLS)
-            }
-            (WeightView::F16(w), true) => {
-                xwt!(gemm_xwt_exact_narrow_f16, xt: xt, w, NARROW_ROWS, NARROW_COLS)
-            }
-            (WeightView::F32(w), true) => {
-                xwt!(gemm_xwt_exact_narrow_f32, xt: xt, w, NARROW_ROWS, NARROW_COLS)
-            }
-            (WeightView::Bf16(w), false) => {
-                xwt!(gemm_xwt_exact_bf16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
-            }
-            (WeightView::F16(w), false) => {
-                xwt!(gemm_xwt_exact_f16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
-            }
-            (WeightView::F32(w), false) => {
-                xwt!(gemm_xwt_exact_f32, xt: xt, w, EXACT_ROWS, EXACT_COLS)
-            }
-            _ => return Err(mismatch()),
-        },
+        (TransposedX::F32(xt), WeightView::Bf16(w)) => {
+            xwt!(gemm_xwt_exact_bf16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+        }
+        (TransposedX::F32(xt), WeightView::F16(w)) => {
+            xwt!(gemm_xwt_exact_f16, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+        }
+        (TransposedX::F32(xt), WeightView::F32(w)) => {
+            xwt!(gemm_xwt_exact_f32, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+        }
         _ => return Err(mismatch()),
+    }
+    Ok(())
+}
+
+/// `gemm.xwt_narrow` (or `gemm.xwt_exact_narrow` for f32 `xt`) on `xt` = `xᵀ`: block `b` of
+/// 16 rows of `y` (=|+=) the same rows of `x` times the `[n, k]` matrix at
+/// `w[experts[b] * stride + offset..]` transposed (`[stride, offset]`; the caller checks that
+/// each lies inside `w` and that `experts` has a block per 16 rows).
+#[allow(clippy::too_many_arguments)]
+fn launch_narrow(
+    dev: &Device,
+    xt: &TransposedX<'_>,
+    w: WeightView<'_>,
+    experts: &[u32],
+    y: DevSliceMut<'_, f32>,
+    [m, n, k]: [u32; 3],
+    [w_stride, w_offset]: [u32; 2],
+    accumulate: u32,
+) -> Result<(), OpError> {
+    let grid = [n.div_ceil(NARROW_COLS), m.div_ceil(NARROW_ROWS as u32), 1];
+    // One launch of `$kernel` on `xᵀ` (its argument named `$arg`) and `$w`.
+    macro_rules! narrow {
+        ($kernel:ident, $arg:ident: $xt:expr, $w:expr) => {
+            dev.launch(
+                grid,
+                $kernel::Args {
+                    $arg: $xt.view(),
+                    w: $w,
+                    experts,
+                    y,
+                    m,
+                    n,
+                    k,
+                    w_stride,
+                    w_offset,
+                    accumulate,
+                },
+            )?
+        };
+    }
+    match (xt, w) {
+        (TransposedX::Bf16(xt), WeightView::Bf16(w)) => narrow!(gemm_xwt_narrow_bf16, xp: xt, w),
+        (TransposedX::F16(xt), WeightView::F16(w)) => narrow!(gemm_xwt_narrow_f16, xp: xt, w),
+        (TransposedX::F32(xt), WeightView::Bf16(w)) => {
+            narrow!(gemm_xwt_exact_narrow_bf16, xt: xt, w)
+        }
+        (TransposedX::F32(xt), WeightView::F16(w)) => {
+            narrow!(gemm_xwt_exact_narrow_f16, xt: xt, w)
+        }
+        (TransposedX::F32(xt), WeightView::F32(w)) => {
+            narrow!(gemm_xwt_exact_narrow_f32, xt: xt, w)
+        }
+        _ => return Err(mismatch()),
+    }
+    Ok(())
+}
+
+/// One weight of [`gemm_experts`]: expert `e`'s `[n, k]` matrix is
+/// `w[e * stride + offset..][..n * k]` (a stacked `[E, n, k]` tensor: `stride = n k`,
+/// `offset` 0; the gate or up half of a fused `[E, 2n, k]` one: `stride = 2 n k`, `offset` 0
+/// or `n k`), and `y` (`[m, n]`) is overwritten.
+#[derive(Debug)]
+pub struct ExpertsJob<'a> {
+    pub w: WeightView<'a>,
+    pub n: usize,
+    pub stride: usize,
+    pub offset: usize,
+    pub y: DevSliceMut<'a, f32>,
+}
+
+/// The routed experts' products of a mixture-of-experts layer in one launch per weight:
+/// `y[r, :] = x[r, :] · W_e(r)ᵀ` for `x` `[m, k]` whose rows come in blocks of
+/// [`NARROW_ROWS`], block `b` (rows `16b..16b + 16`) routed to expert `experts[b]` (each
+/// expert's rows laid out from a multiple of 16, [`super::ExpertSlots::aligned`]). `x` is
+/// transposed once for all `jobs` (gate and up share it), as for [`gemm_same_x`]. Only
+/// bf16, f16 and f32 weights (a block format's experts take [`gemm`] one by one).
+pub fn gemm_experts<'a>(
+    dev: &Device,
+    x: impl Into<DevSlice<'a, f32>>,
+    k: usize,
+    experts: &[u32],
+    act: Activations,
+    jobs: Vec<ExpertsJob<'a>>,
+) -> Result<(), OpError> {
+    const OP: &str = "gemm_experts";
+    let x = x.into();
+    let invalid = |message: String| OpError::Invalid { op: OP, message };
+    if k == 0 {
+        return Err(invalid("k = 0 must be positive".into()));
+    }
+    let m = x.len() / k;
+    check_len(OP, "x", x.len(), m * k)?;
+    check_len(OP, "experts", experts.len(), m.div_ceil(NARROW_ROWS))?;
+    to_u32(OP, "m * k", m * k)?;
+    let Some(&most) = experts.iter().max() else {
+        return Ok(());
+    };
+    for j in &jobs {
+        if j.n == 0 {
+            return Err(invalid("n = 0 must be positive".into()));
+        }
+        if !matches!(
+            j.w,
+            WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
+        ) {
+            return Err(invalid(
+                "the experts' weights must be bf16, f16 or f32".into(),
+            ));
+        }
+        check_len(OP, "y", j.y.len(), m * j.n)?;
+        to_u32(OP, "m * n", m * j.n)?;
+        to_u32(OP, "the experts' stride", j.stride)?;
+        to_u32(OP, "the experts' offset", j.offset)?;
+        // The last element of the last expert's matrix, inside `w` and below 2^32.
+        let end = (most as usize)
+            .checked_mul(j.stride)
+            .and_then(|v| v.checked_add(j.offset))
+            .and_then(|v| v.checked_add(j.n * k))
+            .filter(|&end| end <= j.w.len())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "expert {most}'s {} x {k} matrix at {} * {} + {} passes the weight's {} \
+                     elements",
+                    j.n,
+                    most,
+                    j.stride,
+                    j.offset,
+                    j.w.len()
+                ))
+            })?;
+        to_u32(OP, "the experts' weight", end)?;
+    }
+    let Some(first) = jobs.first() else {
+        return Ok(());
+    };
+    let ty = xt_type(first.w, act);
+    if jobs.iter().any(|j| xt_type(j.w, act) != ty) {
+        return Err(mismatch());
+    }
+    let xt = transpose(dev, x, ty, [m as u32, k as u32])?;
+    for j in jobs {
+        let mnk = [m as u32, j.n as u32, k as u32];
+        let place = [j.stride as u32, j.offset as u32];
+        launch_narrow(dev, &xt, j.w, experts, j.y, mnk, place, 0)?;
     }
     Ok(())
 }
@@ -619,6 +750,98 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `gemm_experts` multiplies each block of 16 rows by its expert's matrix, as `gemm` on
+    /// that block and matrix alone gives it (the same kernels' order), on every CPU-side
+    /// device: a stacked tensor of three experts and the up half of a fused one, an expert no
+    /// block takes, f32 activations and rounded ones.
+    #[test]
+    fn expert_products_are_each_blocks_product_with_its_expert() {
+        let (k, n, experts) = (96, 40, [2u32, 2, 0, 2]);
+        let m = experts.len() * NARROW_ROWS;
+        let x = values(m * k, 7, 1.0);
+        let w: Vec<bf16> = values(3 * 2 * n * k, 8, 0.1)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let view = WeightView::Bf16(DevSlice::from(&w[..]));
+        for dev in cpu_side_devices() {
+            for act in [Activations::F32, Activations::RoundedToWeight] {
+                for (stride, offset) in [(n * k, 0), (2 * n * k, n * k)] {
+                    let mut y = vec![0.0f32; m * n];
+                    let job = ExpertsJob {
+                        w: view,
+                        n,
+                        stride,
+                        offset,
+                        y: DevSliceMut::from(&mut y[..]),
+                    };
+                    gemm_experts(&dev, &x, k, &experts, act, vec![job]).unwrap();
+                    for (b, &e) in experts.iter().enumerate() {
+                        let rows = b * NARROW_ROWS..(b + 1) * NARROW_ROWS;
+                        let at = e as usize * stride + offset;
+                        let mut want = vec![0.0f32; NARROW_ROWS * n];
+                        gemm(
+                            &dev,
+                            &x[rows.start * k..rows.end * k],
+                            k,
+                            view.sub(at..at + n * k).unwrap(),
+                            n,
+                            &mut want,
+                            GemmOut::Overwrite,
+                            act,
+                        )
+                        .unwrap();
+                        let got = &y[rows.start * n..rows.end * n];
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(got), bits(&want), "{} {act:?} block {b}", dev.arch());
+                    }
+                }
+            }
+        }
+    }
+
+    /// `gemm_experts` refuses, before anything runs, an expert whose matrix would pass the
+    /// weight's end, a table without one expert per block of 16 rows, and a weight in a
+    /// block format.
+    #[test]
+    fn expert_products_refuse_a_matrix_past_the_weight_and_a_short_table() {
+        let dev = Device::open(crate::device::Pool::Host).unwrap();
+        let (k, n) = (32, 16);
+        let x = vec![0.5f32; 32 * k];
+        let w = vec![bf16::ONE; 2 * n * k];
+        let view = WeightView::Bf16(DevSlice::from(&w[..]));
+        let run = |experts: &[u32], w: WeightView<'_>| {
+            let mut y = vec![0.0f32; 32 * n];
+            let job = ExpertsJob {
+                w,
+                n,
+                stride: n * k,
+                offset: 0,
+                y: DevSliceMut::from(&mut y[..]),
+            };
+            gemm_experts(&dev, &x, k, experts, Activations::F32, vec![job])
+                .map_err(|e| e.to_string())
+        };
+        assert!(run(&[0, 1], view).is_ok());
+        assert_eq!(
+            run(&[0, 2], view).unwrap_err(),
+            "gemm_experts: expert 2's 16 x 32 matrix at 2 * 512 + 0 passes the weight's 1024 \
+             elements"
+        );
+        assert!(run(&[0], view).unwrap_err().contains("experts"));
+        let words = vec![0u32; 2 * n * k];
+        let quant = WeightView::Quant(crate::ops::QuantView {
+            format: QuantFormat::Q8_0,
+            words: DevSlice::from(&words[..]),
+            len: 2 * n * k,
+            interleaved: None,
+        });
+        assert_eq!(
+            run(&[0, 0], quant).unwrap_err(),
+            "gemm_experts: the experts' weights must be bf16, f16 or f32"
+        );
     }
 
     /// The transposed activations live in a buffer the device keeps between products

@@ -42,7 +42,10 @@ pub use flashprefill::{
     flashprefill_select, flashprefill_stages, validate_flashprefill_params, FlashPrefillStages,
     MAX_BLOCK_SIZE,
 };
-pub use gemm::{gemm, gemm_same_x, quantize_activations, Activations, GemmJob, GemmOut};
+pub use gemm::{
+    gemm, gemm_experts, gemm_same_x, quantize_activations, Activations, ExpertsJob, GemmJob,
+    GemmOut, NARROW_ROWS,
+};
 pub use gemm_int::{integer_gemm_activations, interleave, interleave_into, interleaved_len};
 pub use kv_write::{kv_write, KvCacheMut, KvRounding};
 pub use lm_head::{lm_head, lm_head_dev, lm_head_dev_act, HeadWeight, WeightView};

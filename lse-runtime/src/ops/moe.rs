@@ -3,9 +3,11 @@
 //! per-token combine (`ffn.moe_combine.v1`), with the integer bookkeeping between them
 //! ([`ExpertSlots`]).
 //!
-//! A block runs: router logits (a GEMM) → [`moe_router`] → [`ExpertSlots::new`] →
-//! [`moe_gather`] into `xs` → each expert's gate, up and down GEMMs over its segment of `xs`
-//! (SwiGLU in between) into `ys` → [`moe_combine`] with the shared expert.
+//! A block runs: router logits (a GEMM) → [`moe_router`] → [`ExpertSlots::aligned`] to
+//! blocks of 16 rows → [`moe_gather`] into `xs` → the experts' gate, up and down products,
+//! one launch each for all experts ([`crate::ops::gemm_experts`]; SwiGLU in between) into
+//! `ys` → [`moe_combine`] with the shared expert. Experts in a tensor each, or in a block
+//! format, take [`ExpertSlots::new`] and a GEMM per expert over its segment of `xs`.
 
 use std::ops::Range;
 
@@ -84,8 +86,11 @@ pub fn moe_router<'a>(
 }
 
 /// Where each routed (token, choice) pair lives in the expert-sorted buffers `xs` and `ys`
-/// (`[tokens * k, H]`): expert 0's rows first, then expert 1's, ..., each expert's in
-/// increasing token order.
+/// (`[len, H]`): expert 0's rows first, then expert 1's, ..., each expert's in increasing
+/// token order. [`ExpertSlots::aligned`] starts each expert's rows at a multiple of a block
+/// of rows, with rows of padding between them (token 0's row, gathered and multiplied like
+/// the others and read by nothing), so that one launch can multiply each block by its
+/// expert's weight ([`crate::ops::gemm_experts`]).
 ///
 /// Built on the host from the router's ids by a counting sort. This is integer index
 /// bookkeeping only (counts, offsets, positions): no arithmetic on activations happens here;
@@ -93,31 +98,42 @@ pub fn moe_router<'a>(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpertSlots {
     k: usize,
-    /// `[num_experts + 1]`: expert `e`'s rows are `offsets[e]..offsets[e + 1]`.
-    offsets: Vec<usize>,
-    /// `[tokens * k]`: the token whose row each slot holds.
+    /// Rows per block: each expert's rows start at a multiple of it.
+    block: usize,
+    /// `[num_experts + 1]`: expert `e`'s rows start at `starts[e]`; the last is the number of
+    /// rows.
+    starts: Vec<usize>,
+    /// `[num_experts]`: the rows of expert `e` (the choices of it).
+    counts: Vec<usize>,
+    /// `[len]`: the token whose row each row holds (padding: token 0).
     rows: Vec<u32>,
-    /// `[tokens * k]`: the slot of token `t`'s `j`-th choice at `t * k + j`.
+    /// `[tokens * k]`: the row of token `t`'s `j`-th choice at `t * k + j`.
     slots: Vec<u32>,
 }
 
 impl ExpertSlots {
-    /// Sorts `routing`'s (token, choice) pairs by expert. Refuses an id that is not an expert
-    /// (a choice the router could not make, or a hand-made routing).
+    /// Sorts `routing`'s (token, choice) pairs by expert, one row each, no padding. Refuses
+    /// an id that is not an expert (a choice the router could not make, or a hand-made
+    /// routing).
     pub fn new(routing: &Routing) -> Result<ExpertSlots, OpError> {
+        ExpertSlots::aligned(routing, 1)
+    }
+
+    /// [`ExpertSlots::new`] with each expert's rows starting at a multiple of `block` rows.
+    pub fn aligned(routing: &Routing, block: usize) -> Result<ExpertSlots, OpError> {
         const OP: &str = "moe expert slots";
         let (k, ne) = (routing.k, routing.num_experts);
-        if k == 0 {
+        if k == 0 || block == 0 {
             return Err(OpError::Invalid {
                 op: OP,
-                message: "k is 0".into(),
+                message: format!("k = {k} and the block of {block} rows must be positive"),
             });
         }
         let n = routing.ids.len();
         check_len(OP, "ids", n, routing.tokens() * k)?;
         check_len(OP, "weights", routing.weights.len(), n)?;
         to_u32(OP, "tokens * k", n)?;
-        let mut offsets = vec![0usize; ne + 1];
+        let mut counts = vec![0usize; ne];
         for (i, &id) in routing.ids.iter().enumerate() {
             let e = id as usize;
             if e >= ne {
@@ -131,13 +147,15 @@ impl ExpertSlots {
                     ),
                 });
             }
-            offsets[e + 1] += 1;
+            counts[e] += 1;
         }
+        let mut starts = vec![0usize; ne + 1];
         for e in 0..ne {
-            offsets[e + 1] += offsets[e];
+            starts[e + 1] = starts[e] + counts[e].next_multiple_of(block);
         }
-        let mut next = offsets[..ne].to_vec();
-        let mut rows = vec![0u32; n];
+        to_u32(OP, "rows", starts[ne])?;
+        let mut next = starts[..ne].to_vec();
+        let mut rows = vec![0u32; starts[ne]];
         let mut slots = vec![0u32; n];
         for (i, &id) in routing.ids.iter().enumerate() {
             let s = next[id as usize];
@@ -147,13 +165,15 @@ impl ExpertSlots {
         }
         Ok(ExpertSlots {
             k,
-            offsets,
+            block,
+            starts,
+            counts,
             rows,
             slots,
         })
     }
 
-    /// Number of slots (tokens · k), the rows of `xs` and `ys`.
+    /// Number of rows of `xs` and `ys`: tokens · k, and the padding of [`ExpertSlots::aligned`].
     pub fn len(&self) -> usize {
         self.rows.len()
     }
@@ -168,17 +188,29 @@ impl ExpertSlots {
         self.slots.len() / self.k
     }
 
-    /// The slots (rows of `xs` and `ys`) of expert `e`; empty for an expert no token chose.
+    /// The rows of `xs` and `ys` that expert `e`'s choices hold; empty for an expert no
+    /// token chose.
     pub fn segment(&self, e: usize) -> Range<usize> {
-        self.offsets[e]..self.offsets[e + 1]
+        self.starts[e]..self.starts[e] + self.counts[e]
     }
 
-    /// The token whose row each slot holds.
+    /// The expert of each block of rows (`len / block` of them): the table of
+    /// [`crate::ops::gemm_experts`] for slots [`ExpertSlots::aligned`] to its blocks.
+    pub fn block_experts(&self) -> Vec<u32> {
+        (0..self.counts.len())
+            .flat_map(|e| {
+                let blocks = (self.starts[e + 1] - self.starts[e]) / self.block;
+                std::iter::repeat_n(e as u32, blocks)
+            })
+            .collect()
+    }
+
+    /// The token whose row each row holds.
     pub fn rows(&self) -> &[u32] {
         &self.rows
     }
 
-    /// `[tokens, k]`: the slot of each token's choices.
+    /// `[tokens, k]`: the row of each token's choices.
     pub fn slots(&self) -> &[u32] {
         &self.slots
     }
@@ -341,6 +373,27 @@ mod tests {
         );
         assert_eq!(s.rows(), [0, 1, 0, 2, 1, 2]);
         assert_eq!(s.slots(), [2, 0, 1, 4, 3, 5]);
+    }
+
+    #[test]
+    fn aligned_slots_start_each_expert_at_a_block_and_pad_with_token_zero() {
+        // 3 tokens, k = 2, 4 experts in blocks of 4 rows; expert 1 gets no token.
+        let r = routing(vec![2, 0, 0, 3, 2, 3], 2, 4);
+        let s = ExpertSlots::aligned(&r, 4).unwrap();
+        assert_eq!(s.len(), 12);
+        assert_eq!(s.tokens(), 3);
+        assert_eq!(
+            (0..4).map(|e| s.segment(e)).collect::<Vec<_>>(),
+            [0..2, 4..4, 4..6, 8..10]
+        );
+        assert_eq!(s.rows(), [0, 1, 0, 0, 0, 2, 0, 0, 1, 2, 0, 0]);
+        assert_eq!(s.slots(), [4, 0, 1, 8, 5, 9]);
+        assert_eq!(s.block_experts(), [0, 2, 3]);
+        // Blocks of one row are `new`'s slots, one block per row.
+        let one = ExpertSlots::aligned(&r, 1).unwrap();
+        assert_eq!(one, ExpertSlots::new(&r).unwrap());
+        assert_eq!(one.block_experts(), [0, 0, 2, 2, 3, 3]);
+        assert!(ExpertSlots::aligned(&r, 0).is_err());
     }
 
     #[test]
