@@ -18,6 +18,9 @@ pub enum Shape {
     /// Qwen3.5-0.8B: hidden 1024, 24 layers (3 linear : 1 full), vocab 248,320, tied head, bf16.
     #[value(name = "qwen35-0.8b")]
     Qwen35_0_8b,
+    /// Qwen3.5-35B-A3B's widths and 256 experts (8 routed) on 4 of its 40 layers, untied head, bf16: 8.8 GB.
+    #[value(name = "qwen35-35b-a3b-4l")]
+    Qwen35_35bA3b4l,
     /// A few-MB model with the same architecture.
     Tiny,
 }
@@ -126,6 +129,7 @@ fn commit(temp: &Path, out: &Path, existing: Existing) -> Result<(), String> {
 pub fn run(args: SyntheticArgs) -> Result<(), String> {
     let spec = match args.shape {
         Shape::Qwen35_0_8b => SyntheticSpec::qwen35_0_8b(),
+        Shape::Qwen35_35bA3b4l => SyntheticSpec::qwen35_35b_a3b_4l(),
         Shape::Tiny => SyntheticSpec::tiny(),
     };
     let existing = check_out(&args.out, args.force)?;

@@ -284,6 +284,30 @@ fn qwen35_0_8b_spec_has_the_real_shape() {
     assert!(c.tie_word_embeddings);
 }
 
+#[test]
+fn qwen35_35b_a3b_4l_spec_has_the_moe_shape() {
+    let s = SyntheticSpec::qwen35_35b_a3b_4l();
+    let c =
+        ModelConfig::from_json_str(&s.config_json().to_string(), Path::new("config.json")).unwrap();
+    let full = c
+        .layer_types
+        .iter()
+        .filter(|k| **k == lse_runtime::model::LayerKind::Full)
+        .count();
+    assert_eq!((c.num_layers(), full), (4, 1));
+    assert_eq!((c.hidden_size, c.vocab_size), (2048, 248_320));
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (
+            moe.num_experts,
+            moe.num_experts_per_tok,
+            moe.moe_intermediate_size
+        ),
+        (256, 8, 512)
+    );
+    assert!(!c.tie_word_embeddings);
+}
+
 /// Copies a model's tensors into `dst`, transforming (name, shape) or dropping tensors.
 fn rewrite(src: &Path, dst: &Path, f: impl Fn(&str, &[usize]) -> Option<(String, Vec<usize>)>) {
     std::fs::create_dir_all(dst).unwrap();

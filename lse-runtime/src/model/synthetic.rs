@@ -72,6 +72,37 @@ impl SyntheticSpec {
         }
     }
 
+    /// Qwen3.5-35B-A3B's widths and experts (hidden 2048, 16 query and 2 KV heads of 256,
+    /// DeltaNet 16 key and 32 value heads of 128, 256 experts of 512 with 8 routed and a
+    /// shared one, untied head) on 4 of its 40 layers (3 linear : 1 full): a MoE
+    /// benchmark's model, 8.8 GB in bf16.
+    pub fn qwen35_35b_a3b_4l() -> Self {
+        SyntheticSpec {
+            vocab_size: 248_320,
+            hidden_size: 2048,
+            num_layers: 4,
+            full_attention_interval: 4,
+            num_attention_heads: 16,
+            num_key_value_heads: 2,
+            head_dim: 256,
+            intermediate_size: 512,
+            linear_num_key_heads: 16,
+            linear_num_value_heads: 32,
+            linear_key_head_dim: 128,
+            linear_value_head_dim: 128,
+            linear_conv_kernel_dim: 4,
+            tie_word_embeddings: false,
+            rope_theta: 10_000_000.0,
+            moe: Some(MoeConfig {
+                num_experts: 256,
+                num_experts_per_tok: 8,
+                moe_intermediate_size: 512,
+                shared_expert_intermediate_size: 512,
+            }),
+            dtype: DType::BF16,
+        }
+    }
+
     /// A tiny shape with the same structure (4 layers, 1 full), for fast tests.
     pub fn tiny() -> Self {
         SyntheticSpec {
