@@ -265,9 +265,8 @@ fn random_models_are_deterministic_and_tied_heads_share_the_embedding() {
     assert_eq!(m.logits_reference(&h, 3).len(), 3 * 96);
 }
 
-#[test]
-fn qwen35_0_8b_spec_has_the_real_shape() {
-    let s = SyntheticSpec::qwen35_0_8b();
+/// The config a spec writes, as the loader reads it, and its number of full-attention layers.
+fn spec_config(s: &SyntheticSpec) -> (ModelConfig, usize) {
     let c =
         ModelConfig::from_json_str(&s.config_json().to_string(), Path::new("config.json")).unwrap();
     let full = c
@@ -275,6 +274,12 @@ fn qwen35_0_8b_spec_has_the_real_shape() {
         .iter()
         .filter(|k| **k == lse_runtime::model::LayerKind::Full)
         .count();
+    (c, full)
+}
+
+#[test]
+fn qwen35_0_8b_spec_has_the_real_shape() {
+    let (c, full) = spec_config(&SyntheticSpec::qwen35_0_8b());
     assert_eq!((c.num_layers(), full), (24, 6));
     assert_eq!(
         (c.hidden_size, c.vocab_size, c.conv_dim()),
@@ -286,14 +291,7 @@ fn qwen35_0_8b_spec_has_the_real_shape() {
 
 #[test]
 fn qwen35_35b_a3b_4l_spec_has_the_moe_shape() {
-    let s = SyntheticSpec::qwen35_35b_a3b_4l();
-    let c =
-        ModelConfig::from_json_str(&s.config_json().to_string(), Path::new("config.json")).unwrap();
-    let full = c
-        .layer_types
-        .iter()
-        .filter(|k| **k == lse_runtime::model::LayerKind::Full)
-        .count();
+    let (c, full) = spec_config(&SyntheticSpec::qwen35_35b_a3b_4l());
     assert_eq!((c.num_layers(), full), (4, 1));
     assert_eq!((c.hidden_size, c.vocab_size), (2048, 248_320));
     let moe = c.moe.as_ref().unwrap();
