@@ -6,10 +6,10 @@
 //!
 //! Everything runs as LOOM kernels on the engine's device: projections through the GEMM
 //! ([`linear`]; the routed experts of a fused or stacked bf16, f16 or f32 tensor in one
-//! launch per product for all of them, [`ops::gemm_experts`]), SwiGLU fused into the dense MLP's gate and up products where its three
-//! weights take one form of activations ([`ops::swiglu_mlp`]), else through `ffn.swiglu`, the
-//! router, the gather of each expert's rows
-//! and the final combine through the MoE ops ([`crate::ops::moe_router`] and the rest). The
+//! launch per product for all of them, [`ops::gemm_experts`]), SwiGLU fused into the dense
+//! MLP's gate and up products where its three weights take one form of activations
+//! ([`ops::swiglu_mlp`]), else through `ffn.swiglu`, the router, the gather of each expert's
+//! rows and the final combine through the MoE ops ([`crate::ops::moe_router`] and the rest). The
 //! host only sorts the routed (token, choice) pairs by expert ([`ExpertSlots`], integer
 //! bookkeeping).
 
@@ -240,8 +240,9 @@ impl Moe {
     }
 
     /// Applies the block to `x` [t, H], writing [t, H] to `out`, all on `dev`: the router
-    /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, each expert's
-    /// SwiGLU over its contiguous rows (one `ffn.swiglu` for all experts), the shared expert
+    /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, the experts'
+    /// SwiGLU over their rows (one launch per product for all experts where [`Moe::grouped`]
+    /// gives their tensors, else a GEMM per expert; one `ffn.swiglu` for all), the shared expert
     /// and its gate, and `ffn.moe_combine`.
     pub fn forward(
         &self,

@@ -514,6 +514,16 @@ pub fn gemm_experts<'a>(
     let Some(first) = jobs.first() else {
         return Ok(());
     };
+    // Activations llama.cpp quantizes against such a weight are quantized first, then kept
+    // f32, as `gemm` takes them.
+    let mut quantized = None;
+    let (x, act) = if matches!(act, Activations::Q8_0 | Activations::Q8K) {
+        let xq = quantized.insert(dev.alloc::<f32>(m * k)?);
+        quantize_activations(dev, x, k, act, xq.view_mut())?;
+        (xq.view(), Activations::F32)
+    } else {
+        (x, act)
+    };
     let ty = xt_type(first.w, act);
     if jobs.iter().any(|j| xt_type(j.w, act) != ty) {
         return Err(mismatch());
@@ -755,7 +765,7 @@ mod tests {
     /// `gemm_experts` multiplies each block of 16 rows by its expert's matrix, as `gemm` on
     /// that block and matrix alone gives it (the same kernels' order), on every CPU-side
     /// device: a stacked tensor of three experts and the up half of a fused one, an expert no
-    /// block takes, f32 activations and rounded ones.
+    /// block takes, f32 activations, rounded ones and llama.cpp's Q8_0 blocks of them.
     #[test]
     fn expert_products_are_each_blocks_product_with_its_expert() {
         let (k, n, experts) = (96, 40, [2u32, 2, 0, 2]);
@@ -767,7 +777,11 @@ mod tests {
             .collect();
         let view = WeightView::Bf16(DevSlice::from(&w[..]));
         for dev in cpu_side_devices() {
-            for act in [Activations::F32, Activations::RoundedToWeight] {
+            for act in [
+                Activations::F32,
+                Activations::RoundedToWeight,
+                Activations::Q8_0,
+            ] {
                 for (stride, offset) in [(n * k, 0), (2 * n * k, n * k)] {
                     let mut y = vec![0.0f32; m * n];
                     let job = ExpertsJob {
