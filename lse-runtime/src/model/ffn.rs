@@ -241,7 +241,7 @@ impl Moe {
 
     /// Applies the block to `x` [t, H], writing [t, H] to `out`, all on `dev`: the router
     /// (GEMM, then `ffn.moe_router`), the token rows gathered in expert order, the experts'
-    /// SwiGLU over their rows (one launch per product for all experts where [`Moe::grouped`]
+    /// SwiGLU over their rows (one launch per product for all experts where `Moe::grouped`
     /// gives their tensors, else a GEMM per expert; one `ffn.swiglu` for all), the shared expert
     /// and its gate, and `ffn.moe_combine`.
     pub fn forward(
