@@ -79,14 +79,17 @@ impl Mlp {
     }
 }
 
-/// A weight's view when it is bf16, f16 or f32 (not in a block format).
+/// A weight's view when it is bf16, f16 or f32 (not in a block format) and its elements can
+/// be indexed in `u32`, as one launch over every expert's matrix indexes them (a larger
+/// tensor, such as 512 experts of 2 x 1024 x 4096, takes a product per expert, each on its
+/// own matrix).
 fn plain_view(w: &DeviceWeight) -> Option<WeightView<'_>> {
     let v = w.view();
-    matches!(
+    let plain = matches!(
         v,
         WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
-    )
-    .then_some(v)
+    );
+    (plain && u32::try_from(v.len()).is_ok()).then_some(v)
 }
 
 /// The job of [`ops::gemm_experts`] for one of [`GroupedExperts`]' weights, into `y`.
