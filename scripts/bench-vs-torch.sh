@@ -2,8 +2,10 @@
 # `lse perplexity` against a PyTorch/transformers bf16 forward over the same tokens and
 # chunks, in one run on one machine: tokens/s of each, their ratio, both peak RSS and both
 # perplexities. By default on the Qwen3.5-0.8B-shaped random model (made once with
-# `lse synthetic-model --shape qwen35-0.8b`), wiki.test.raw, 2 threads: ctx 512 with 4
-# chunks, then ctx 8192 in one pass.
+# `lse synthetic-model --shape qwen35-0.8b` when the default directory has none),
+# wiki.test.raw, 2 threads: ctx 512 with 4 chunks, then ctx 8192 in one pass. A MODEL_DIR
+# given must hold a model (e.g. `lse synthetic-model --shape qwen35-35b-a3b-4l --out DIR
+# --tokenizer data/qwen35-tokenizer`).
 #
 #   scripts/bench-vs-torch.sh [MODEL_DIR]
 #
@@ -33,6 +35,10 @@ done
 cargo build --release --locked -p lse-cli >&2
 LSE=target/release/lse
 if [ ! -f "$MODEL/config.json" ]; then
+    if [ $# -gt 0 ]; then
+        echo "bench-vs-torch: $MODEL has no config.json; make a model there first (lse synthetic-model --shape ... --out $MODEL --tokenizer data/qwen35-tokenizer)" >&2
+        exit 1
+    fi
     echo "making the 0.8B-shaped model in $MODEL" >&2
     "$LSE" synthetic-model --shape qwen35-0.8b --out "$MODEL" --tokenizer data/qwen35-tokenizer >&2
 fi
