@@ -35,7 +35,7 @@ use super::gemm_int;
 use super::lm_head::WeightView;
 use super::quant::{Interleaved, QuantFormat};
 use super::{check_len, to_u32, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
+use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf, Scratch};
 
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
@@ -516,13 +516,10 @@ pub fn gemm_experts<'a>(
     };
     // Activations llama.cpp quantizes against such a weight are quantized first, then kept
     // f32, as `gemm` takes them.
-    let mut quantized = None;
-    let (x, act) = if matches!(act, Activations::Q8_0 | Activations::Q8K) {
-        let xq = quantized.insert(dev.alloc::<f32>(m * k)?);
-        quantize_activations(dev, x, k, act, xq.view_mut())?;
-        (xq.view(), Activations::F32)
-    } else {
-        (x, act)
+    let quantized = q8_values(dev, x, k, act)?;
+    let (x, act) = match &quantized {
+        Some(xq) => (xq.view(), Activations::F32),
+        None => (x, act),
     };
     let ty = xt_type(first.w, act);
     if jobs.iter().any(|j| xt_type(j.w, act) != ty) {
@@ -535,6 +532,23 @@ pub fn gemm_experts<'a>(
         launch_narrow(dev, &xt, j.w, experts, j.y, mnk, place, 0)?;
     }
     Ok(())
+}
+
+/// `x` (rows of `k` values) replaced by what llama.cpp's Q8_0 or Q8_K blocks of it stand
+/// for, in a new f32 buffer, when `act` is one of those formats: how such activations meet a
+/// weight the integer GEMM does not take. `None` for other activations.
+fn q8_values(
+    dev: &Device,
+    x: DevSlice<'_, f32>,
+    k: usize,
+    act: Activations,
+) -> Result<Option<DeviceBuf<f32>>, OpError> {
+    if !matches!(act, Activations::Q8_0 | Activations::Q8K) {
+        return Ok(None);
+    }
+    let mut xq = dev.alloc::<f32>(x.len())?;
+    quantize_activations(dev, x, k, act, xq.view_mut())?;
+    Ok(Some(xq))
 }
 
 /// A product asked of `xᵀ` in a type its weight does not take.
@@ -625,9 +639,7 @@ fn launch_sharing<'d>(
         })?;
         return gemm_int::launch_quantized(dev, xq, format, i, y, n, out);
     }
-    if matches!(act, Activations::Q8_0 | Activations::Q8K) {
-        let mut xq = dev.alloc::<f32>(m as usize * k as usize)?;
-        quantize_activations(dev, x, k as usize, act, xq.view_mut())?;
+    if let Some(xq) = q8_values(dev, x, k as usize, act)? {
         return launch(dev, xq.view(), w, y, [m, n, k], out, Activations::F32);
     }
     let accumulate = u32::from(out == GemmOut::Accumulate);
