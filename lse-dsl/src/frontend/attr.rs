@@ -1,5 +1,5 @@
 //! The `#[loom::kernel(name = "...", version = N, workgroup = N, subgroup = N, targets = [...],
-//! elem = [...])]` attribute.
+//! elem = [...], consts = [...])]` attribute.
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::Parser;
@@ -21,6 +21,21 @@ pub(super) struct KernelAttr {
     pub targets: Vec<String>,
     /// `elem = [...]`: the element types a generic kernel is instantiated for.
     pub elem: Option<ElemList>,
+    /// `consts = [...]`: the values a kernel's `const` parameter is instantiated for.
+    pub consts: Option<ConstList>,
+}
+
+/// The `consts` list, in source order, and where it was written. Equality ignores the span.
+#[derive(Debug)]
+pub(super) struct ConstList {
+    pub values: Vec<u32>,
+    pub span: Span,
+}
+
+impl PartialEq for ConstList {
+    fn eq(&self, other: &ConstList) -> bool {
+        self.values == other.values
+    }
 }
 
 /// The `elem` list, in source order, and where it was written (errors about a missing type
@@ -40,7 +55,7 @@ impl PartialEq for ElemList {
 /// The element types `elem` may list.
 pub(super) const ELEM_TYS: [Ty; 3] = [Ty::Bf16, Ty::F16, Ty::F32];
 
-const KEYS: &str = "`name`, `version`, `workgroup`, `subgroup`, `targets` or `elem`";
+const KEYS: &str = "`name`, `version`, `workgroup`, `subgroup`, `targets`, `elem` or `consts`";
 
 /// Parses and validates the attribute's tokens. `at` is where errors about missing keys point
 /// (the attribute itself when the tokens are empty).
@@ -65,6 +80,7 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
     let mut subgroup: Option<(u32, Span)> = None;
     let mut targets = None;
     let mut elem = None;
+    let mut consts = None;
     for m in &metas {
         let key = m
             .path
@@ -80,6 +96,7 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
                 .is_some(),
             "targets" => targets.replace(parse_targets(&m.value)?).is_some(),
             "elem" => elem.replace(parse_elem(&m.value)?).is_some(),
+            "consts" => consts.replace(parse_consts(&m.value)?).is_some(),
             _ => {
                 let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(&m.path));
                 return Err(syn::Error::new(
@@ -119,6 +136,54 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
         subgroup: subgroup.map(|(n, _)| n),
         targets: targets.unwrap_or_else(|| DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()),
         elem,
+        consts,
+    })
+}
+
+/// `[48, 16]`: a non-empty list of distinct u32 literals.
+fn parse_consts(e: &Expr) -> syn::Result<ConstList> {
+    let Expr::Array(arr) = e else {
+        return Err(syn::Error::new(
+            e.span(),
+            "`consts` must be a list of u32 literals, like [48, 16]",
+        ));
+    };
+    if arr.elems.is_empty() {
+        return Err(syn::Error::new(
+            e.span(),
+            "`consts` must list at least one value",
+        ));
+    }
+    let mut values = Vec::new();
+    for el in &arr.elems {
+        let v = match lit(el) {
+            Some(Lit::Int(i)) if i.suffix().is_empty() || i.suffix() == "u32" => {
+                i.base10_parse::<u32>().map_err(|_| {
+                    syn::Error::new(
+                        i.span(),
+                        format!("`consts` value {i} does not fit in a u32"),
+                    )
+                })?
+            }
+            _ => {
+                let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(el));
+                return Err(syn::Error::new(
+                    el.span(),
+                    format!("bad value `{shown}` in `consts`: expected a u32 literal"),
+                ));
+            }
+        };
+        if values.contains(&v) {
+            return Err(syn::Error::new(
+                el.span(),
+                format!("{v} is listed twice in `consts`"),
+            ));
+        }
+        values.push(v);
+    }
+    Ok(ConstList {
+        values,
+        span: e.span(),
     })
 }
 
@@ -297,6 +362,7 @@ mod tests {
                 subgroup: None,
                 targets: vec!["gfx942".into()],
                 elem: None,
+                consts: None,
             }
         );
     }
@@ -407,5 +473,41 @@ mod tests {
         );
         let e = bad(quote!(elem = [f32], elem = [f16]));
         assert_eq!(e, "`elem` is given twice");
+    }
+
+    #[test]
+    fn consts_lists_distinct_u32_values_in_order() {
+        let a = parse(quote!(
+            name = "a",
+            version = 1,
+            workgroup = 4,
+            consts = [48, 16u32]
+        ))
+        .unwrap();
+        assert_eq!(a.consts.map(|l| l.values), Some(vec![48, 16]));
+        let bad = |ts: TokenStream| {
+            parse(quote!(name = "a", version = 1, workgroup = 4, #ts)).unwrap_err()
+        };
+        assert_eq!(
+            bad(quote!(consts = [])),
+            "`consts` must list at least one value"
+        );
+        assert_eq!(
+            bad(quote!(consts = [16, 48, 16])),
+            "16 is listed twice in `consts`"
+        );
+        assert_eq!(
+            bad(quote!(consts = [16, -1])),
+            "bad value `-1` in `consts`: expected a u32 literal"
+        );
+        assert_eq!(
+            bad(quote!(consts = [4294967296])),
+            "`consts` value 4294967296 does not fit in a u32"
+        );
+        assert!(bad(quote!(consts = 16)).starts_with("`consts` must be a list of u32 literals"),);
+        assert_eq!(
+            bad(quote!(consts = [1], consts = [2])),
+            "`consts` is given twice"
+        );
     }
 }

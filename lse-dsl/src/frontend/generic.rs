@@ -36,7 +36,7 @@ pub(super) fn elem_param(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<Op
             syn::GenericParam::Const(c) => {
                 return Err(syn::Error::new(
                     c.span(),
-                    "a LOOM kernel cannot have const generic parameters; its only parameter is an element type listed by `elem = [...]`",
+                    "a generic LOOM kernel has one type parameter (listed by `elem = [...]`) or one const parameter (listed by `consts = [...]`), not both",
                 ));
             }
             syn::GenericParam::Type(t) => {
@@ -165,15 +165,12 @@ impl VisitMut for TileElems<'_> {
     }
 }
 
-/// Adds "(in the `<ty>` instance)" to each of `e`'s messages, keeping their spans: an error
+/// Adds "(in the `<instance>` instance)" (an element type, or `C = value`) to each of `e`'s messages, keeping their spans: an error
 /// that only one instance has must say which.
-pub(super) fn in_instance(e: syn::Error, ty: Ty) -> syn::Error {
+pub(super) fn in_instance(e: syn::Error, instance: &str) -> syn::Error {
     let mut out: Option<syn::Error> = None;
     for one in e {
-        let one = syn::Error::new(
-            one.span(),
-            format!("{one} (in the `{}` instance)", ty.rust_name()),
-        );
+        let one = syn::Error::new(one.span(), format!("{one} (in the `{instance}` instance)"));
         match &mut out {
             None => out = Some(one),
             Some(o) => o.combine(one),
@@ -394,7 +391,7 @@ mod tests {
             ),
         );
         assert!(
-            e.starts_with("a LOOM kernel cannot have const generic parameters"),
+            e.starts_with("a LOOM kernel's const parameter needs `consts = [...]`"),
             "{e}"
         );
         let e = err(

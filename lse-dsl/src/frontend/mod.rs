@@ -3,7 +3,8 @@
 //!
 //! Stages, each in its own module: the attribute (`attr`), the signature (`params`, with
 //! declared buffer lengths in `lengths`),
-//! element-type instances of generic kernels (`generic`), statements (`stmt`, `bindings`,
+//! element-type instances of generic kernels (`generic`), constant instances
+//! (`const_param`), statements (`stmt`, `bindings`,
 //! `assign`, `control`) and expressions with bidirectional type inference (`expr`,
 //! `literal`, `builtins`), constant folding (`fold`), then two checks over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
 //! collectives (`uniformity`). `cx` holds the lowering state, `syntax`, `types` and `render`
@@ -16,6 +17,7 @@ mod attr;
 mod bindings;
 mod breaks;
 mod builtins;
+mod const_param;
 mod control;
 mod cx;
 mod expr;
@@ -58,6 +60,21 @@ fn parse_kernels_at(
 ) -> syn::Result<Vec<ir::Kernel>> {
     let a = attr::parse_attr(attr, attr_span)?;
     params::check_signature(&item.sig)?;
+    if let Some(c) = const_param::const_param(&item.sig, &a)? {
+        let values = a
+            .consts
+            .as_ref()
+            .map(|l| l.values.clone())
+            .unwrap_or_default();
+        return values
+            .into_iter()
+            .map(|v| {
+                let inst = const_param::instantiate(item, &c, v);
+                let name = format!("{}_{}", a.name, const_param::suffix(&c, v));
+                lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, &format!("{c} = {v}")))
+            })
+            .collect();
+    }
     let Some(w) = generic::elem_param(&item.sig, &a)? else {
         return Ok(vec![lower(&a, item, &a.name)?]);
     };
@@ -67,7 +84,7 @@ fn parse_kernels_at(
         .map(|ty| {
             let inst = generic::instantiate(item, &w, ty);
             let name = format!("{}_{}", a.name, ty.rust_name());
-            lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, ty))
+            lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, ty.rust_name()))
         })
         .collect()
 }
