@@ -30,7 +30,7 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
 /// integers `q` (into `q` as bytes, in `act_quant.q8_k_int`'s tile order: value `c` of row `r`
 /// at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
-/// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0`. `x` holds rows
+/// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0_bm*`. `x` holds rows
 /// of `k` values, `blocks` blocks in all; grid: x = ceil(blocks / 8).
 ///
 /// v3 takes 8 blocks a workgroup, 64 work-items of four values each (`j · 64 + local_id()`

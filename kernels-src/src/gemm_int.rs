@@ -49,35 +49,61 @@
 //! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (three row
 //! blocks, the last of 32 rows).
 //!
-//! Grid (all four): x = ceil(m / 48) row blocks of `y`, y = ceil(n / 64) column blocks (the
-//! groups of 64 weight rows); a workgroup owns 48 x 64 of `y` (48 rows: the tiles of 64 x 64
-//! did not fit a GPU's 64 KiB of shared memory). Row blocks run fastest, so consecutive
-//! workgroups read the same column block of the weight, which comes from memory once and
-//! then from cache, while the activations (48 KiB a row block at K = 1024) come from L2 or
-//! L3. v8 (Q8_0 v5) turned the grid so: v7 ran column blocks fastest and streamed the whole
-//! weight from memory once per row block, three times for the LM head at M = 128 (208 MB of
-//! Q6_K each time), which ran 30% slower than now; at M = 512 and 8192 the two orders are
-//! within a few percent of each other. The padding rows of a partial group give columns of
-//! `y` that are not stored.
+//! Each kernel comes in two instances (`consts = [48, 16]`, LOOM.md): `_bm48` computes 48
+//! rows of `y` per workgroup, `_bm16` 16. The weight's words and their unpacking are the
+//! same for any number of rows, so the 48-row instance shares them among three times the
+//! rows; the 16-row one serves products of few rows, above all a mixture of experts' routed
+//! products (16 rows per expert on average in Qwen3.5-35B-A3B at a pass of 512 tokens),
+//! where 48-row blocks computed three times the rows. Both read the activations in
+//! `act_quant`'s blocks of 48 rows (`XB`): the 16-row instance a window of 16 rows inside
+//! one, which is whole where the block is. The products and their order per element are the
+//! same in both, so are the results.
+//!
+//! Block `b` of rows multiplies the matrix at word `experts[b] · w_stride` of `w`: an expert's
+//! of a stacked or fused `[E, n', k]` tensor interleaved matrix by matrix (`w_stride` its
+//! words per matrix, `w` starting at the first expert's gate or up half), or, with a table of
+//! zeros and `w_stride` 0, the one weight of a dense product. The caller checks that every
+//! expert's matrix lies inside `w` and that the table has an entry per block of rows (their
+//! lengths depend on the table and the grid, so they are not declared). The expert's index is
+//! read in each weight access (`w[experts[rb] · w_stride + ...]`), not kept in a variable:
+//! work-item loops of the host code then see consecutive work-items read consecutive words
+//! (a variable read in several regions lives per work-item, and a read through it was a
+//! gather).
+//!
+//! Grid: the 48-row instances x = ceil(m / 48) row blocks of `y`, y = ceil(n / 64) column
+//! blocks (the groups of 64 weight rows); a workgroup owns 48 x 64 of `y` (48 rows: the tiles
+//! of 64 x 64 did not fit a GPU's 64 KiB of shared memory). Row blocks run fastest, so
+//! consecutive workgroups read the same column block of the weight, which comes from memory
+//! once and then from cache, while the activations (48 KiB a row block at K = 1024) come from
+//! L2 or L3. v8 (Q8_0 v5) turned the grid so: v7 ran column blocks fastest and streamed the
+//! whole weight from memory once per row block, three times for the LM head at M = 128 (208 MB
+//! of Q6_K each time), which ran 30% slower than now; at M = 512 and 8192 the two orders are
+//! within a few percent of each other. The 16-row instances turn it back (x = ceil(n / 64)
+//! column blocks, y = ceil(m / 16) row blocks): an expert's rows stay in cache while its whole
+//! matrix streams past them, where with row blocks fastest each workgroup read a short run of
+//! a different expert's weight (the experts' down products, K = 512, ran at half the rate).
+//! The padding rows of a partial group give columns of `y` that are not stored.
 
 use loom::kernel;
 
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 8, workgroup = 64)]
-fn gemm_xwt_q4_k_q8_k(
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 9, workgroup = 64, consts = [48, 16])]
+fn gemm_xwt_q4_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
-    w: &[u32; (n + 63) / 64 * (k / 256) * 36 * 64],
+    w: &[u32],
+    experts: &[u32],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
     k: u32,
+    w_stride: u32,
     accumulate: u32,
 ) {
-    const BM: u32 = 48;
+    const XB: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
@@ -98,26 +124,30 @@ fn gemm_xwt_q4_k_q8_k(
     let wf = shared::<f32>(2 * BN);
     // Rows 0..8: the sub-blocks' 6-bit scales `sc_j`; rows 8..16: their minimums `m_j`.
     let ws = shared::<i32>(16 * BN);
-    let row0 = group_id() * BM;
-    let col0 = group_id_y() * BN;
+    // The block of rows and the block of columns (see the module doc for the grid).
+    let rb = if BM < XB { group_id_y() } else { group_id() };
+    let cb = if BM < XB { group_id() } else { group_id_y() };
+    let row0 = rb * BM;
+    let col0 = cb * BN;
     let blocks = k / 256;
     tile_zero(acc);
     tile_zero(acc_min);
     tile_zero(no_offset);
     for sb in 0..blocks {
-        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
-        // with `at` formed from uniform values in each region that reads it, the host sees
-        // consecutive work-items read consecutive words: a vector load, not a gather. A
-        // variable used in several regions lives per work-item, and a read through it was
-        // a gather.)
-        let at = (group_id_y() * (k / 256) + sb) * 36;
-        let dm = w[at * BN + local_id()];
+        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+        // local_id()]. (Written so, and with `at` formed from uniform values in each region
+        // that reads it, the host sees consecutive work-items read consecutive words: a vector
+        // load, not a gather. A variable used in several regions lives per work-item, and a
+        // read through it was a gather; `rb` and `cb`, a group id each, are written out where
+        // they are read.)
+        let at = (cb * (k / 256) + sb) * 36;
+        let dm = w[experts[rb] * w_stride + at * BN + local_id()];
         wf[local_id()] = f16_to_f32(f16_from_bits(dm));
         wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
         // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
-        let s0 = w[(at + 1) * BN + local_id()];
-        let s4 = w[(at + 2) * BN + local_id()];
-        let s8 = w[(at + 3) * BN + local_id()];
+        let s0 = w[experts[rb] * w_stride + (at + 1) * BN + local_id()];
+        let s4 = w[experts[rb] * w_stride + (at + 2) * BN + local_id()];
+        let s8 = w[experts[rb] * w_stride + (at + 3) * BN + local_id()];
         for j in 0..4u32 {
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
@@ -129,17 +159,17 @@ fn gemm_xwt_q4_k_q8_k(
         }
         for j in 0..8u32 {
             let shift = j % 2 * 4;
-            let qs = (group_id_y() * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
+            let qs = (cb * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
             // Word t holds values 4t..4t + 3 of the sub-block, one per byte: `b`'s four rows.
             for t in 0..8u32 {
-                let word = w[(qs + t) * BN + local_id()];
+                let word = w[experts[rb] * w_stride + (qs + t) * BN + local_id()];
                 wq[t * BN + local_id()] = ((word >> shift) & 0x0F0F_0F0F) as i32;
             }
             tile_load_quads(b, wq, 0, BN, BK, BN);
             tile_load_packed(
                 a,
                 xq,
-                (group_id() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                (row0 / XB * (k / 32) + sb * 8 + j) * XB * (BK / 4) + row0 % XB * (BK / 4),
                 BK / 4,
                 BM,
                 BK,
@@ -171,19 +201,21 @@ fn gemm_xwt_q4_k_q8_k(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 8, workgroup = 64)]
-fn gemm_xwt_q5_k_q8_k(
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 9, workgroup = 64, consts = [48, 16])]
+fn gemm_xwt_q5_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
-    w: &[u32; (n + 63) / 64 * (k / 256) * 44 * 64],
+    w: &[u32],
+    experts: &[u32],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
     k: u32,
+    w_stride: u32,
     accumulate: u32,
 ) {
-    const BM: u32 = 48;
+    const XB: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
@@ -202,26 +234,30 @@ fn gemm_xwt_q5_k_q8_k(
     let wq = shared::<i32>(BK / 4 * BN);
     let wf = shared::<f32>(2 * BN);
     let ws = shared::<i32>(16 * BN);
-    let row0 = group_id() * BM;
-    let col0 = group_id_y() * BN;
+    // The block of rows and the block of columns (see the module doc for the grid).
+    let rb = if BM < XB { group_id_y() } else { group_id() };
+    let cb = if BM < XB { group_id() } else { group_id_y() };
+    let row0 = rb * BM;
+    let col0 = cb * BN;
     let blocks = k / 256;
     tile_zero(acc);
     tile_zero(acc_min);
     tile_zero(no_offset);
     for sb in 0..blocks {
-        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]. (Written so, and
-        // with `at` formed from uniform values in each region that reads it, the host sees
-        // consecutive work-items read consecutive words: a vector load, not a gather. A
-        // variable used in several regions lives per work-item, and a read through it was
-        // a gather.)
-        let at = (group_id_y() * (k / 256) + sb) * 44;
-        let dm = w[at * BN + local_id()];
+        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+        // local_id()]. (Written so, and with `at` formed from uniform values in each region
+        // that reads it, the host sees consecutive work-items read consecutive words: a vector
+        // load, not a gather. A variable used in several regions lives per work-item, and a
+        // read through it was a gather; `rb` and `cb`, a group id each, are written out where
+        // they are read.)
+        let at = (cb * (k / 256) + sb) * 44;
+        let dm = w[experts[rb] * w_stride + at * BN + local_id()];
         wf[local_id()] = f16_to_f32(f16_from_bits(dm));
         wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
         // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
-        let s0 = w[(at + 1) * BN + local_id()];
-        let s4 = w[(at + 2) * BN + local_id()];
-        let s8 = w[(at + 3) * BN + local_id()];
+        let s0 = w[experts[rb] * w_stride + (at + 1) * BN + local_id()];
+        let s4 = w[experts[rb] * w_stride + (at + 2) * BN + local_id()];
+        let s8 = w[experts[rb] * w_stride + (at + 3) * BN + local_id()];
         for j in 0..4u32 {
             let lo = (s0 >> (8 * j)) & 255;
             let mid = (s4 >> (8 * j)) & 255;
@@ -234,11 +270,11 @@ fn gemm_xwt_q5_k_q8_k(
         for j in 0..8u32 {
             let shift = j % 2 * 4;
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id_y() * (k / 256) + sb) * 44;
+            let blk = (cb * (k / 256) + sb) * 44;
             let qs = blk + 12 + j / 2 * 8;
             for t in 0..8u32 {
-                let word = w[(qs + t) * BN + local_id()];
-                let high = w[(blk + 4 + t) * BN + local_id()];
+                let word = w[experts[rb] * w_stride + (qs + t) * BN + local_id()];
+                let high = w[experts[rb] * w_stride + (blk + 4 + t) * BN + local_id()];
                 let q = ((word >> shift) & 0x0F0F_0F0F) | (((high >> j) & 0x0101_0101) << 4);
                 wq[t * BN + local_id()] = q as i32;
             }
@@ -246,7 +282,7 @@ fn gemm_xwt_q5_k_q8_k(
             tile_load_packed(
                 a,
                 xq,
-                (group_id() * (k / 32) + sb * 8 + j) * BM * (BK / 4),
+                (row0 / XB * (k / 32) + sb * 8 + j) * XB * (BK / 4) + row0 % XB * (BK / 4),
                 BK / 4,
                 BM,
                 BK,
@@ -284,19 +320,21 @@ fn gemm_xwt_q5_k_q8_k(
 /// exactly, as before. v9: the offsets as the dots' start (a broadcast per row of a register
 /// block), where v8 took them off with an i16 dot per block of the sums per 16 (`[48, 16]`)
 /// by `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 9, workgroup = 64)]
-fn gemm_xwt_q6_k_q8_k(
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 10, workgroup = 64, consts = [48, 16])]
+fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
     xo16: &[i32; (m + 47) / 48 * 48 * (k / 16)],
-    w: &[u32; (n + 63) / 64 * (k / 256) * 53 * 64],
+    w: &[u32],
+    experts: &[u32],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
     k: u32,
+    w_stride: u32,
     accumulate: u32,
 ) {
-    const BM: u32 = 48;
+    const XB: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
     // Values per sub-block (per scale).
@@ -313,20 +351,25 @@ fn gemm_xwt_q6_k_q8_k(
     let wq = shared::<i32>(BS / 4 * BN);
     let ws = shared::<i32>(BN);
     let wf = shared::<f32>(BN);
-    let row0 = group_id() * BM;
-    let col0 = group_id_y() * BN;
+    // The block of rows and the block of columns (see the module doc for the grid).
+    let rb = if BM < XB { group_id_y() } else { group_id() };
+    let cb = if BM < XB { group_id() } else { group_id_y() };
+    let row0 = rb * BM;
+    let col0 = cb * BN;
     let blocks = k / 256;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
         // Word t of this work-item's block (its 210 bytes, then two zero bytes):
-        // w[(at + t) * 64 + local_id()].
-        let at = (group_id_y() * (k / 256) + sb) * 53;
-        wf[local_id()] = f16_to_f32(f16_from_bits(w[(at + 52) * BN + local_id()]));
+        // w[experts[rb] * w_stride + (at + t) * 64 + local_id()].
+        let at = (cb * (k / 256) + sb) * 53;
+        wf[local_id()] = f16_to_f32(f16_from_bits(
+            w[experts[rb] * w_stride + (at + 52) * BN + local_id()],
+        ));
         for sub in 0..16u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id_y() * (k / 256) + sb) * 53;
+            let blk = (cb * (k / 256) + sb) * 53;
             // The sub-block's K step of 32 (`half` of the block's two 128-value halves, the
             // `kq`-th 32 of it) and which 16 of the step.
             let step = sub / 2;
@@ -334,7 +377,7 @@ fn gemm_xwt_q6_k_q8_k(
             let half = step / 4;
             let kq = step % 4;
             // Its scale: the signed byte 192 + sub, in word 48 + sub / 4.
-            let sw = w[(blk + 48 + sub / 4) * BN + local_id()];
+            let sw = w[experts[rb] * w_stride + (blk + 48 + sub / 4) * BN + local_id()];
             ws[local_id()] = ((sw << (24 - 8 * (sub % 4))) as i32) >> 24;
             // Word t holds values 4t..4t + 3 of the sub-block, one per byte: four low nibbles
             // and their high bit pairs.
@@ -342,8 +385,8 @@ fn gemm_xwt_q6_k_q8_k(
             let ql = blk + 16 * half + 8 * (kq % 2) + 4 * j;
             let qh = blk + 32 + 8 * half + 4 * j;
             for t in 0..4u32 {
-                let wl = w[(ql + t) * BN + local_id()];
-                let wh = w[(qh + t) * BN + local_id()];
+                let wl = w[experts[rb] * w_stride + (ql + t) * BN + local_id()];
+                let wh = w[experts[rb] * w_stride + (qh + t) * BN + local_id()];
                 let q = ((wl >> low_shift) & 0x0F0F_0F0F) | (((wh >> (2 * kq)) & 0x0303_0303) << 4);
                 wq[t * BN + local_id()] = q as i32;
             }
@@ -351,7 +394,9 @@ fn gemm_xwt_q6_k_q8_k(
             tile_load_packed(
                 a,
                 xq,
-                (group_id() * (k / 32) + sb * 8 + step) * BM * (BK / 4) + j * (BS / 4),
+                (row0 / XB * (k / 32) + sb * 8 + step) * XB * (BK / 4)
+                    + row0 % XB * (BK / 4)
+                    + j * (BS / 4),
                 BK / 4,
                 BM,
                 BS,
@@ -360,7 +405,7 @@ fn gemm_xwt_q6_k_q8_k(
             tile_load(
                 offset,
                 xo16,
-                (group_id() * (k / 16) + sb * 16 + sub) * BM,
+                (row0 / XB * (k / 16) + sb * 16 + sub) * XB + row0 % XB,
                 1,
                 BM,
                 1,
@@ -385,19 +430,21 @@ fn gemm_xwt_q6_k_q8_k(
 /// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
 /// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 5, workgroup = 64)]
-fn gemm_xwt_q8_0_q8_0(
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 6, workgroup = 64, consts = [48, 16])]
+fn gemm_xwt_q8_0_q8_0<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
-    w: &[u32; (n + 63) / 64 * (k / 32) * 9 * 64],
+    w: &[u32],
+    experts: &[u32],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
     k: u32,
+    w_stride: u32,
     accumulate: u32,
 ) {
-    const BM: u32 = 48;
+    const XB: u32 = 48;
     const BN: u32 = 64;
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
@@ -408,29 +455,34 @@ fn gemm_xwt_q8_0_q8_0(
     let dx = tile::<f32, BM, 1>();
     let wq = shared::<i32>(8 * BN);
     let wf = shared::<f32>(BN);
-    let row0 = group_id() * BM;
-    let col0 = group_id_y() * BN;
+    // The block of rows and the block of columns (see the module doc for the grid).
+    let rb = if BM < XB { group_id_y() } else { group_id() };
+    let cb = if BM < XB { group_id() } else { group_id_y() };
+    let row0 = rb * BM;
+    let col0 = cb * BN;
     let blocks = k / 32;
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
-        // Word t of this work-item's block: w[(at + t) * 64 + local_id()]; `d` is the low
-        // half of word 0, `q` bytes 2..34.
-        let at = (group_id_y() * (k / 32) + sb) * 9;
-        wf[local_id()] = f16_to_f32(f16_from_bits(w[at * BN + local_id()]));
+        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+        // local_id()]; `d` is the low half of word 0, `q` bytes 2..34.
+        let at = (cb * (k / 32) + sb) * 9;
+        wf[local_id()] = f16_to_f32(f16_from_bits(
+            w[experts[rb] * w_stride + at * BN + local_id()],
+        ));
         for t in 0..8u32 {
             // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (group_id_y() * (k / 32) + sb) * 9;
-            let lo = w[(blk + t) * BN + local_id()];
-            let hi = w[(blk + t + 1) * BN + local_id()];
+            let blk = (cb * (k / 32) + sb) * 9;
+            let lo = w[experts[rb] * w_stride + (blk + t) * BN + local_id()];
+            let hi = w[experts[rb] * w_stride + (blk + t + 1) * BN + local_id()];
             wq[t * BN + local_id()] = (((lo >> 16) | (hi << 16)) ^ 0x8080_8080) as i32;
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
         tile_load_packed(
             a,
             xq,
-            (group_id() * (k / 32) + sb) * BM * (BK / 4),
+            (row0 / XB * (k / 32) + sb) * XB * (BK / 4) + row0 % XB * (BK / 4),
             BK / 4,
             BM,
             BK,

@@ -5,7 +5,7 @@
 //! LM head at M = 128 (a Q4_K_M file's head is Q6_K), on the
 //! best host level this CPU runs, in one run: GFLOP/s of the integer GEMM (`act_quant.q8_k_int`,
 //! then `gemm.xwt_<q>_q8_k`, byte tile dots into i32; `act_quant.q8_0_int` and
-//! `gemm.xwt_q8_0_q8_0` for Q8_0) and of the f32 path it replaced (the activations rounded
+//! `gemm.xwt_q8_0_q8_0_bm*` for Q8_0) and of the f32 path it replaced (the activations rounded
 //! through the same quantization, then `gemm.xwt_<q>` dequantizing each block into an f32
 //! `tile_dot`), and their ratio. `LSE_BENCH_SHAPES=512x3584x1024,...` (M x N x K) runs only the
 //! named shapes.

@@ -304,6 +304,38 @@ fn gemm_host_levels_use_their_matrix_instructions() {
     }
 }
 
+/// The integer GEMMs' instances of 48 and 16 rows per workgroup (`gemm.xwt_<q>_q8_k_bm*`,
+/// `gemm.xwt_q8_0_q8_0_bm*`) multiply bytes with `vpdpbusd` on the host levels with
+/// AVX512-VNNI, and on no host level read the weight through vector gathers: each access
+/// reads the expert's index from the table where it forms the address, so consecutive
+/// work-items read consecutive words (kept in a variable, the index made those loads gathers).
+#[test]
+fn integer_gemm_instances_take_byte_dots_and_no_gathers() {
+    use lse_kernels::gemm_int::*;
+    for k in [
+        &gemm_xwt_q4_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q4_k_q8_k_bm16::KERNEL,
+        &gemm_xwt_q5_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q5_k_q8_k_bm16::KERNEL,
+        &gemm_xwt_q6_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q6_k_q8_k_bm16::KERNEL,
+        &gemm_xwt_q8_0_q8_0_bm48::KERNEL,
+        &gemm_xwt_q8_0_q8_0_bm16::KERNEL,
+    ] {
+        for v in k.host {
+            assert!(!v.asm.contains("gather"), "{} {}: a gather", k.id, v.cpu);
+            if v.cpu.ends_with("-bf16") || v.cpu.ends_with("-amx") {
+                assert!(
+                    v.asm.contains("vpdpbusd"),
+                    "{} {}: no vpdpbusd",
+                    k.id,
+                    v.cpu
+                );
+            }
+        }
+    }
+}
+
 /// The 16-bit GEMM's dots run on each GPU's matrix unit, checked in the assembly the build
 /// produced (no GPU here): MFMA on gfx942, WMMA on gfx1100 and gfx1201, `mma.sync` with
 /// `ldmatrix` operand loads in the PTX of sm_80 and sm_90. The f32-activation GEMM has f32

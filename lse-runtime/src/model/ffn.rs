@@ -79,17 +79,22 @@ impl Mlp {
     }
 }
 
-/// A weight's view when it is bf16, f16 or f32 (not in a block format) and its elements can
-/// be indexed in `u32`, as one launch over every expert's matrix indexes them (a larger
+/// A weight's view when one launch over every expert's matrix can read it
+/// ([`ops::gemm_experts`]): bf16, f16 or f32 whose elements can be indexed in `u32` (a larger
 /// tensor, such as 512 experts of 2 x 1024 x 4096, takes a product per expert, each on its
-/// own matrix).
-fn plain_view(w: &DeviceWeight) -> Option<WeightView<'_>> {
+/// own matrix), or a block format interleaved for the integer GEMM (K-quants and Q8_0 met by
+/// llama.cpp's activations) where each expert's matrix starts `first_row` rows into a
+/// multiple of 64 of them, as its interleaved groups do.
+fn grouped_view(w: &DeviceWeight, first_row: usize) -> Option<WeightView<'_>> {
     let v = w.view();
-    let plain = matches!(
-        v,
-        WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
-    );
-    (plain && u32::try_from(v.len()).is_ok()).then_some(v)
+    let ok = match v {
+        WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_) => {
+            u32::try_from(v.len()).is_ok()
+        }
+        WeightView::Quant(q) => q.interleaved.is_some() && first_row.is_multiple_of(64),
+        _ => false,
+    };
+    ok.then_some(v)
 }
 
 /// The job of [`ops::gemm_experts`] for one of [`GroupedExperts`]' weights, into `y`.
@@ -214,22 +219,22 @@ impl Moe {
     }
 
     /// The experts' weights as [`ops::gemm_experts`] takes them, when they are stacked in
-    /// one tensor per product (fused or stacked layouts) of bf16, f16 or f32, all met by the
-    /// same activations; `None` for experts split into a tensor each or in a block format,
-    /// which take a GEMM per expert.
+    /// one tensor per product (fused or stacked layouts) of bf16, f16 or f32, or interleaved
+    /// for the integer GEMM, all met by the same activations; `None` for experts split into a
+    /// tensor each or in another block format, which take a GEMM per expert.
     fn grouped(&self) -> Option<GroupedExperts<'_>> {
         let (h, im) = (self.hidden, self.cfg.moe_intermediate_size);
         let (gate, up, down, act) = match &self.experts {
             Experts::Fused { gate_up, down } if gate_up.act == down.act => (
-                (plain_view(gate_up)?, 2 * im * h, 0),
-                (plain_view(gate_up)?, 2 * im * h, im * h),
-                (plain_view(down)?, h * im, 0),
+                (grouped_view(gate_up, 0)?, 2 * im * h, 0),
+                (grouped_view(gate_up, im)?, 2 * im * h, im * h),
+                (grouped_view(down, 0)?, h * im, 0),
                 down.act,
             ),
             Experts::Stacked { gate, up, down } if gate.act == down.act && up.act == down.act => (
-                (plain_view(gate)?, im * h, 0),
-                (plain_view(up)?, im * h, 0),
-                (plain_view(down)?, h * im, 0),
+                (grouped_view(gate, 0)?, im * h, 0),
+                (grouped_view(up, 0)?, im * h, 0),
+                (grouped_view(down, 0)?, h * im, 0),
                 down.act,
             ),
             _ => return None,

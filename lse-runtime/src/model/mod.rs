@@ -535,7 +535,8 @@ mod tests {
     use crate::ops::{lm_head_dev_act, QuantFormat, WeightView};
 
     /// A GGUF model whose quantized weights the kernels read in place (the MoE model's
-    /// stacked gate and up experts, sliced one expert at a time, and its embedding in Q8_0,
+    /// stacked experts, Q8_0's in one launch per product for all of them, Q4_0's and Q5_1's
+    /// sliced one expert at a time, and its embedding in Q8_0,
     /// Q4_0 or Q5_1, its head in Q8_0) gives the bits of the same model with those weights
     /// dequantized to f32 at load where the kernels multiply in f32 (Q4_0, Q5_1), and the same
     /// values up to f32 rounding where they multiply in integers (Q8_0: the same quantized

@@ -453,8 +453,11 @@ pub struct ExpertsJob<'a> {
 /// `y[r, :] = x[r, :] · W_e(r)ᵀ` for `x` `[m, k]` whose rows come in blocks of
 /// [`NARROW_ROWS`], block `b` (rows `16b..16b + 16`) routed to expert `experts[b]` (each
 /// expert's rows laid out from a multiple of 16, [`super::ExpertSlots::aligned`]). `x` is
-/// transposed once for all `jobs` (gate and up share it), as for [`gemm_same_x`]. Only
-/// bf16, f16 and f32 weights (a block format's experts take [`gemm`] one by one).
+/// transposed (or, for K-quant and Q8_0 weights met by llama.cpp's activations, quantized)
+/// once for all `jobs` (gate and up share it), as for [`gemm_same_x`]. The weights are bf16,
+/// f16 or f32, or all quantized and interleaved for the integer GEMM, each expert's matrix a
+/// whole one of the interleaved tensor and `offset` a multiple of 64 of its rows (a block
+/// format without the integer GEMM takes [`gemm`] expert by expert).
 pub fn gemm_experts<'a>(
     dev: &Device,
     x: impl Into<DevSlice<'a, f32>>,
@@ -476,44 +479,64 @@ pub fn gemm_experts<'a>(
     let Some(&most) = experts.iter().max() else {
         return Ok(());
     };
+    let mut integer = Vec::with_capacity(jobs.len());
     for j in &jobs {
         if j.n == 0 {
             return Err(invalid("n = 0 must be positive".into()));
-        }
-        if !matches!(
-            j.w,
-            WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
-        ) {
-            return Err(invalid(
-                "the experts' weights must be bf16, f16 or f32".into(),
-            ));
         }
         check_len(OP, "y", j.y.len(), m * j.n)?;
         to_u32(OP, "m * n", m * j.n)?;
         to_u32(OP, "the experts' stride", j.stride)?;
         to_u32(OP, "the experts' offset", j.offset)?;
-        // The last element of the last expert's matrix, inside `w` and below 2^32.
-        let end = (most as usize)
-            .checked_mul(j.stride)
-            .and_then(|v| v.checked_add(j.offset))
-            .and_then(|v| v.checked_add(j.n * k))
-            .filter(|&end| end <= j.w.len())
-            .ok_or_else(|| {
-                invalid(format!(
-                    "expert {most}'s {} x {k} matrix at {} * {} + {} passes the weight's {} \
-                     elements",
-                    j.n,
-                    most,
-                    j.stride,
-                    j.offset,
-                    j.w.len()
+        match j.w {
+            WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_) => {
+                // The last element of the last expert's matrix, inside `w` and below 2^32.
+                let end = (most as usize)
+                    .checked_mul(j.stride)
+                    .and_then(|v| v.checked_add(j.offset))
+                    .and_then(|v| v.checked_add(j.n * k))
+                    .filter(|&end| end <= j.w.len())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "expert {most}'s {} x {k} matrix at {} * {} + {} passes the \
+                             weight's {} elements",
+                            j.n,
+                            most,
+                            j.stride,
+                            j.offset,
+                            j.w.len()
+                        ))
+                    })?;
+                to_u32(OP, "the experts' weight", end)?;
+            }
+            WeightView::Quant(q) => integer.push(gemm_int::experts_weight(q, act, j, k, most)?),
+            _ => {
+                return Err(invalid(
+                    "the experts' weights must be bf16, f16, f32 or interleaved for the \
+                     integer GEMM"
+                        .into(),
                 ))
-            })?;
-        to_u32(OP, "the experts' weight", end)?;
+            }
+        }
     }
     let Some(first) = jobs.first() else {
         return Ok(());
     };
+    if !integer.is_empty() {
+        if integer.len() != jobs.len() {
+            return Err(mismatch());
+        }
+        let xq = gemm_int::quantize(dev, x, act, [m as u32, k as u32])?;
+        for (j, (format, w, stride)) in jobs.into_iter().zip(integer) {
+            let rows = gemm_int::RowWeights::Experts {
+                table: experts,
+                stride,
+            };
+            let n = j.n as u32;
+            gemm_int::launch_quantized(dev, &xq, format, w, j.y, n, GemmOut::Overwrite, rows)?;
+        }
+        return Ok(());
+    }
     // Activations llama.cpp quantizes against such a weight are quantized first, then kept
     // f32, as `gemm` takes them.
     let quantized = q8_values(dev, x, k, act)?;
@@ -637,7 +660,8 @@ fn launch_sharing<'d>(
         let xq = once_per(&mut shared.quantized, act, || {
             gemm_int::quantize(dev, x, act, [m, k])
         })?;
-        return gemm_int::launch_quantized(dev, xq, format, i, y, n, out);
+        let one = gemm_int::RowWeights::One;
+        return gemm_int::launch_quantized(dev, xq, format, i, y, n, out, one);
     }
     if let Some(xq) = q8_values(dev, x, k as usize, act)? {
         return launch(dev, xq.view(), w, y, [m, n, k], out, Activations::F32);
@@ -830,7 +854,7 @@ mod tests {
 
     /// `gemm_experts` refuses, before anything runs, an expert whose matrix would pass the
     /// weight's end, a table without one expert per block of 16 rows, and a weight in a
-    /// block format.
+    /// block format that is not interleaved for the integer GEMM.
     #[test]
     fn expert_products_refuse_a_matrix_past_the_weight_and_a_short_table() {
         let dev = Device::open(crate::device::Pool::Host).unwrap();
@@ -866,7 +890,8 @@ mod tests {
         });
         assert_eq!(
             run(&[0, 0], quant).unwrap_err(),
-            "gemm_experts: the experts' weights must be bf16, f16 or f32"
+            "gemm_experts: the experts' Q8_0 weight must be interleaved for the integer GEMM, \
+             with rows of k = 32 values met by its activations (F32 given)"
         );
     }
 

@@ -8,13 +8,16 @@
 
 use lse_kernels::act_quant::{q8_0_int, q8_k_int};
 use lse_kernels::gemm_int::{
-    gemm_xwt_q4_k_q8_k, gemm_xwt_q5_k_q8_k, gemm_xwt_q6_k_q8_k, gemm_xwt_q8_0_q8_0,
+    gemm_xwt_q4_k_q8_k_bm16, gemm_xwt_q4_k_q8_k_bm48, gemm_xwt_q5_k_q8_k_bm16,
+    gemm_xwt_q5_k_q8_k_bm48, gemm_xwt_q6_k_q8_k_bm16, gemm_xwt_q6_k_q8_k_bm48,
+    gemm_xwt_q8_0_q8_0_bm16, gemm_xwt_q8_0_q8_0_bm48,
 };
 
 use rayon::prelude::*;
 
-use super::quant::{Interleaved, QuantFormat};
-use super::{to_u32, Activations, GemmOut, OpError};
+use super::gemm::NARROW_ROWS;
+use super::quant::{Interleaved, QuantFormat, QuantView};
+use super::{to_u32, Activations, ExpertsJob, GemmOut, OpError};
 use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
 
 /// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
@@ -199,9 +202,24 @@ pub(super) fn quantize(
     })
 }
 
+/// Which weight each block of rows of an integer GEMM multiplies.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RowWeights<'e> {
+    /// Every row on the one matrix `w` holds.
+    One,
+    /// Block `b` of [`NARROW_ROWS`] rows on matrix `table[b]` of `w`, `stride` words after the
+    /// one before it (a mixture of experts' routed products).
+    Experts { table: &'e [u32], stride: u32 },
+}
+
 /// `y (=|+=) x · wᵀ` for the quantized rows `x` and the interleaved `format` weight `w`
-/// (`[n, x.k]`), `y` `[x.m, n]`, on shapes the caller checked; `x` must be quantized as
-/// [`integer_gemm_activations`] says for `format`.
+/// (`[n, x.k]`, or each expert's when `rows` names them), `y` `[x.m, n]`, on shapes the caller
+/// checked; `x` must be quantized as [`integer_gemm_activations`] says for `format`. The
+/// experts' products take the kernels' instance of 16 rows per workgroup (`_bm16`), a product
+/// of one weight the one of 48 (`_bm48`): on few rows of one weight (`--ubatch-size 32`) the
+/// 16-row instance, which streams the weight once per 16 rows, was no faster (the weight's
+/// unpacking, not the byte dots, takes most of such a product).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn launch_quantized(
     dev: &Device,
     x: &QuantizedRows,
@@ -210,11 +228,24 @@ pub(super) fn launch_quantized(
     y: DevSliceMut<'_, f32>,
     n: u32,
     out: GemmOut,
+    rows: RowWeights<'_>,
 ) -> Result<(), OpError> {
     const OP: &str = "gemm";
     let (m, k) = (x.m, x.k);
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    let grid = [m.div_ceil(ROWS), n.div_ceil(COLS), 1];
+    let one_weight;
+    let (narrow, experts, w_stride) = match rows {
+        RowWeights::Experts { table, stride } => (true, table, stride),
+        RowWeights::One => {
+            one_weight = vec![0u32; m.div_ceil(ROWS) as usize];
+            (false, &one_weight[..], 0)
+        }
+    };
+    // The 16-row instances run column blocks fastest (grid x), the 48-row ones row blocks.
+    let grid = match narrow {
+        true => [n.div_ceil(COLS), m.div_ceil(NARROW_ROWS as u32), 1],
+        false => [m.div_ceil(ROWS), n.div_ceil(COLS), 1],
+    };
     let (xq, xd, w) = (x.q.view(), x.d.view(), w.words);
     macro_rules! args {
         ($kernel:ident, $sums:ident: $buf:ident) => {
@@ -223,20 +254,30 @@ pub(super) fn launch_quantized(
                 xd,
                 $sums: x.$buf.view(),
                 w,
+                experts,
                 y,
                 m,
                 n,
                 k,
+                w_stride,
                 accumulate,
             }
         };
     }
-    match format {
-        QuantFormat::Q4_K => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k, xs: sums32)),
-        QuantFormat::Q5_K => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k, xs: sums32)),
-        QuantFormat::Q6_K => dev.launch(grid, args!(gemm_xwt_q6_k_q8_k, xo16: offsets16)),
-        QuantFormat::Q8_0 => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0, xs: sums)),
-        other => {
+    match (format, narrow) {
+        (QuantFormat::Q4_K, false) => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k_bm48, xs: sums32)),
+        (QuantFormat::Q4_K, true) => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k_bm16, xs: sums32)),
+        (QuantFormat::Q5_K, false) => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k_bm48, xs: sums32)),
+        (QuantFormat::Q5_K, true) => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k_bm16, xs: sums32)),
+        (QuantFormat::Q6_K, false) => {
+            dev.launch(grid, args!(gemm_xwt_q6_k_q8_k_bm48, xo16: offsets16))
+        }
+        (QuantFormat::Q6_K, true) => {
+            dev.launch(grid, args!(gemm_xwt_q6_k_q8_k_bm16, xo16: offsets16))
+        }
+        (QuantFormat::Q8_0, false) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm48, xs: sums)),
+        (QuantFormat::Q8_0, true) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm16, xs: sums)),
+        (other, _) => {
             return Err(OpError::Invalid {
                 op: OP,
                 message: format!("no integer GEMM for {} weights", other.name()),
@@ -244,6 +285,68 @@ pub(super) fn launch_quantized(
         }
     }?;
     Ok(())
+}
+
+/// The interleaved words of [`super::gemm_experts`]' quantized job `j` as the integer GEMM's
+/// experts read them: its format, the first expert's matrix (from `j.offset`'s rows) and the
+/// words between two experts' matrices, after checking that the weight is interleaved for
+/// `act`, that `j.stride` is one whole matrix, `j.offset` a multiple of 64 rows inside it and
+/// expert `most`'s matrix inside the words and indexable in `u32`.
+pub(super) fn experts_weight<'a>(
+    q: QuantView<'a>,
+    act: Activations,
+    j: &ExpertsJob<'a>,
+    k: usize,
+    most: u32,
+) -> Result<(QuantFormat, Interleaved<'a>, u32), OpError> {
+    let invalid = |message: String| OpError::Invalid {
+        op: "gemm_experts",
+        message,
+    };
+    let f = q.format;
+    let Some(il) = q
+        .interleaved
+        .filter(|il| integer_gemm_activations(f) == Some(act) && il.cols == k)
+    else {
+        return Err(invalid(format!(
+            "the experts' {} weight must be interleaved for the integer GEMM, with rows of \
+             k = {k} values met by its activations ({act:?} given)",
+            f.name()
+        )));
+    };
+    let matrix = il.rows * k;
+    if j.stride != matrix || !j.offset.is_multiple_of(64 * k) || j.offset + j.n * k > matrix {
+        return Err(invalid(format!(
+            "the experts' {} x {k} matrices must be whole {} x {k} matrices of the weight, \
+             starting at a multiple of 64 rows (stride {}, offset {})",
+            j.n, il.rows, j.stride, j.offset
+        )));
+    }
+    let matrix_words = interleaved_len(f, 1, il.rows, k).unwrap_or(usize::MAX);
+    let group = 64 * k / f.block_elems() * f.slot_words();
+    let start = j.offset / (64 * k) * group;
+    let end = (most as usize)
+        .checked_mul(matrix_words)
+        .and_then(|v| v.checked_add(start + j.n.div_ceil(64) * group))
+        .filter(|&end| end <= il.words.len() && u32::try_from(end).is_ok())
+        .ok_or_else(|| {
+            invalid(format!(
+                "expert {most}'s matrix passes the {} weight's {} interleaved words (or 2^32)",
+                f.name(),
+                il.words.len()
+            ))
+        })?;
+    let words = il.words.sub(start..end)?;
+    let w = Interleaved {
+        words,
+        rows: j.n,
+        cols: k,
+    };
+    Ok((
+        f,
+        w,
+        to_u32("gemm_experts", "the experts' stride", matrix_words)?,
+    ))
 }
 
 #[cfg(test)]
@@ -324,6 +427,138 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `gemm_experts` on quantized experts multiplies each block of 16 rows by its expert's
+    /// matrix with the integer GEMM's 16-row instance, giving the bits of the 48-row instance
+    /// (`gemm`) on all rows and that expert and on the block alone, on every CPU-side device,
+    /// for each integer format: a
+    /// stacked tensor of three experts of 70 rows (each matrix padded to 128 interleaved
+    /// rows) and the up half of a fused one of 2 x 64 rows, an expert no block takes.
+    #[test]
+    fn quantized_expert_products_are_each_blocks_product_with_its_expert() {
+        let experts = [2u32, 2, 0, 2];
+        let (m, k) = (experts.len() * NARROW_ROWS, 512);
+        let x = values(m * k, 7, 1.0);
+        for format in [
+            QuantFormat::Q4_K,
+            QuantFormat::Q5_K,
+            QuantFormat::Q6_K,
+            QuantFormat::Q8_0,
+        ] {
+            let act = integer_gemm_activations(format).unwrap();
+            // (rows of each matrix, rows of the product, offset in rows)
+            for (rows, n, first) in [(70, 70, 0), (128, 64, 64)] {
+                let b = blocks(format, 3 * rows, k, rows as u64);
+                let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
+                let packed = interleave(format, &b, 3, rows, k).unwrap();
+                let mut view = interleaved_view(format, &w, &packed, 3 * rows, k);
+                if let WeightView::Quant(q) = &mut view {
+                    q.interleaved.as_mut().unwrap().rows = rows;
+                }
+                for dev in cpu_side_devices() {
+                    let at = format!("{} {rows}/{n} on {}", format.name(), dev.arch());
+                    let mut y = vec![0.0f32; m * n];
+                    let job = ExpertsJob {
+                        w: view,
+                        n,
+                        stride: rows * k,
+                        offset: first * k,
+                        y: DevSliceMut::from(&mut y[..]),
+                    };
+                    crate::ops::gemm_experts(&dev, &x, k, &experts, act, vec![job]).unwrap();
+                    for (blk, &e) in experts.iter().enumerate() {
+                        let start = (e as usize * rows + first) * k;
+                        let matrix = view.sub(start..start + n * k).unwrap();
+                        let mut all = vec![0.0f32; m * n];
+                        gemm(
+                            &dev,
+                            &x[..],
+                            k,
+                            matrix,
+                            n,
+                            &mut all[..],
+                            GemmOut::Overwrite,
+                            act,
+                        )
+                        .unwrap();
+                        let r = blk * NARROW_ROWS..(blk + 1) * NARROW_ROWS;
+                        let mut alone = vec![0.0f32; NARROW_ROWS * n];
+                        let xr = &x[r.start * k..r.end * k];
+                        gemm(
+                            &dev,
+                            xr,
+                            k,
+                            matrix,
+                            n,
+                            &mut alone[..],
+                            GemmOut::Overwrite,
+                            act,
+                        )
+                        .unwrap();
+                        let got = bits(&y[r.start * n..r.end * n]);
+                        assert_eq!(got, bits(&all[r.start * n..r.end * n]), "{at} block {blk}");
+                        assert_eq!(got, bits(&alone), "{at} block {blk} alone");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `gemm_experts` refuses quantized experts it cannot read as whole interleaved matrices:
+    /// a stride other than one matrix, an offset inside a group of 64 rows, an expert past the
+    /// tensor, other activations than the format's, and a mix with a bf16 weight.
+    #[test]
+    fn quantized_expert_products_refuse_what_the_interleaved_tensor_does_not_hold() {
+        let dev = Device::open(Pool::Host).unwrap();
+        let (rows, k, format) = (128, 256, QuantFormat::Q8_0);
+        let b = blocks(format, 2 * rows, k, 3);
+        let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
+        let packed = interleave(format, &b, 2, rows, k).unwrap();
+        let mut view = interleaved_view(format, &w, &packed, 2 * rows, k);
+        if let WeightView::Quant(q) = &mut view {
+            q.interleaved.as_mut().unwrap().rows = rows;
+        }
+        let x = vec![0.5f32; NARROW_ROWS * k];
+        let plain = vec![half::bf16::ONE; 2 * rows * k];
+        let run = |experts: &[u32], stride: usize, offset: usize, act, w2: Option<WeightView>| {
+            let (mut y, mut y2) = (
+                vec![0.0f32; NARROW_ROWS * 64],
+                vec![0.0f32; NARROW_ROWS * 64],
+            );
+            let job = |w, y| ExpertsJob {
+                w,
+                n: 64,
+                stride,
+                offset,
+                y: DevSliceMut::from(y),
+            };
+            let mut jobs = vec![job(view, &mut y[..])];
+            jobs.extend(w2.map(|w| job(w, &mut y2[..])));
+            crate::ops::gemm_experts(&dev, &x, k, experts, act, jobs).map_err(|e| e.to_string())
+        };
+        let q8 = Activations::Q8_0;
+        assert!(run(&[1], rows * k, 64 * k, q8, None).is_ok());
+        let e = run(&[1], 64 * k, 0, q8, None).unwrap_err();
+        assert!(
+            e.contains("must be whole 128 x 256 matrices") && e.contains("stride 16384"),
+            "{e}"
+        );
+        let e = run(&[1], rows * k, 32 * k, q8, None).unwrap_err();
+        assert!(e.contains("starting at a multiple of 64 rows"), "{e}");
+        let e = run(&[2], rows * k, 0, q8, None).unwrap_err();
+        assert!(
+            e.starts_with("gemm_experts: expert 2's matrix passes the Q8_0 weight's"),
+            "{e}"
+        );
+        let e = run(&[0], rows * k, 0, Activations::F32, None).unwrap_err();
+        assert!(
+            e.contains("must be interleaved for the integer GEMM") && e.contains("F32 given"),
+            "{e}"
+        );
+        let bf16_view = WeightView::Bf16(DevSlice::from(&plain[..]));
+        let e = run(&[0], rows * k, 0, q8, Some(bf16_view)).unwrap_err();
+        assert!(e.contains("differ in type"), "{e}");
     }
 
     /// A Q4_K or Q5_K block's 256 weights exactly (f64): `d · sc_j · q - dmin · m_j`, with
