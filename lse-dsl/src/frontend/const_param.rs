@@ -91,14 +91,8 @@ pub(super) fn instantiate(item: &syn::ItemFn, c: &syn::Ident, value: u32) -> syn
 #[cfg(test)]
 mod tests {
     use super::super::parse_kernels;
+    use super::super::tests::attr_err as err;
     use quote::quote;
-
-    fn err(attr: proc_macro2::TokenStream, item: syn::ItemFn) -> String {
-        match parse_kernels(attr, &item) {
-            Ok(ks) => panic!("expected an error, got {} kernels", ks.len()),
-            Err(e) => e.to_string(),
-        }
-    }
 
     #[test]
     fn instances_follow_consts_order_with_the_value_in_their_names() {
@@ -147,26 +141,20 @@ mod tests {
             "{e}"
         );
         let with = quote!(name = "t.k", version = 1, workgroup = 64, consts = [16]);
-        let e = err(
-            with.clone(),
+        for item in [
             syn::parse_quote!(
                 fn k(x: &[f32]) {}
             ),
-        );
-        assert!(
-            e.starts_with("`consts` needs a kernel with exactly one const parameter"),
-            "{e}"
-        );
-        let e = err(
-            with.clone(),
             syn::parse_quote!(
                 fn k<const A: u32, const B: u32>(x: &[f32]) {}
             ),
-        );
-        assert!(
-            e.starts_with("`consts` needs a kernel with exactly one const parameter"),
-            "{e}"
-        );
+        ] {
+            let e = err(with.clone(), item);
+            assert!(
+                e.starts_with("`consts` needs a kernel with exactly one const parameter"),
+                "{e}"
+            );
+        }
         let e = err(
             with.clone(),
             syn::parse_quote!(

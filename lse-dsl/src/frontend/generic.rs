@@ -248,15 +248,9 @@ impl<'ast> Visit<'ast> for Finder<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::parse_kernels;
+    use super::super::tests::attr_err as err;
     use crate::ir::*;
     use quote::quote;
-
-    fn err(attr: proc_macro2::TokenStream, item: syn::ItemFn) -> String {
-        match parse_kernels(attr, &item) {
-            Ok(ks) => panic!("expected an error, got {} kernels", ks.len()),
-            Err(e) => e.to_string(),
-        }
-    }
 
     #[test]
     fn instances_follow_elem_order_with_suffixed_names() {

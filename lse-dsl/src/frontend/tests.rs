@@ -33,6 +33,15 @@ pub(super) fn e(body: &str) -> String {
     }
 }
 
+/// The error `parse_kernels` gives for attribute tokens `attr` on `item` (a panic if it
+/// gives kernels instead).
+pub(super) fn attr_err(attr: proc_macro2::TokenStream, item: syn::ItemFn) -> String {
+    match super::parse_kernels(attr, &item) {
+        Ok(ks) => panic!("expected an error, got {} kernels", ks.len()),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// The type of the last local called `name`.
 pub(super) fn local_ty(k: &Kernel, name: &str) -> Ty {
     k.locals
