@@ -45,6 +45,25 @@ fn elementwise(
     }
 }
 
+/// Constant instances: `rows_r4` and `rows_r2`, each its own module with its value of `R`.
+#[loom::kernel(name = "test.rows", version = 1, workgroup = 8, consts = [4, 2])]
+fn rows<const R: u32>(y: &mut [u32]) {
+    let i = group_id() * 8 + local_id();
+    y[i] = R * 100 + i % R;
+}
+
+#[test]
+fn constant_instances_each_take_their_value() {
+    assert_eq!(rows_r4::KERNEL.id, "test.rows_r4.v1");
+    assert_eq!(rows_r2::KERNEL.id, "test.rows_r2.v1");
+    for (cpu, r) in [(rows_r4::KERNEL.cpu, 4u32), (rows_r2::KERNEL.cpu, 2)] {
+        let mut y = vec![0u32; 16];
+        cpu(&[raw(&mut y)], &[], [2, 1, 1], 0, 2);
+        let want: Vec<u32> = (0..16).map(|i| r * 100 + i % r).collect();
+        assert_eq!(y, want, "R = {r}");
+    }
+}
+
 #[test]
 fn elementwise_kernel_follows_ir_semantics() {
     let n = 70u32;
