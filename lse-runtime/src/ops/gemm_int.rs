@@ -322,8 +322,13 @@ pub(super) fn experts_weight<'a>(
             j.n, il.rows, j.stride, j.offset
         )));
     }
-    let matrix_words = interleaved_len(f, 1, il.rows, k).unwrap_or(usize::MAX);
-    let group = 64 * k / f.block_elems() * f.slot_words();
+    // Words per matrix and per group of 64 rows, as `interleave` lays them out (an
+    // interleaved weight's rows are whole blocks, so both exist).
+    let words_of = |rows| {
+        interleaved_len(f, 1, rows, k)
+            .ok_or_else(|| invalid(format!("{rows} x {k} {} values pass usize", f.name())))
+    };
+    let (matrix_words, group) = (words_of(il.rows)?, words_of(64)?);
     let start = j.offset / (64 * k) * group;
     let end = (most as usize)
         .checked_mul(matrix_words)

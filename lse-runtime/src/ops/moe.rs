@@ -7,7 +7,8 @@
 //! blocks of 16 rows → [`moe_gather`] into `xs` → the experts' gate, up and down products,
 //! one launch each for all experts ([`crate::ops::gemm_experts`]; SwiGLU in between) into
 //! `ys` → [`moe_combine`] with the shared expert. Experts in a tensor each, or in a block
-//! format, take [`ExpertSlots::new`] and a GEMM per expert over its segment of `xs`.
+//! format without the integer GEMM, take [`ExpertSlots::new`] and a GEMM per expert over its
+//! segment of `xs`.
 
 use std::ops::Range;
 
