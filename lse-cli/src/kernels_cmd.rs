@@ -144,7 +144,7 @@ fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String>
             } else {
                 m.llvm_ir
             }
-            .to_string()
+            .unpack()?
         }
         (Emit::Ptx, Some(arch)) => {
             return Err(format!(
@@ -169,7 +169,7 @@ fn show(k: &KernelDef, emit: Emit, arch: Option<&str>) -> Result<String, String>
             } else {
                 obj.asm
             }
-            .to_string()
+            .unpack()?
         }
         (Emit::Llvm | Emit::Asm, None) => host_stage(k, emit, lse_runtime::device::host_cpu())?,
     };
@@ -186,10 +186,10 @@ fn host_stage(k: &KernelDef, emit: Emit, level: &str) -> Result<String, String> 
             levels.join(", ")
         )
     })?;
-    Ok(if matches!(emit, Emit::Llvm) {
+    if matches!(emit, Emit::Llvm) {
         v.llvm_ir
     } else {
         v.asm
     }
-    .to_string())
+    .unpack()
 }

@@ -5,6 +5,7 @@
 
 use crate::error::CodegenError;
 use lse_dsl::ir::Kernel;
+use lse_dsl::rt::{pack, PACKED_ASM, PACKED_LL, PACKED_PTX};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -71,9 +72,9 @@ impl Job<'_> {
     fn outputs(&self, out_dir: &Path) -> Vec<PathBuf> {
         let (dir, label) = (self.dir(out_dir), self.label());
         let exts: &[&str] = match self.target {
-            Target::Gpu(_) => &["hsaco", "ll", "s", "json"],
-            Target::Ptx(_) => &["ptx", "ll"],
-            Target::Host(_) => &["ll", "s"],
+            Target::Gpu(_) => &["hsaco", PACKED_LL, PACKED_ASM, "json"],
+            Target::Ptx(_) => &[PACKED_PTX, PACKED_LL],
+            Target::Host(_) => &[PACKED_LL, PACKED_ASM],
         };
         let mut files: Vec<PathBuf> = exts
             .iter()
@@ -100,18 +101,18 @@ impl Job<'_> {
                 let c = crate::compile_amdgpu(k, arch)?;
                 vec![
                     c.code_object,
-                    c.llvm_ir_opt.into_bytes(),
-                    c.asm.into_bytes(),
+                    pack(&c.llvm_ir_opt),
+                    pack(&c.asm),
                     c.metadata_json.into_bytes(),
                 ]
             }
             Target::Ptx(sm) => {
                 let c = crate::compile_nvptx(k, sm)?;
-                vec![c.ptx.into_bytes(), c.llvm_ir_opt.into_bytes()]
+                vec![pack(&c.ptx), pack(&c.llvm_ir_opt)]
             }
             Target::Host(cpu) => {
                 let c = crate::compile_host(&lse_dsl::wil::transform(k), cpu)?;
-                vec![c.llvm_ir_opt.into_bytes(), c.asm.into_bytes(), c.object]
+                vec![pack(&c.llvm_ir_opt), pack(&c.asm), c.object]
             }
         };
         debug_assert_eq!(files.len(), texts.len());
@@ -164,9 +165,13 @@ fn codegen_identity() -> Option<String> {
 
 /// Compiles every kernel for each of its `targets` and for every `lse_dsl::rt::HOST_CPUS`
 /// entry, and writes under `out_dir`:
-/// - `loom/<fn_name>/<arch>.hsaco`, `<arch>.ll`, `<arch>.s`, `<arch>.json` (metadata JSON);
-/// - `loom/<fn_name>/host-<cpu>.ll`, `host-<cpu>.s`;
-/// - `loom/<fn_name>/<sm>.ptx`, `<sm>.ll` for every `lse_dsl::rt::PTX_ARCHS` entry;
+/// - `loom/<fn_name>/<arch>.hsaco`, `<arch>.ll.deflate`, `<arch>.s.deflate`, `<arch>.json`
+///   (metadata JSON);
+/// - `loom/<fn_name>/host-<cpu>.ll.deflate`, `host-<cpu>.s.deflate`;
+/// - `loom/<fn_name>/<sm>.ptx.deflate`, `<sm>.ll.deflate` for every `lse_dsl::rt::PTX_ARCHS`
+///   entry;
+///
+/// (`.deflate`: the text packed by `lse_dsl::rt::pack`, which the binaries embed);
 /// - `loom/<fn_name>/build.hash`: the kernel's IR hash, so stale outputs are recognisable;
 /// - `loom/<fn_name>/<target>.stamp`: the codegen and IR hash that wrote that target's files;
 /// - `libloom_host.a`: every host object (the objects themselves stay in `loom-host-obj/`).

@@ -9,8 +9,10 @@
 //! half-open range of linearised workgroup ids to run (`x` fastest, then `y`, then `z`).
 //! Ranges let the runtime spread workgroups over threads.
 
+mod packed;
 mod shape;
 
+pub use packed::{pack, PackedText, PACKED_ASM, PACKED_LL, PACKED_PTX};
 pub use shape::{check_length, Len, LenFault, ShapeError, ShapeProblem};
 
 /// One buffer argument: base pointer and length in elements.
@@ -157,8 +159,8 @@ pub struct HostVariant {
     pub cpu: &'static str,
     pub entry: HostEntry,
     /// The optimised LLVM IR and assembly, for `lse kernels show`.
-    pub llvm_ir: &'static str,
-    pub asm: &'static str,
+    pub llvm_ir: PackedText,
+    pub asm: PackedText,
 }
 
 /// One AMDGPU code object.
@@ -168,8 +170,8 @@ pub struct GpuObject {
     pub arch: &'static str,
     /// The linked HSA code object (ELF, `ET_DYN`).
     pub code_object: &'static [u8],
-    pub llvm_ir: &'static str,
-    pub asm: &'static str,
+    pub llvm_ir: PackedText,
+    pub asm: PackedText,
     /// Summary parsed from the code object's `amdhsa.kernels` note (JSON): symbol, kernarg
     /// size, LDS bytes, scratch bytes, SGPR/VGPR counts, wavefront size.
     pub metadata_json: &'static str,
@@ -182,9 +184,9 @@ pub struct PtxModule {
     /// e.g. `sm_90` (one of [`PTX_ARCHS`]).
     pub arch: &'static str,
     /// The PTX assembly text.
-    pub ptx: &'static str,
+    pub ptx: PackedText,
     /// The optimised NVPTX LLVM IR the PTX came from.
-    pub llvm_ir: &'static str,
+    pub llvm_ir: PackedText,
 }
 
 /// Everything known about one LOOM kernel at run time.

@@ -4,20 +4,22 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/<profile>/`, where cargo puts `liblse_runtime.so`.
-fn target_dir() -> PathBuf {
+/// `target/<profile>/deps/`, beside this test's executable: where `cargo test` builds
+/// `liblse_runtime.so` with the library this test links (`cargo build` also copies it one
+/// folder up, `cargo test` does not).
+fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    exe.parent().unwrap().to_path_buf()
 }
 
 #[test]
 fn c_program_scores_from_two_threads_and_gets_errors() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let repo = crate_dir.parent().unwrap();
-    let lib_dir = target_dir();
+    let lib_dir = lib_dir();
     assert!(
         lib_dir.join("liblse_runtime.so").exists(),
-        "liblse_runtime.so not found in {}: build it first with `cargo build -p lse-runtime` (scripts/test.sh does)",
+        "liblse_runtime.so not found in {}: `cargo test` builds it there with the tests",
         lib_dir.display()
     );
 

@@ -91,7 +91,7 @@ fn every_code_object_is_a_valid_hsa_kernel_for_its_arch() {
 fn barriers_use_workgroup_scope_fences_on_gfx1201() {
     for id in ["logits.lse_pick.v1", "topk_pairs.v1"] {
         let k = lse_kernels::find(id).unwrap();
-        let asm = k.gpu.iter().find(|g| g.arch == "gfx1201").unwrap().asm;
+        let asm = text(k.gpu.iter().find(|g| g.arch == "gfx1201").unwrap().asm);
         assert!(asm.contains("s_barrier"), "{id}: no barrier");
         assert!(
             !asm.contains("SCOPE_SYS"),
@@ -110,6 +110,11 @@ fn build_script_and_macro_lowered_the_same_ir() {
     for (build, kernel) in lse_kernels::BUILD_IR_HASHES.iter().zip(lse_kernels::ALL) {
         assert_eq!(*build, kernel.ir_hash, "{}", kernel.id);
     }
+}
+
+/// An embedded artefact's text.
+fn text(packed: lse_dsl::rt::PackedText) -> String {
+    packed.unpack().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The `.param` types of the one `.visible .entry <name>(` of `ptx`, in order.
@@ -151,7 +156,7 @@ fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
             || k.ir_text.contains("broadcast");
         for m in k.ptx {
             let what = format!("{} {}", k.id, m.arch);
-            let ptx = m.ptx;
+            let ptx = &text(m.ptx);
             assert!(ptx.contains(".version "), "{what}");
             assert!(ptx.contains(&format!(".target {}", m.arch)), "{what}");
             assert!(ptx.contains(".address_size 64"), "{what}");
@@ -188,7 +193,7 @@ fn every_kernel_has_valid_ptx_for_sm_80_and_sm_90() {
             assert_eq!(dynamic, k.nvidia_dynamic_shared_bytes > 0, "{what}");
             assert!(ptx.contains("ld.global"), "{what}: no ld.global");
             assert!(ptx.contains("st.global"), "{what}: no st.global");
-            assert!(m.llvm_ir.contains("nvptx64-nvidia-cuda"), "{what}");
+            assert!(text(m.llvm_ir).contains("nvptx64-nvidia-cuda"), "{what}");
         }
     }
 }
@@ -230,7 +235,7 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
                     let what = format!("{} {}", k.id, m.arch);
                     let stem = dir.join(format!("{}.{}", k.id, m.arch));
                     let (ptx, cubin) = (stem.with_extension("ptx"), stem.with_extension("cubin"));
-                    std::fs::write(&ptx, m.ptx).unwrap();
+                    std::fs::write(&ptx, text(m.ptx)).unwrap();
                     let out = std::process::Command::new(ptxas)
                         .arg(format!("-arch={}", m.arch))
                         .arg("-v")
@@ -266,11 +271,13 @@ fn gemm_host_levels_use_their_matrix_instructions() {
     use lse_kernels::gemm::{gemm_xwt_bf16, gemm_xwt_exact_bf16};
     use lse_kernels::gemm_narrow::{gemm_xwt_exact_narrow_bf16, gemm_xwt_narrow_bf16};
     let asm = |k: &lse_dsl::rt::KernelDef, cpu: &str| {
-        k.host
-            .iter()
-            .find(|v| v.cpu == cpu)
-            .unwrap_or_else(|| panic!("{} has no {cpu} code", k.id))
-            .asm
+        text(
+            k.host
+                .iter()
+                .find(|v| v.cpu == cpu)
+                .unwrap_or_else(|| panic!("{} has no {cpu} code", k.id))
+                .asm,
+        )
     };
     for k in [&gemm_xwt_bf16::KERNEL, &gemm_xwt_narrow_bf16::KERNEL] {
         let amx = asm(k, "x86-64-v4-amx");
@@ -323,14 +330,10 @@ fn integer_gemm_instances_take_byte_dots_and_no_gathers() {
         &gemm_xwt_q8_0_q8_0_bm16::KERNEL,
     ] {
         for v in k.host {
-            assert!(!v.asm.contains("gather"), "{} {}: a gather", k.id, v.cpu);
+            let asm = text(v.asm);
+            assert!(!asm.contains("gather"), "{} {}: a gather", k.id, v.cpu);
             if v.cpu.ends_with("-bf16") || v.cpu.ends_with("-amx") {
-                assert!(
-                    v.asm.contains("vpdpbusd"),
-                    "{} {}: no vpdpbusd",
-                    k.id,
-                    v.cpu
-                );
+                assert!(asm.contains("vpdpbusd"), "{} {}: no vpdpbusd", k.id, v.cpu);
             }
         }
     }
@@ -358,26 +361,33 @@ fn gemm_gpu_targets_use_their_matrix_units() {
                 "gfx942" => format!("v_mfma_f32_16x16x16_{ty}"),
                 _ => format!("v_wmma_f32_16x16x16_{ty}"),
             };
-            assert!(obj.asm.contains(&want), "{} {}: no {want}", k.id, obj.arch);
+            assert!(
+                text(obj.asm).contains(&want),
+                "{} {}: no {want}",
+                k.id,
+                obj.arch
+            );
         }
         for m in k.ptx {
+            let ptx = text(m.ptx);
             let want = format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32");
-            assert!(m.ptx.contains(&want), "{} {}: no {want}", k.id, m.arch);
+            assert!(ptx.contains(&want), "{} {}: no {want}", k.id, m.arch);
             // Operands come from shared memory through ldmatrix (`.trans` for B).
             for want in [
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
             ] {
-                assert!(m.ptx.contains(want), "{} {}: no {want}", k.id, m.arch);
+                assert!(ptx.contains(want), "{} {}: no {want}", k.id, m.arch);
             }
         }
     }
     let exact = &gemm_xwt_exact_bf16::KERNEL;
     for obj in exact.gpu {
-        assert!(!obj.asm.contains("v_mfma") && !obj.asm.contains("v_wmma"));
+        let asm = text(obj.asm);
+        assert!(!asm.contains("v_mfma") && !asm.contains("v_wmma"));
     }
     for m in exact.ptx {
-        assert!(!m.ptx.contains("mma.sync"), "{}", m.arch);
+        assert!(!text(m.ptx).contains("mma.sync"), "{}", m.arch);
     }
     // Whole, aligned operand blocks come from global memory 16 bytes at a time: the weight
     // and pair-layout activations of `gemm.xwt`, the f32 activations of `gemm.xwt_exact`.
@@ -386,7 +396,7 @@ fn gemm_gpu_targets_use_their_matrix_units() {
         (exact, "ld.global.nc.v4.f32"),
     ] {
         for m in k.ptx {
-            assert!(m.ptx.contains(want), "{} {}: no {want}", k.id, m.arch);
+            assert!(text(m.ptx).contains(want), "{} {}: no {want}", k.id, m.arch);
         }
     }
 }

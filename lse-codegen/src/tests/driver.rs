@@ -4,7 +4,7 @@ use super::kernels;
 use crate::driver::build_all_as;
 use crate::{build_all, BuildStats, CodegenError};
 use lse_dsl::ir::Kernel;
-use lse_dsl::rt::{HOST_CPUS, PTX_ARCHS};
+use lse_dsl::rt::{PackedText, HOST_CPUS, PACKED_ASM, PACKED_LL, PTX_ARCHS};
 
 #[test]
 fn build_all_writes_every_artifact() {
@@ -24,7 +24,7 @@ fn build_all_writes_every_artifact() {
     ] {
         let d = dir.path().join("loom").join(&k.fn_name);
         for arch in archs {
-            for ext in ["hsaco", "ll", "s", "json"] {
+            for ext in ["hsaco", PACKED_LL, PACKED_ASM, "json"] {
                 assert!(
                     d.join(format!("{arch}.{ext}")).is_file(),
                     "{} {arch}.{ext}",
@@ -34,8 +34,13 @@ fn build_all_writes_every_artifact() {
         }
         assert!(!d.join("gfx1100.hsaco").is_file() || k.fn_name != a.fn_name);
         for cpu in lse_dsl::rt::HOST_CPUS {
-            assert!(d.join(format!("host-{cpu}.ll")).is_file());
-            assert!(d.join(format!("host-{cpu}.s")).is_file());
+            assert!(d.join(format!("host-{cpu}.{PACKED_LL}")).is_file());
+            let asm = std::fs::read(d.join(format!("host-{cpu}.{PACKED_ASM}"))).unwrap();
+            let asm = PackedText(asm.leak()).unpack().unwrap();
+            assert!(
+                asm.contains(&lse_dsl::rt::host_symbol(&k.fn_name, cpu)),
+                "{asm}"
+            );
         }
         let hash = std::fs::read_to_string(d.join("build.hash")).unwrap();
         assert_eq!(hash, lse_dsl::text::ir_hash(k));
@@ -83,7 +88,7 @@ fn a_rebuild_compiles_only_what_changed() {
         .path()
         .join("loom")
         .join(&a.fn_name)
-        .join("host-x86-64.s");
+        .join(format!("host-x86-64.{PACKED_ASM}"));
     let first = std::fs::read(&asm).unwrap();
     assert_eq!(build(&both, Some("one")), stats(0, all));
 

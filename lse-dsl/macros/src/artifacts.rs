@@ -1,5 +1,6 @@
 //! Finding a kernel's build-script artifacts under `$OUT_DIR/loom/<fn_name>/` and turning
-//! them into `include_bytes!`/`include_str!` expressions.
+//! them into `include_bytes!`/`include_str!` expressions (the packed text artefacts become
+//! `lse_dsl::rt::PackedText`s).
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
 use lse_dsl::ir::Kernel;
-use lse_dsl::rt::{host_symbol, HOST_CPUS, PTX_ARCHS};
+use lse_dsl::rt::{host_symbol, HOST_CPUS, PACKED_ASM, PACKED_LL, PACKED_PTX, PTX_ARCHS};
 
 /// Where a kernel's artifacts are, if its crate has the LOOM build script.
 pub struct Artifacts {
@@ -34,16 +35,16 @@ fn locate_in(out_dir: Option<&Path>, k: &Kernel, span: Span) -> syn::Result<Arti
     }
     let mut expected: Vec<String> = vec!["build.hash".into()];
     for cpu in HOST_CPUS {
-        expected.push(format!("host-{cpu}.ll"));
-        expected.push(format!("host-{cpu}.s"));
+        expected.push(format!("host-{cpu}.{PACKED_LL}"));
+        expected.push(format!("host-{cpu}.{PACKED_ASM}"));
     }
     for arch in &k.targets {
-        for ext in ["hsaco", "ll", "s", "json"] {
+        for ext in ["hsaco", PACKED_LL, PACKED_ASM, "json"] {
             expected.push(format!("{arch}.{ext}"));
         }
     }
     for sm in PTX_ARCHS {
-        for ext in ["ptx", "ll"] {
+        for ext in [PACKED_PTX, PACKED_LL] {
             expected.push(format!("{sm}.{ext}"));
         }
     }
@@ -87,8 +88,8 @@ impl Artifacts {
         }
         let variants = HOST_CPUS.iter().map(|cpu| {
             let sym = format_ident!("{}", host_symbol(&k.fn_name, cpu));
-            let ll = self.path(&format!("host-{cpu}.ll"));
-            let asm = self.path(&format!("host-{cpu}.s"));
+            let ll = self.path(&format!("host-{cpu}.{PACKED_LL}"));
+            let asm = self.path(&format!("host-{cpu}.{PACKED_ASM}"));
             quote! {
                 {
                     unsafe extern "C" {
@@ -103,8 +104,8 @@ impl Artifacts {
                     ::lse_dsl::rt::HostVariant {
                         cpu: #cpu,
                         entry: #sym,
-                        llvm_ir: include_str!(#ll),
-                        asm: include_str!(#asm),
+                        llvm_ir: ::lse_dsl::rt::PackedText(include_bytes!(#ll)),
+                        asm: ::lse_dsl::rt::PackedText(include_bytes!(#asm)),
                     }
                 }
             }
@@ -118,13 +119,13 @@ impl Artifacts {
             return quote!(&[]);
         }
         let mods = PTX_ARCHS.iter().map(|sm| {
-            let ptx = self.path(&format!("{sm}.ptx"));
-            let ll = self.path(&format!("{sm}.ll"));
+            let ptx = self.path(&format!("{sm}.{PACKED_PTX}"));
+            let ll = self.path(&format!("{sm}.{PACKED_LL}"));
             quote! {
                 ::lse_dsl::rt::PtxModule {
                     arch: #sm,
-                    ptx: include_str!(#ptx),
-                    llvm_ir: include_str!(#ll),
+                    ptx: ::lse_dsl::rt::PackedText(include_bytes!(#ptx)),
+                    llvm_ir: ::lse_dsl::rt::PackedText(include_bytes!(#ll)),
                 }
             }
         });
@@ -138,15 +139,15 @@ impl Artifacts {
         }
         let objects = k.targets.iter().map(|arch| {
             let hsaco = self.path(&format!("{arch}.hsaco"));
-            let ll = self.path(&format!("{arch}.ll"));
-            let asm = self.path(&format!("{arch}.s"));
+            let ll = self.path(&format!("{arch}.{PACKED_LL}"));
+            let asm = self.path(&format!("{arch}.{PACKED_ASM}"));
             let json = self.path(&format!("{arch}.json"));
             quote! {
                 ::lse_dsl::rt::GpuObject {
                     arch: #arch,
                     code_object: include_bytes!(#hsaco),
-                    llvm_ir: include_str!(#ll),
-                    asm: include_str!(#asm),
+                    llvm_ir: ::lse_dsl::rt::PackedText(include_bytes!(#ll)),
+                    asm: ::lse_dsl::rt::PackedText(include_bytes!(#asm)),
                     metadata_json: include_str!(#json),
                 }
             }
@@ -196,15 +197,15 @@ mod tests {
     fn all_files() -> Vec<String> {
         let mut v = vec!["build.hash".to_string()];
         for cpu in HOST_CPUS {
-            v.push(format!("host-{cpu}.ll"));
-            v.push(format!("host-{cpu}.s"));
+            v.push(format!("host-{cpu}.{PACKED_LL}"));
+            v.push(format!("host-{cpu}.{PACKED_ASM}"));
         }
-        for ext in ["hsaco", "ll", "s", "json"] {
+        for ext in ["hsaco", PACKED_LL, PACKED_ASM, "json"] {
             v.push(format!("gfx1100.{ext}"));
         }
         for sm in PTX_ARCHS {
-            v.push(format!("{sm}.ptx"));
-            v.push(format!("{sm}.ll"));
+            v.push(format!("{sm}.{PACKED_PTX}"));
+            v.push(format!("{sm}.{PACKED_LL}"));
         }
         v
     }
@@ -238,7 +239,7 @@ mod tests {
         let host = a.host_tokens(&k).to_string();
         for cpu in HOST_CPUS {
             assert!(host.contains(&host_symbol("demo", cpu)), "{host}");
-            let ll = dir.join(format!("host-{cpu}.ll"));
+            let ll = dir.join(format!("host-{cpu}.{PACKED_LL}"));
             assert!(
                 host.contains(&format!("{:?}", ll.to_str().unwrap())),
                 "{host}"
@@ -252,7 +253,7 @@ mod tests {
         )));
         let ptx = a.ptx_tokens().to_string();
         for sm in PTX_ARCHS {
-            let p = dir.join(format!("{sm}.ptx"));
+            let p = dir.join(format!("{sm}.{PACKED_PTX}"));
             assert!(ptx.contains(&format!("{:?}", p.to_str().unwrap())), "{ptx}");
         }
         let hash = a.build_hash_tokens().to_string();

@@ -317,7 +317,11 @@ impl Runtime for CudaDevice {
     /// JIT-compiles the kernel's PTX (the JIT log goes into the error) and finds its entry.
     fn load(&self, kernel: &KernelDef) -> Result<(Ptr, Ptr), String> {
         let module = self.module(kernel)?;
-        let ptx = CString::new(module.ptx).map_err(|e| format!("{}: PTX: {e}", kernel.id))?;
+        let ptx = module
+            .ptx
+            .unpack()
+            .map_err(|e| format!("{}: PTX: {e}", kernel.id))?;
+        let ptx = CString::new(ptx).map_err(|e| format!("{}: PTX: {e}", kernel.id))?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         let mut values: [Ptr; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as Ptr];
@@ -503,7 +507,8 @@ mod tests {
             for arch in lse_dsl::rt::PTX_ARCHS {
                 let m = k.ptx.iter().find(|p| p.arch == arch);
                 let m = m.unwrap_or_else(|| panic!("{}: no PTX for {arch}", k.id));
-                assert!(m.ptx.contains(&format!(".entry {}", k.fn_name)), "{}", k.id);
+                let ptx = m.ptx.unpack().unwrap();
+                assert!(ptx.contains(&format!(".entry {}", k.fn_name)), "{}", k.id);
             }
         }
     }
