@@ -134,6 +134,7 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         zmm: llvm_cpu == "x86-64-v4",
         loops: Vec::new(),
         kernel_defs: remat::kernel_wide(&k.body, &w.storage),
+        uniform_lets: Vec::new(),
     };
     host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem), host.fma);
     tiles::zero_all(&mut e, &host.tiles);
@@ -206,6 +207,9 @@ struct HostPhases {
     /// Per-work-item variables written at their uses in every region
     /// ([`remat::kernel_wide`]).
     kernel_defs: Vec<Option<Expr>>,
+    /// The split region's lets that stay one scalar ([`split::uniform_lets`]) while it is
+    /// lowered.
+    uniform_lets: Vec<VarId>,
 }
 
 impl TargetStmts for HostPhases {
@@ -429,19 +433,23 @@ impl HostPhases {
     /// loops inside (see [`split`]). Variables the region assigns move to per-work-item
     /// slots, and divergent `if`s around such loops become per-work-item masks.
     fn split_region(&mut self, e: &mut Emitter, block: &[Stmt]) -> Lowered<()> {
+        let uniform = split::uniform_lets(block, &self.storage, &e.k.params);
         let mut vars = Vec::new();
         split::assigned_vars(block, &mut vars);
         vars.sort_unstable();
         vars.dedup();
         for v in vars {
-            if self.storage.get(v as usize) == Some(&VarStorage::Private) {
+            if self.storage.get(v as usize) == Some(&VarStorage::Private) && !uniform.contains(&v) {
                 let ty = e.k.locals[v as usize].ty;
                 let wg = self.wg;
                 e.vars[v as usize] =
                     VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", var_lty(ty)), 16));
             }
         }
-        self.split_block(e, block, None, &mut Vec::new())
+        self.uniform_lets = uniform;
+        let r = self.split_block(e, block, None, &mut Vec::new());
+        self.uniform_lets.clear();
+        r
     }
 
     /// Lowers `block` of a split region for the work-items whose `mask` flag is set (all if
@@ -456,6 +464,14 @@ impl HostPhases {
         let mut pending: Vec<&Stmt> = Vec::new();
         for s in block {
             match s {
+                // Run by every work-item with one value for all (`split::uniform_lets`): once,
+                // as work-item 0, into the variable's scalar.
+                Stmt::Let { var, value } if mask.is_none() && self.uniform_lets.contains(var) => {
+                    self.masked_region(e, &pending, mask)?;
+                    pending.clear();
+                    let v = self.uniform(e, value)?;
+                    e.write_var(*var, &v)?;
+                }
                 Stmt::For {
                     var,
                     start,

@@ -9,7 +9,7 @@
 //! operations in the same order, so results are bit-identical; only the interleaving between
 //! work-items of a barrier-free region changes, which no race-free kernel can observe.
 
-use lse_dsl::ir::{BinOp, Builtin, Expr, ExprKind, Stmt, VarId};
+use lse_dsl::ir::{Access, BinOp, Builtin, Expr, ExprKind, Param, Stmt, VarId};
 use lse_dsl::wil::VarStorage;
 
 /// Whether `e` has one value for the whole workgroup and evaluating it can neither trap
@@ -79,6 +79,87 @@ pub(super) fn wants_split(block: &[Stmt], storage: &[VarStorage], hoisted: &[Var
         } => wants_split(then_body, storage, hoisted) || wants_split(else_body, storage, hoisted),
         s => hoistable(s, storage, hoisted),
     })
+}
+
+/// The `let`s of a split region that stay one scalar for the workgroup instead of moving to
+/// per-work-item slots: each is its variable's only assignment in `block`, every work-item
+/// runs it (it sits in `block` or in the bodies of loops [`hoistable`] interchanges, under no
+/// `if`), and its value is the same for every work-item: built from constants, scalar
+/// parameters, builtins other than `local_id()`, the variables of enclosing interchanged
+/// loops, uniform variables, earlier such lets, and reads of read-only buffers at such
+/// indices. The host lowering evaluates each once, as work-item 0, where it stands (every
+/// work-item would have evaluated the same reads and operations), so the work-item loops
+/// after it read one value: `x[src + i]` with `let src = rows[r] * h;` is then a vector load,
+/// where a per-work-item `src` made it a gather.
+pub(super) fn uniform_lets(block: &[Stmt], storage: &[VarStorage], params: &[Param]) -> Vec<VarId> {
+    let mut assigned = Vec::new();
+    assigned_vars(block, &mut assigned);
+    let once = |v: VarId| assigned.iter().filter(|&&a| a == v).count() == 1;
+    let mut found = Vec::new();
+    collect_uniform_lets(block, storage, params, &mut Vec::new(), &once, &mut found);
+    found
+}
+
+fn collect_uniform_lets(
+    block: &[Stmt],
+    storage: &[VarStorage],
+    params: &[Param],
+    hoisted: &mut Vec<VarId>,
+    once: &dyn Fn(VarId) -> bool,
+    found: &mut Vec<VarId>,
+) {
+    for s in block {
+        match s {
+            Stmt::Let { var, value }
+                if storage.get(*var as usize) == Some(&VarStorage::Private)
+                    && once(*var)
+                    && uniform_value(value, storage, params, hoisted, found) =>
+            {
+                found.push(*var)
+            }
+            Stmt::For { var, body, .. } if hoistable(s, storage, hoisted) => {
+                hoisted.push(*var);
+                collect_uniform_lets(body, storage, params, hoisted, once, found);
+                hoisted.pop();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether `e` has one value for the whole workgroup, reads included (see [`uniform_lets`]).
+fn uniform_value(
+    e: &Expr,
+    storage: &[VarStorage],
+    params: &[Param],
+    hoisted: &[VarId],
+    lets: &[VarId],
+) -> bool {
+    let rec = |x: &Expr| uniform_value(x, storage, params, hoisted, lets);
+    match &e.kind {
+        ExprKind::Const(_) | ExprKind::Param(_) => true,
+        ExprKind::Builtin(b) => !matches!(b, Builtin::LocalId),
+        ExprKind::Var(v) => {
+            hoisted.contains(v)
+                || lets.contains(v)
+                || storage.get(*v as usize) == Some(&VarStorage::Uniform)
+        }
+        ExprKind::Load { buf, index } => {
+            let read_only = matches!(
+                params.get(*buf as usize),
+                Some(Param::Buffer {
+                    access: Access::Read,
+                    ..
+                })
+            );
+            read_only && rec(index)
+        }
+        ExprKind::SharedLoad { .. } => false,
+        ExprKind::Unary(_, a) | ExprKind::Cast(a) => rec(a),
+        ExprKind::Binary(_, a, b) => rec(a) && rec(b),
+        ExprKind::Math(_, args) => args.iter().all(rec),
+        ExprKind::Select(c, a, b) => rec(c) && rec(a) && rec(b),
+    }
 }
 
 /// Variables a split region assigns (`let`, assignment), which must live per work-item
@@ -201,5 +282,72 @@ mod tests {
             body: vec![for_with(vec![])],
         };
         assert!(!wants_split(&[in_loop], &st, &[]));
+    }
+
+    #[test]
+    fn uniform_lets_are_single_lets_of_workgroup_values_every_work_item_runs() {
+        use lse_dsl::ir::{Access, Param};
+        let buffer = |name: &str, access| Param::Buffer {
+            name: name.into(),
+            elem: Ty::U32,
+            access,
+            len: None,
+        };
+        let params = [
+            buffer("rows", Access::Read),
+            buffer("out", Access::ReadWrite),
+            Param::Scalar {
+                name: "h".into(),
+                ty: Ty::U32,
+            },
+        ];
+        let load = |buf, index| {
+            Expr::new(
+                ExprKind::Load {
+                    buf,
+                    index: Box::new(index),
+                },
+                Ty::U32,
+            )
+        };
+        let group = Expr::new(ExprKind::Builtin(Builtin::GroupId(0)), Ty::U32);
+        let lid = Expr::new(ExprKind::Builtin(Builtin::LocalId), Ty::U32);
+        let h = Expr::new(ExprKind::Param(2), Ty::U32);
+        let set = |var, value| Stmt::Let { var, value };
+        let for_each = |var, end, body| Stmt::For {
+            var,
+            start: u(0),
+            end,
+            step: u(1),
+            body,
+        };
+        let st = [VarStorage::Private; 10];
+        // 0: a read-only buffer at the group's index; 1: from 0 and a parameter; 2: inside an
+        // interchanged loop, from its variable (3); 4: a read-write buffer's element; 5: the
+        // work-item's id; 6: under an `if`; 7: assigned again; 8: in a loop whose bound is
+        // read from memory (not interchanged).
+        let block = vec![
+            set(0, load(0, group.clone())),
+            set(1, bin(BinOp::Mul, var(0), h.clone())),
+            for_each(3, h.clone(), vec![set(2, load(0, var(3)))]),
+            set(4, load(1, group.clone())),
+            set(5, bin(BinOp::Add, var(0), lid)),
+            Stmt::If {
+                cond: Expr::const_bool(true),
+                then_body: vec![set(6, load(0, u(0)))],
+                else_body: vec![],
+            },
+            set(7, u(1)),
+            Stmt::Assign {
+                var: 7,
+                value: u(2),
+            },
+            for_each(9, load(0, u(0)), vec![set(8, u(3))]),
+        ];
+        assert_eq!(uniform_lets(&block, &st, &params), vec![0, 1, 2]);
+        // A variable read by a later region lives per work-item whatever its value.
+        let mut per_item = st;
+        per_item[0] = VarStorage::PerItem;
+        assert_eq!(uniform_lets(&block, &per_item, &params), vec![2]);
     }
 }

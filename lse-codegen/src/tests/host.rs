@@ -617,6 +617,44 @@ fn index_lets_keep_accesses_consecutive_across_work_items() {
     );
 }
 
+/// [`kernels::ROW_GATHER_SRC`]: a `let` read from memory with one value for the workgroup
+/// (`split::uniform_lets`) is evaluated once, so `x[src + i]` is read as consecutive
+/// elements (vector loads) on every level, where a per-work-item `src` made it a gather; the
+/// copied rows are right on every level.
+#[test]
+fn a_workgroup_uniform_let_read_from_memory_keeps_row_reads_consecutive() {
+    let k = kernels::from_source(kernels::ROW_GATHER_SRC);
+    let h = 150usize;
+    let rows: Vec<u32> = vec![3, 0, 4, 3];
+    let x: Vec<f32> = (0..5 * h).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let mut v4 = String::new();
+    for cpu in HOST_CPUS {
+        let (lib, c) = load(&k, cpu);
+        if cpu == "x86-64-v4" {
+            v4 = c.asm;
+        }
+        let Some(lib) = lib else {
+            continue;
+        };
+        let (mut xb, mut rb, mut out) = (x.clone(), rows.clone(), vec![0f32; rows.len() * h]);
+        let bufs = [raw(&mut xb), raw(&mut rb), raw(&mut out)];
+        let n = rows.len() as u32;
+        run(&lib, &bufs, &[h as u64], [n, 1, 1], 0, n);
+        for (r, &t) in rows.iter().enumerate() {
+            let t = t as usize;
+            assert_eq!(
+                out[r * h..(r + 1) * h],
+                x[t * h..(t + 1) * h],
+                "{cpu} row {r}"
+            );
+        }
+    }
+    assert!(
+        !v4.contains("vgather") && !v4.contains("vpgather"),
+        "gathers for a row's consecutive elements:\n{v4}"
+    );
+}
+
 /// The elementwise and row tile statements on every host level agree bit for bit with the
 /// reference semantics of `lse_dsl::rt::tile` (what the generated Rust calls), through a
 /// softmax-like chain with broadcasts, and a NaN that `tile_max` ignores.

@@ -723,6 +723,22 @@ fn bound_after_reduction(x: &[f32; n], out: &mut [f32; n], n: u32, wide: u32) {
 }
 "#;
 
+/// Each workgroup copies the row of `x` that `rows` names for it (`h` values, the
+/// work-items striding over it): the row's start is a `let` read from memory before the loop,
+/// the same for every work-item of the group.
+pub const ROW_GATHER_SRC: &str = r#"
+#[loom::kernel(name = "test.row_gather", version = 1, workgroup = 64)]
+fn row_gather(x: &[f32], rows: &[u32; num_groups()], xs: &mut [f32; num_groups() * h], h: u32) {
+    let src = rows[group_id()] * h;
+    for c in 0..(h + 63) / 64 {
+        let i = c * 64 + local_id();
+        if i < h {
+            xs[group_id() * h + i] = x[src + i];
+        }
+    }
+}
+"#;
+
 /// A dequantising GEMM block through a shared array: `x` is `m x 64` f32, `q` the codes of a
 /// `32 x 64` weight (row-major `[n, k]`), `y = x w^T` is `m x n` (row stride 32). Per K
 /// step of 32 the work-items dequantise the block into `wq` (32 x 32, `[n, k]`), read
