@@ -1,6 +1,6 @@
 //! The mixture-of-experts block's steps other than its projections: the router
-//! (`ffn.moe_router.v1`), the gather of each expert's token rows (`ffn.moe_gather.v1`) and the
-//! per-token combine (`ffn.moe_combine.v1`), with the integer bookkeeping between them
+//! (`ffn.moe_router.v1`), the gather of each expert's token rows (`ffn.moe_gather.v2`) and the
+//! per-token combine (`ffn.moe_combine.v2`), with the integer bookkeeping between them
 //! ([`ExpertSlots`]).
 //!
 //! A block runs: router logits (a GEMM) → [`moe_router`] → [`ExpertSlots::aligned`] to
@@ -227,7 +227,7 @@ pub fn moe_gather<'a>(
     xs: impl Into<DevSliceMut<'a, f32>>,
 ) -> Result<(), OpError> {
     let (x, xs) = (x.into(), xs.into());
-    const OP: &str = "ffn.moe_gather.v1";
+    const OP: &str = "ffn.moe_gather.v2";
     check_h(OP, h)?;
     check_len(OP, "x", x.len(), slots.tokens() * h)?;
     check_len(OP, "xs", xs.len(), slots.len() * h)?;
@@ -264,7 +264,7 @@ pub fn moe_combine<'a>(
 ) -> Result<(), OpError> {
     let (ys, shared, shared_gate) = (ys.into(), shared.into(), shared_gate.into());
     let out = out.into();
-    const OP: &str = "ffn.moe_combine.v1";
+    const OP: &str = "ffn.moe_combine.v2";
     check_h(OP, h)?;
     let tokens = routing.tokens();
     let n = tokens * routing.k;
@@ -433,7 +433,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "ffn.moe_combine.v1: shared_gate has 3 elements, expected 2"
+            "ffn.moe_combine.v2: shared_gate has 3 elements, expected 2"
         );
     }
 }
