@@ -96,6 +96,22 @@ fn raw<T>(v: &mut [T]) -> RawBuf {
     }
 }
 
+/// Runs `check` on the library of every host level this CPU can run, and returns the
+/// `x86-64-v4` level's assembly (compiled on any CPU) for the caller's checks.
+fn on_every_level(k: &Kernel, mut check: impl FnMut(&str, &Lib)) -> String {
+    let mut v4 = String::new();
+    for cpu in HOST_CPUS {
+        let (lib, c) = load(k, cpu);
+        if cpu == "x86-64-v4" {
+            v4 = c.asm;
+        }
+        if let Some(lib) = lib {
+            check(cpu, &lib);
+        }
+    }
+    v4
+}
+
 fn run(lib: &Lib, bufs: &[RawBuf], scalars: &[u64], groups: [u32; 3], begin: u32, end: u32) {
     // SAFETY: buffers are live and sized for the launch; the entry follows the HostEntry ABI.
     unsafe { (lib.entry)(bufs.as_ptr(), scalars.as_ptr(), groups.as_ptr(), begin, end) };
@@ -590,18 +606,10 @@ fn index_lets_keep_accesses_consecutive_across_work_items() {
         .map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.375)
         .collect();
     let x: Vec<f32> = (0..k_len).map(|i| (i as f32 - 9.0) * 0.625).collect();
-    let mut v4 = String::new();
-    for cpu in HOST_CPUS {
-        let (lib, c) = load(&k, cpu);
-        if cpu == "x86-64-v4" {
-            v4 = c.asm;
-        }
-        let Some(lib) = lib else {
-            continue;
-        };
+    let v4 = on_every_level(&k, |cpu, lib| {
         let (mut mb, mut xb, mut out) = (m.clone(), x.clone(), vec![0f32; cols]);
         let bufs = [raw(&mut mb), raw(&mut xb), raw(&mut out)];
-        run(&lib, &bufs, &[k_len as u64], [groups as u32, 1, 1], 0, 2);
+        run(lib, &bufs, &[k_len as u64], [groups as u32, 1, 1], 0, 2);
         for col in 0..cols {
             let mut acc = 0f32;
             for kk in 0..k_len {
@@ -609,7 +617,7 @@ fn index_lets_keep_accesses_consecutive_across_work_items() {
             }
             assert_eq!(out[col].to_bits(), acc.to_bits(), "{cpu} column {col}");
         }
-    }
+    });
     assert!(has_packed_fp(&v4), "not vectorised:\n{v4}");
     assert!(
         !v4.contains("vgather"),
@@ -627,19 +635,11 @@ fn a_workgroup_uniform_let_read_from_memory_keeps_row_reads_consecutive() {
     let h = 150usize;
     let rows: Vec<u32> = vec![3, 0, 4, 3];
     let x: Vec<f32> = (0..5 * h).map(|i| i as f32 * 0.5 - 7.0).collect();
-    let mut v4 = String::new();
-    for cpu in HOST_CPUS {
-        let (lib, c) = load(&k, cpu);
-        if cpu == "x86-64-v4" {
-            v4 = c.asm;
-        }
-        let Some(lib) = lib else {
-            continue;
-        };
+    let v4 = on_every_level(&k, |cpu, lib| {
         let (mut xb, mut rb, mut out) = (x.clone(), rows.clone(), vec![0f32; rows.len() * h]);
         let bufs = [raw(&mut xb), raw(&mut rb), raw(&mut out)];
         let n = rows.len() as u32;
-        run(&lib, &bufs, &[h as u64], [n, 1, 1], 0, n);
+        run(lib, &bufs, &[h as u64], [n, 1, 1], 0, n);
         for (r, &t) in rows.iter().enumerate() {
             let t = t as usize;
             assert_eq!(
@@ -648,7 +648,7 @@ fn a_workgroup_uniform_let_read_from_memory_keeps_row_reads_consecutive() {
                 "{cpu} row {r}"
             );
         }
-    }
+    });
     assert!(
         !v4.contains("vgather") && !v4.contains("vpgather"),
         "gathers for a row's consecutive elements:\n{v4}"
