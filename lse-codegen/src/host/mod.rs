@@ -134,7 +134,6 @@ pub(crate) fn module_text(w: &WilKernel, cpu: &str, data_layout: &str) -> Result
         zmm: llvm_cpu == "x86-64-v4",
         loops: Vec::new(),
         kernel_defs: remat::kernel_wide(&k.body, &w.storage),
-        uniform_lets: Vec::new(),
     };
     host.tiles = tiles::allocate(&mut e, k, |elem| host.pair_dot(elem), host.fma);
     tiles::zero_all(&mut e, &host.tiles);
@@ -207,9 +206,6 @@ struct HostPhases {
     /// Per-work-item variables written at their uses in every region
     /// ([`remat::kernel_wide`]).
     kernel_defs: Vec<Option<Expr>>,
-    /// The split region's lets that stay one scalar ([`split::uniform_lets`]) while it is
-    /// lowered.
-    uniform_lets: Vec<VarId>,
 }
 
 impl TargetStmts for HostPhases {
@@ -446,27 +442,26 @@ impl HostPhases {
                     VarLoc::PerItem(e.alloca(&format!("[{wg} x {}]", var_lty(ty)), 16));
             }
         }
-        self.uniform_lets = uniform;
-        let r = self.split_block(e, block, None, &mut Vec::new());
-        self.uniform_lets.clear();
-        r
+        self.split_block(e, block, None, &mut Vec::new(), &uniform)
     }
 
     /// Lowers `block` of a split region for the work-items whose `mask` flag is set (all if
-    /// `None`); `hoisted` are the variables of the enclosing interchanged loops.
+    /// `None`); `hoisted` are the variables of the enclosing interchanged loops, `uniform` the
+    /// region's lets that stay one scalar ([`split::uniform_lets`]).
     fn split_block(
         &mut self,
         e: &mut Emitter,
         block: &[Stmt],
         mask: Option<&str>,
         hoisted: &mut Vec<VarId>,
+        uniform: &[VarId],
     ) -> Lowered<()> {
         let mut pending: Vec<&Stmt> = Vec::new();
         for s in block {
             match s {
                 // Run by every work-item with one value for all (`split::uniform_lets`): once,
                 // as work-item 0, into the variable's scalar.
-                Stmt::Let { var, value } if mask.is_none() && self.uniform_lets.contains(var) => {
+                Stmt::Let { var, value } if mask.is_none() && uniform.contains(var) => {
                     self.masked_region(e, &pending, mask)?;
                     pending.clear();
                     let v = self.uniform(e, value)?;
@@ -484,7 +479,7 @@ impl HostPhases {
                     hoisted.push(*var);
                     let saved = std::mem::replace(&mut e.lid, "0".into());
                     let r = e.for_loop(*var, start, end, step, &mut |e| {
-                        self.split_block(e, body, mask, hoisted)
+                        self.split_block(e, body, mask, hoisted, uniform)
                     });
                     e.lid = saved;
                     r?;
@@ -525,8 +520,8 @@ impl HostPhases {
                         flag(e, &on_else, &lid, Some(&f));
                         Ok(())
                     })?;
-                    self.split_block(e, then_body, Some(&on_then), hoisted)?;
-                    self.split_block(e, else_body, Some(&on_else), hoisted)?;
+                    self.split_block(e, then_body, Some(&on_then), hoisted, uniform)?;
+                    self.split_block(e, else_body, Some(&on_else), hoisted, uniform)?;
                 }
                 _ => pending.push(s),
             }

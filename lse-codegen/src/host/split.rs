@@ -286,32 +286,16 @@ mod tests {
 
     #[test]
     fn uniform_lets_are_single_lets_of_workgroup_values_every_work_item_runs() {
-        use lse_dsl::ir::{Access, Param};
-        let buffer = |name: &str, access| Param::Buffer {
-            name: name.into(),
-            elem: Ty::U32,
-            access,
-            len: None,
-        };
+        use crate::tests::kernels::{buffer, builtin, scalar};
+        use lse_dsl::ir::Access;
         let params = [
-            buffer("rows", Access::Read),
-            buffer("out", Access::ReadWrite),
-            Param::Scalar {
-                name: "h".into(),
-                ty: Ty::U32,
-            },
+            buffer("rows", Ty::U32, Access::Read),
+            buffer("out", Ty::U32, Access::ReadWrite),
+            scalar("h", Ty::U32),
         ];
-        let load = |buf, index| {
-            Expr::new(
-                ExprKind::Load {
-                    buf,
-                    index: Box::new(index),
-                },
-                Ty::U32,
-            )
-        };
-        let group = Expr::new(ExprKind::Builtin(Builtin::GroupId(0)), Ty::U32);
-        let lid = Expr::new(ExprKind::Builtin(Builtin::LocalId), Ty::U32);
+        let load = |buf, index| crate::tests::kernels::load(buf, index, Ty::U32);
+        let group = builtin(Builtin::GroupId(0));
+        let lid = builtin(Builtin::LocalId);
         let h = Expr::new(ExprKind::Param(2), Ty::U32);
         let set = |var, value| Stmt::Let { var, value };
         let for_each = |var, end, body| Stmt::For {

@@ -11,11 +11,12 @@ pub const PACKED_LL: &str = "ll.deflate";
 pub const PACKED_ASM: &str = "s.deflate";
 pub const PACKED_PTX: &str = "ptx.deflate";
 
-/// Deflate level for packing: 6 is within 5% of 9's size on LLVM IR at a third of the time.
+/// Deflate level for packing: on the kernels' 78 MB of LLVM IR, gzip's level 6 wrote 6% more
+/// than its level 9 in 42% of the time (1.6 s against 3.9 s).
 const LEVEL: u8 = 6;
 
-/// The largest text unpacked: far above any artefact (the largest is a few MB), so a corrupt
-/// stream cannot ask for unbounded memory.
+/// The largest text unpacked: far above any artefact (the largest, a host level's IR, is
+/// 0.5 MB), so a corrupt stream cannot ask for unbounded memory.
 const MAX_TEXT: usize = 1 << 30;
 
 /// Raw deflate (no zlib or gzip header) of `text`.

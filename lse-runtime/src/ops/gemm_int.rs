@@ -361,6 +361,20 @@ mod tests {
     use crate::ops::quant::tests::{bits, blocks, dequantized};
     use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
+    /// `x · wᵀ` (`x` `[m, k]`, `w` `[n, k]`) into a fresh `[m, n]` buffer, by `gemm`.
+    fn product(
+        dev: &Device,
+        x: &[f32],
+        k: usize,
+        w: WeightView<'_>,
+        n: usize,
+        act: Activations,
+    ) -> Vec<f32> {
+        let mut y = vec![0.0f32; x.len() / k * n];
+        gemm(dev, x, k, w, n, &mut y[..], GemmOut::Overwrite, act).unwrap();
+        y
+    }
+
     /// `format` weight `w` (`[n, k]`) with its interleaved copy `packed`, as the GEMMs take it.
     fn interleaved_view<'a>(
         format: QuantFormat,
@@ -475,32 +489,9 @@ mod tests {
                     for (blk, &e) in experts.iter().enumerate() {
                         let start = (e as usize * rows + first) * k;
                         let matrix = view.sub(start..start + n * k).unwrap();
-                        let mut all = vec![0.0f32; m * n];
-                        gemm(
-                            &dev,
-                            &x[..],
-                            k,
-                            matrix,
-                            n,
-                            &mut all[..],
-                            GemmOut::Overwrite,
-                            act,
-                        )
-                        .unwrap();
+                        let all = product(&dev, &x, k, matrix, n, act);
                         let r = blk * NARROW_ROWS..(blk + 1) * NARROW_ROWS;
-                        let mut alone = vec![0.0f32; NARROW_ROWS * n];
-                        let xr = &x[r.start * k..r.end * k];
-                        gemm(
-                            &dev,
-                            xr,
-                            k,
-                            matrix,
-                            n,
-                            &mut alone[..],
-                            GemmOut::Overwrite,
-                            act,
-                        )
-                        .unwrap();
+                        let alone = product(&dev, &x[r.start * k..r.end * k], k, matrix, n, act);
                         let got = bits(&y[r.start * n..r.end * n]);
                         assert_eq!(got, bits(&all[r.start * n..r.end * n]), "{at} block {blk}");
                         assert_eq!(got, bits(&alone), "{at} block {blk} alone");
@@ -639,18 +630,7 @@ mod tests {
             let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
             let packed = interleave(format, &b, 1, n, k).unwrap();
             let view = interleaved_view(format, &w, &packed, n, k);
-            let mut got = vec![0f32; m * n];
-            gemm(
-                &dev,
-                &x[..],
-                k,
-                view,
-                n,
-                &mut got[..],
-                GemmOut::Overwrite,
-                Activations::Q8K,
-            )
-            .unwrap();
+            let got = product(&dev, &x, k, view, n, Activations::Q8K);
             let (mut err2, mut mag2, mut worst) = (0f64, 0f64, 0f64);
             for (i, g) in got.iter().enumerate() {
                 let (r, c) = (i / n, i % n);
@@ -931,20 +911,8 @@ mod tests {
         };
         let x = values(m * k, 5, 1.0);
         let run = |view: QuantView<'_>| {
-            let mut y = vec![0.0f32; m * rows];
             let w = WeightView::Quant(view);
-            gemm(
-                &dev,
-                &x[..],
-                k,
-                w,
-                rows,
-                &mut y[..],
-                GemmOut::Overwrite,
-                Activations::Q8K,
-            )
-            .unwrap();
-            bits(&y)
+            bits(&product(&dev, &x, k, w, rows, Activations::Q8K))
         };
         assert_eq!(run(second), run(own));
         assert!(
