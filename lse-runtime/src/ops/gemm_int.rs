@@ -361,6 +361,14 @@ mod tests {
     use crate::ops::quant::tests::{bits, blocks, dequantized};
     use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
+    /// The formats the integer GEMMs take.
+    const INTEGER_FORMATS: [QuantFormat; 4] = [
+        QuantFormat::Q4_K,
+        QuantFormat::Q5_K,
+        QuantFormat::Q6_K,
+        QuantFormat::Q8_0,
+    ];
+
     /// `x · wᵀ` (`x` `[m, k]`, `w` `[n, k]`) into a fresh `[m, n]` buffer, by `gemm`.
     fn product(
         dev: &Device,
@@ -403,12 +411,7 @@ mod tests {
     #[test]
     fn integer_gemms_are_the_quantized_product_on_every_device() {
         let devs = cpu_side_devices();
-        for format in [
-            QuantFormat::Q4_K,
-            QuantFormat::Q5_K,
-            QuantFormat::Q6_K,
-            QuantFormat::Q8_0,
-        ] {
+        for format in INTEGER_FORMATS {
             let act = integer_gemm_activations(format).unwrap();
             for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)] {
                 let b = blocks(format, n, k, (m * n + k) as u64);
@@ -459,12 +462,7 @@ mod tests {
         let experts = [2u32, 2, 0, 2];
         let (m, k) = (experts.len() * NARROW_ROWS, 512);
         let x = values(m * k, 7, 1.0);
-        for format in [
-            QuantFormat::Q4_K,
-            QuantFormat::Q5_K,
-            QuantFormat::Q6_K,
-            QuantFormat::Q8_0,
-        ] {
+        for format in INTEGER_FORMATS {
             let act = integer_gemm_activations(format).unwrap();
             // (rows of each matrix, rows of the product, offset in rows)
             for (rows, n, first) in [(70, 70, 0), (128, 64, 64)] {
@@ -840,12 +838,7 @@ mod tests {
     /// ragged row counts; an output or input of another size is refused and left as it was.
     #[test]
     fn interleaving_in_place_overwrites_every_word_and_refuses_other_sizes() {
-        for format in [
-            QuantFormat::Q4_K,
-            QuantFormat::Q5_K,
-            QuantFormat::Q6_K,
-            QuantFormat::Q8_0,
-        ] {
+        for format in INTEGER_FORMATS {
             for (matrices, rows) in [(1, 1), (2, 70), (3, 64), (1, 129)] {
                 let cols = 512;
                 let b = blocks(format, matrices * rows, cols, 5);
