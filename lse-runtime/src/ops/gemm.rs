@@ -151,7 +151,7 @@ pub fn gemm_same_x<'a>(
 /// GEMMs) and `xᵀ` per 16-bit type (`gemm.xwt`).
 struct SharedX<'d, 'x> {
     x: DevSlice<'x, f32>,
-    quantized: Vec<(Activations, gemm_int::QuantizedRows)>,
+    quantized: Vec<(Activations, gemm_int::QuantizedRows<'d>)>,
     transposed: Vec<(XtType, TransposedX<'d>)>,
 }
 

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use super::gemm::NARROW_ROWS;
 use super::quant::{Interleaved, QuantFormat, QuantView};
 use super::{to_u32, Activations, ExpertsJob, GemmOut, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf};
+use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
 
 /// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
 /// weight's rows are interleaved in groups of `COLS`.
@@ -122,28 +122,30 @@ pub fn interleave_into(
 /// `q8_0_int`): the 8-bit values in the kernels' tile order, one scale per block and the
 /// sums per 32 values. Made once, it serves every integer GEMM on the same rows (q, k and v;
 /// gate and up), as llama.cpp quantizes a shared input once.
-pub(super) struct QuantizedRows {
-    q: DeviceBuf<i32>,
-    d: DeviceBuf<f32>,
+pub(super) struct QuantizedRows<'d> {
+    q: Scratch<'d, i32>,
+    d: Scratch<'d, f32>,
     /// Q8_0's sums per block (exact in f32); a 1-element buffer for Q8_K.
-    sums: DeviceBuf<f32>,
+    sums: Scratch<'d, f32>,
     /// Q8_K's integer sums per 32 values (the Q4_K and Q5_K GEMMs'); 1 element for Q8_0.
-    sums32: DeviceBuf<i32>,
+    sums32: Scratch<'d, i32>,
     /// Q8_K's integer sums per 16 values times -32, in the kernels' tile order (the Q6_K
     /// GEMM's row offsets); a 1-element buffer for Q8_0.
-    offsets16: DeviceBuf<i32>,
+    offsets16: Scratch<'d, i32>,
     m: u32,
     k: u32,
 }
 
 /// Quantizes `x` (`[m, k]`, checked by the caller) as `act` (Q8_0 or Q8_K, from
-/// [`integer_gemm_activations`]) for the integer GEMMs.
-pub(super) fn quantize(
-    dev: &Device,
+/// [`integer_gemm_activations`]) for the integer GEMMs, into the device's scratch buffers
+/// (the padding rows of the last block of rows hold whatever an earlier user left: the
+/// GEMMs' results leave them out).
+pub(super) fn quantize<'d>(
+    dev: &'d Device,
     x: DevSlice<'_, f32>,
     act: Activations,
     [m, k]: [u32; 2],
-) -> Result<QuantizedRows, OpError> {
+) -> Result<QuantizedRows<'d>, OpError> {
     const OP: &str = "gemm";
     // Q8_0 activations come in blocks of 32 with one f32 sum each, Q8_K in blocks of 256
     // with an integer sum per 32 and per 16 values.
@@ -161,11 +163,11 @@ pub(super) fn quantize(
     // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded; four
     // values to a word (and Q8_K's offsets a word per 16 values).
     let padded_rows = mu.div_ceil(ROWS as usize) * ROWS as usize;
-    let mut xq = dev.alloc::<i32>(padded_rows * ku / 4)?;
-    let mut xd = dev.alloc::<f32>(blocks as usize)?;
-    let mut xs = dev.alloc::<f32>(per_block(1, true))?;
-    let mut xs32 = dev.alloc::<i32>(per_block(8, false))?;
-    let mut xo16 = dev.alloc::<i32>(if q8_0 { 1 } else { padded_rows * ku / 16 })?;
+    let mut xq = dev.scratch::<i32>(padded_rows * ku / 4)?;
+    let mut xd = dev.scratch::<f32>(blocks as usize)?;
+    let mut xs = dev.scratch::<f32>(per_block(1, true))?;
+    let mut xs32 = dev.scratch::<i32>(per_block(8, false))?;
+    let mut xo16 = dev.scratch::<i32>(if q8_0 { 1 } else { padded_rows * ku / 16 })?;
     let (q, d) = (xq.view_mut(), xd.view_mut());
     if q8_0 {
         let sums = xs.view_mut();
@@ -222,7 +224,7 @@ pub(super) enum RowWeights<'e> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch_quantized(
     dev: &Device,
-    x: &QuantizedRows,
+    x: &QuantizedRows<'_>,
     format: QuantFormat,
     w: Interleaved<'_>,
     y: DevSliceMut<'_, f32>,
