@@ -267,3 +267,76 @@ fn q8_k_int(
         offsets16[(r / 48 * (k / 16) + sb * 16 + l) * 48 + r % 48] = -32 * (s16[l] as i32);
     }
 }
+
+/// Copies rows of quantized activations (either kernel above: `q` in their tile order, the
+/// per-row parts row after row, Q8_K's `offsets16` in tile order) into the same layout for
+/// the rows `rows` names: output row `i` is input row `rows[i]`, bit for bit. Quantization is
+/// row by row, so the rows a mixture of experts' slots gather from the quantized tokens are
+/// the quantized gathered rows: one quantization of the tokens serves the experts' gate and
+/// up products, where quantizing the gathered rows (`tokens · k` and their padding, 11 times
+/// the tokens at 8 of 256 experts) and gathering them in f32 first cost more than the copy.
+///
+/// Per row: `k / 32` steps of 8 words of `q`, `dl` floats of `d`, `sl` floats of `sums` (Q8_0),
+/// `s32l` words of `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied.
+/// The input rows must lie inside the input buffers (the caller checks: their lengths depend
+/// on how many rows were quantized). The padding rows of the output's last block of 48 are
+/// not written. One workgroup per output row; grid: x = rows.
+#[kernel(name = "act_quant.gather_rows", version = 1, workgroup = 64)]
+fn gather_rows(
+    q: &[i32],
+    d: &[f32],
+    sums: &[f32],
+    sums32: &[i32],
+    offsets16: &[i32],
+    rows: &[u32; num_groups()],
+    gq: &mut [i32; (num_groups() + 47) / 48 * 48 * k / 4],
+    gd: &mut [f32; num_groups() * dl],
+    gsums: &mut [f32; num_groups() * sl],
+    gsums32: &mut [i32; num_groups() * s32l],
+    goffsets16: &mut [i32; (num_groups() + 47) / 48 * 48 * ol],
+    k: u32,
+    dl: u32,
+    sl: u32,
+    s32l: u32,
+    ol: u32,
+) {
+    const WG: u32 = 64;
+    let i = group_id();
+    let l = local_id();
+    let s = rows[i];
+    // Step `st` of row `r` is the 8 words at `((r / 48 · steps + st) · 48 + r % 48) · 8`:
+    // eight work-items a step, eight steps at a time.
+    let steps = k / 32;
+    for c in 0..(steps + 7) / 8 {
+        let st = c * 8 + l / 8;
+        if st < steps {
+            gq[((i / 48 * steps + st) * 48 + i % 48) * 8 + l % 8] =
+                q[((s / 48 * steps + st) * 48 + s % 48) * 8 + l % 8];
+        }
+    }
+    for c in 0..(dl + WG - 1) / WG {
+        let j = c * WG + l;
+        if j < dl {
+            gd[i * dl + j] = d[s * dl + j];
+        }
+    }
+    for c in 0..(sl + WG - 1) / WG {
+        let j = c * WG + l;
+        if j < sl {
+            gsums[i * sl + j] = sums[s * sl + j];
+        }
+    }
+    for c in 0..(s32l + WG - 1) / WG {
+        let j = c * WG + l;
+        if j < s32l {
+            gsums32[i * s32l + j] = sums32[s * s32l + j];
+        }
+    }
+    for c in 0..(ol + WG - 1) / WG {
+        let j = c * WG + l;
+        if j < ol {
+            goffsets16[(i / 48 * ol + j) * 48 + i % 48] =
+                offsets16[(s / 48 * ol + j) * 48 + s % 48];
+        }
+    }
+}

@@ -39,6 +39,7 @@ kernels!(
     act_quant::q8_0_int,
     act_quant::q8_k,
     act_quant::q8_k_int,
+    act_quant::gather_rows,
     lse_pick::lse_pick,
     topk_pairs::topk_pairs,
     lm_head::lm_head_matvec_bf16,

@@ -275,24 +275,25 @@ impl Moe {
             None => ExpertSlots::new(&routing)?,
         };
         let n = slots.len();
-        let mut xs = dev.scratch::<f32>(n * h)?;
-        ops::moe_gather(dev, x, h, &slots, &mut xs)?;
         // Routed experts: gate and up over each expert's rows, SwiGLU over all rows, down.
         let mut a = dev.scratch::<f32>(n * im)?;
         let mut b = dev.scratch::<f32>(n * im)?;
         let mut ys = dev.scratch::<f32>(n * h)?;
         if let Some(g) = grouped {
-            // Every expert in one launch per weight, each block of rows on its expert's.
+            // Every expert in one launch per weight, each block of rows on its expert's; the
+            // tokens' rows gathered into the experts' order as the products read them.
             let experts = slots.block_experts();
             let jobs = vec![
                 experts_job(g.gate, im, a.view_mut()),
                 experts_job(g.up, im, b.view_mut()),
             ];
-            ops::gemm_experts(dev, xs.view(), h, &experts, g.act, jobs)?;
+            ops::gemm_experts_gathered(dev, x, h, &slots, &experts, g.act, jobs)?;
             ops::swiglu(dev, &mut a, &b)?;
             let jobs = vec![experts_job(g.down, h, ys.view_mut())];
             ops::gemm_experts(dev, a.view(), im, &experts, g.act, jobs)?;
         } else {
+            let mut xs = dev.scratch::<f32>(n * h)?;
+            ops::moe_gather(dev, x, h, &slots, &mut xs)?;
             for e in 0..ne {
                 let r = slots.segment(e);
                 if r.is_empty() {

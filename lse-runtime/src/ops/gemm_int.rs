@@ -6,7 +6,7 @@
 //! backend multiplies such a weight (`kernels-src/src/gemm_int.rs`). The kernels read the
 //! weight interleaved by 64 rows ([`interleave`], done once at load).
 
-use lse_kernels::act_quant::{q8_0_int, q8_k_int};
+use lse_kernels::act_quant::{gather_rows, q8_0_int, q8_k_int};
 use lse_kernels::gemm_int::{
     gemm_xwt_q4_k_q8_k_bm16, gemm_xwt_q4_k_q8_k_bm48, gemm_xwt_q5_k_q8_k_bm16,
     gemm_xwt_q5_k_q8_k_bm48, gemm_xwt_q6_k_q8_k_bm16, gemm_xwt_q6_k_q8_k_bm48,
@@ -132,6 +132,8 @@ pub(super) struct QuantizedRows<'d> {
     /// Q8_K's integer sums per 16 values times -32, in the kernels' tile order (the Q6_K
     /// GEMM's row offsets); a 1-element buffer for Q8_0.
     offsets16: Scratch<'d, i32>,
+    /// Whether the rows are Q8_0's (or Q8_K's).
+    q8_0: bool,
     m: u32,
     k: u32,
 }
@@ -199,6 +201,70 @@ pub(super) fn quantize<'d>(
         sums: xs,
         sums32: xs32,
         offsets16: xo16,
+        q8_0,
+        m,
+        k,
+    })
+}
+
+/// The rows `rows` of the quantized `x` (row `i` of the result is row `rows[i]` of `x`, each
+/// below `x.m`) in new scratch buffers (`act_quant.gather_rows`): bit for bit the quantization
+/// of the gathered rows, since each row is quantized on its own.
+pub(super) fn gather<'d>(
+    dev: &'d Device,
+    x: &QuantizedRows<'_>,
+    rows: &[u32],
+) -> Result<QuantizedRows<'d>, OpError> {
+    const OP: &str = "act_quant.gather_rows";
+    let m = to_u32(OP, "rows", rows.len())?;
+    if let Some((i, &r)) = rows.iter().enumerate().find(|&(_, &r)| r >= x.m) {
+        return Err(OpError::Invalid {
+            op: OP,
+            message: format!("row {i} gathers row {r} of {} quantized rows", x.m),
+        });
+    }
+    let (mu, k) = (rows.len(), x.k);
+    let ku = k as usize;
+    // Per row: the scales, Q8_0's sums, Q8_K's sums per 32 and offsets per 16.
+    let (dl, sl, s32l, ol) = match x.q8_0 {
+        true => (k / 32, k / 32, 0, 0),
+        false => (k / 256, 0, k / 32, k / 16),
+    };
+    let padded_rows = mu.div_ceil(ROWS as usize) * ROWS as usize;
+    let part = |len: usize| len.max(1);
+    let mut q = dev.scratch::<i32>(padded_rows * ku / 4)?;
+    let mut d = dev.scratch::<f32>(mu * dl as usize)?;
+    let mut sums = dev.scratch::<f32>(part(mu * sl as usize))?;
+    let mut sums32 = dev.scratch::<i32>(part(mu * s32l as usize))?;
+    let mut offsets16 = dev.scratch::<i32>(part(padded_rows * ol as usize))?;
+    if m > 0 {
+        let args = gather_rows::Args {
+            q: x.q.view(),
+            d: x.d.view(),
+            sums: x.sums.view(),
+            sums32: x.sums32.view(),
+            offsets16: x.offsets16.view(),
+            rows,
+            gq: q.view_mut(),
+            gd: d.view_mut(),
+            gsums: sums.view_mut(),
+            gsums32: sums32.view_mut(),
+            goffsets16: offsets16.view_mut(),
+            k,
+            dl,
+            sl,
+            s32l,
+            ol,
+        };
+        dev.launch([m, 1, 1], args)?;
+    }
+    Ok(QuantizedRows {
+        q,
+        d,
+        sums,
+        sums32,
+        offsets16,
+        q8_0: x.q8_0,
         m,
         k,
     })
@@ -497,6 +563,110 @@ mod tests {
                         assert_eq!(got, bits(&alone), "{at} block {blk} alone");
                     }
                 }
+            }
+        }
+    }
+
+    /// `gemm_experts_gathered` (the tokens' rows quantized once, the quantized rows gathered
+    /// by `act_quant.gather_rows`) gives the bits of `moe_gather` then `gemm_experts` on every
+    /// CPU-side device, for each integer format: 70 tokens (two blocks of 48 rows, the last
+    /// partial), 3 of 5 experts per token, one expert no token chooses, padding rows.
+    #[test]
+    fn experts_products_on_gathered_quantized_rows_are_those_on_gathered_rows() {
+        let (tokens, k, rows) = (70usize, 512usize, 64usize);
+        let x = values(tokens * k, 5, 2.0);
+        let ids: Vec<u32> = (0..tokens * 3)
+            .map(|i| [0, 2, 3, 4][(i * 7 + i / 3) % 4])
+            .collect();
+        let routing = crate::ops::Routing {
+            k: 3,
+            num_experts: 5,
+            weights: vec![0.5; ids.len()],
+            ids,
+        };
+        let slots = crate::ops::ExpertSlots::aligned(&routing, NARROW_ROWS).unwrap();
+        let experts = slots.block_experts();
+        let m = slots.len();
+        for format in INTEGER_FORMATS {
+            let act = integer_gemm_activations(format).unwrap();
+            let b = blocks(format, 5 * rows, k, 9);
+            let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
+            let packed = interleave(format, &b, 5, rows, k).unwrap();
+            let mut view = interleaved_view(format, &w, &packed, 5 * rows, k);
+            if let WeightView::Quant(q) = &mut view {
+                q.interleaved.as_mut().unwrap().rows = rows;
+            }
+            for dev in cpu_side_devices() {
+                let at = format!("{} on {}", format.name(), dev.arch());
+                let job = |y| ExpertsJob {
+                    w: view,
+                    n: rows,
+                    stride: rows * k,
+                    offset: 0,
+                    y: DevSliceMut::from(y),
+                };
+                let mut xs = vec![0.0f32; m * k];
+                crate::ops::moe_gather(&dev, &x[..], k, &slots, &mut xs[..]).unwrap();
+                let mut want = vec![0.0f32; m * rows];
+                let jobs = vec![job(&mut want[..])];
+                crate::ops::gemm_experts(&dev, &xs, k, &experts, act, jobs).unwrap();
+                let mut got = vec![f32::NAN; m * rows];
+                let jobs = vec![job(&mut got[..])];
+                crate::ops::gemm_experts_gathered(&dev, &x, k, &slots, &experts, act, jobs)
+                    .unwrap();
+                assert_eq!(bits(&got), bits(&want), "{at}");
+            }
+        }
+    }
+
+    /// `act_quant.gather_rows` copies every part of the rows it is given, Q8_0's and Q8_K's,
+    /// in any order and repeated, on every CPU-side device, and refuses a row past the
+    /// quantized ones, naming it.
+    #[test]
+    fn gathered_quantized_rows_are_the_quantized_gathered_rows() {
+        let (tokens, k) = (50usize, 512usize);
+        let x = values(tokens * k, 3, 4.0);
+        let rows: Vec<u32> = (0..61).map(|i| (i * 37 % tokens) as u32).collect();
+        let gathered: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| x[r as usize * k..][..k].iter().copied())
+            .collect();
+        // The parts of the rows' quantization the format has, without the padding rows of `q`
+        // and `offsets16`.
+        let parts = |dev: &Device, q: &QuantizedRows<'_>, m: usize| {
+            let host = |v: DevSlice<'_, i32>| {
+                let mut out = vec![0; v.len()];
+                dev.download(v, &mut out).unwrap();
+                out
+            };
+            let host_bits = |v: DevSlice<'_, f32>| {
+                let mut out = vec![0.0; v.len()];
+                dev.download(v, &mut out).unwrap();
+                bits(&out)
+            };
+            let qv = from_tile_order(&host(q.q.view()), m * k, k);
+            let d = host_bits(q.d.view());
+            if q.q8_0 {
+                return (qv, d, host_bits(q.sums.view()), vec![], vec![]);
+            }
+            let o16 = host(q.offsets16.view());
+            let per_row = k / 16;
+            let o16 = (0..m * per_row)
+                .map(|i| o16[(i / per_row / 48 * per_row + i % per_row) * 48 + i / per_row % 48])
+                .collect();
+            (qv, d, vec![], host(q.sums32.view()), o16)
+        };
+        for act in [Activations::Q8_0, Activations::Q8K] {
+            for dev in cpu_side_devices() {
+                let at = format!("{act:?} on {}", dev.arch());
+                let mk = |v: &[f32], m: usize| quantize(&dev, v.into(), act, [m as u32, k as u32]);
+                let all = mk(&x, tokens).unwrap();
+                let got = gather(&dev, &all, &rows).unwrap();
+                let want = mk(&gathered, rows.len()).unwrap();
+                let m = rows.len();
+                assert!(parts(&dev, &got, m) == parts(&dev, &want, m), "{at}");
+                let err = gather(&dev, &all, &[3, 50]).err().unwrap().to_string();
+                assert!(err.contains("row 1 gathers row 50 of 50"), "{at}: {err}");
             }
         }
     }

@@ -225,6 +225,10 @@ pub fn missing_device_kernels(device: &Device, is_moe: bool) -> Vec<String> {
     let moe = [
         ("moe (router)", &router::moe_router::KERNEL),
         ("moe (gather)", &gather::moe_gather::KERNEL),
+        (
+            "moe (quantized gather)",
+            &lse_kernels::act_quant::gather_rows::KERNEL,
+        ),
         ("moe (combine)", &combine::moe_combine::KERNEL),
     ];
     let moe = if is_moe { &moe[..] } else { &[] };
