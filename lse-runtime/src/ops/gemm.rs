@@ -36,7 +36,7 @@ use super::lm_head::WeightView;
 use super::moe::ExpertSlots;
 use super::quant::{Interleaved, QuantFormat};
 use super::{check_len, to_u32, OpError};
-use crate::device::{DevSlice, DevSliceMut, Device, DeviceBuf, Scratch};
+use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
 
 /// Rows and columns of `y` per workgroup of `gemm.xwt_exact` (its `2 * BM` and `BN`).
 pub(super) const EXACT_ROWS: u32 = 128;
@@ -623,18 +623,18 @@ fn experts_products<'a>(
 }
 
 /// `x` (rows of `k` values) replaced by what llama.cpp's Q8_0 or Q8_K blocks of it stand
-/// for, in a new f32 buffer, when `act` is one of those formats: how such activations meet a
+/// for, in a scratch buffer, when `act` is one of those formats: how such activations meet a
 /// weight the integer GEMM does not take. `None` for other activations.
-fn q8_values(
-    dev: &Device,
+fn q8_values<'d>(
+    dev: &'d Device,
     x: DevSlice<'_, f32>,
     k: usize,
     act: Activations,
-) -> Result<Option<DeviceBuf<f32>>, OpError> {
+) -> Result<Option<Scratch<'d, f32>>, OpError> {
     if !matches!(act, Activations::Q8_0 | Activations::Q8K) {
         return Ok(None);
     }
-    let mut xq = dev.alloc::<f32>(x.len())?;
+    let mut xq = dev.scratch::<f32>(x.len())?;
     quantize_activations(dev, x, k, act, xq.view_mut())?;
     Ok(Some(xq))
 }
