@@ -1,8 +1,8 @@
 //! The quantized GEMMs in integers, as llama.cpp's CPU backend multiplies a Q4_K, Q5_K, Q6_K,
-//! Q4_0 or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`: 8-bit
-//! values `q`, one f32 scale `d` per block of 256, and the integer sums of each 32 and each 16
-//! values' `q`; Q8_0 for a Q4_0 or Q8_0 weight, `gemm.xwt_q4_0_q8_0` and
-//! `gemm.xwt_q8_0_q8_0` at the end), then per weight
+//! Q4_0, Q5_0 or Q8_0 weight: the activation rows quantized to Q8_K (`act_quant.q8_k_int`:
+//! 8-bit values `q`, one f32 scale `d` per block of 256, and the integer sums of each 32 and
+//! each 16 values' `q`; Q8_0 for a Q4_0, Q5_0 or Q8_0 weight, `gemm.xwt_q4_0_q8_0`,
+//! `gemm.xwt_q5_0_q8_0` and `gemm.xwt_q8_0_q8_0` at the end), then per weight
 //! block an exact integer dot product of `q` with the weight's quants times their 6- or 8-bit
 //! sub-block scales, and per block
 //! `y += f32(Σ q·(sc·w)) · (d_x · d_w) + f32(Σ_j s_j · m_j) · (d_x · -dmin_w)` (each scale
@@ -568,6 +568,90 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
         );
         tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
         tile_scale(offset, -8.0);
+        tile_load(dw, wf, 0, BN, 1, BN);
+        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
+        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_dot_dequant(acc, a, b, offset, dx, dw);
+    }
+    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
+}
+
+/// Q5_0 (22-byte blocks of 32: f16 `d`, 4 bytes `qh` whose bit `j` is value `j`'s fifth bit,
+/// then 16 bytes whose low nibbles are values 0..15 and high nibbles values 16..31, `q` in
+/// 0..31; the value is `d · (q - 16)`) against Q8_0 activations, as llama.cpp's
+/// `ggml_vec_dot_q5_0_q8_0`: `gemm.xwt_q4_0_q8_0` with each value's fifth bit put in as bit 4
+/// of its byte and `16 · Σ q_x` taken off. Interleaved by 64 rows: 6 words per block, `qh` in
+/// bytes 2..6 and the nibbles in bytes 6..22.
+#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 1, workgroup = 64, consts = [48, 16])]
+fn gemm_xwt_q5_0_q8_0<const BM: u32>(
+    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xd: &[f32; m * (k / 32)],
+    xs: &[f32; m * (k / 32)],
+    w: &[u32],
+    experts: &[u32],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    w_stride: u32,
+    accumulate: u32,
+) {
+    const XB: u32 = 48;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<i8, BM, BK>();
+    let b = tile::<u8, BK, BN>();
+    let acc = tile::<f32, BM, BN>();
+    let offset = tile::<f32, BM, 1>();
+    let dw = tile::<f32, 1, BN>();
+    let dx = tile::<f32, BM, 1>();
+    let wq = shared::<i32>(8 * BN);
+    let wf = shared::<f32>(BN);
+    // The block of rows and the block of columns (see the module doc for the grid).
+    let rb = if BM < XB { group_id_y() } else { group_id() };
+    let cb = if BM < XB { group_id() } else { group_id_y() };
+    let row0 = rb * BM;
+    let col0 = cb * BN;
+    let blocks = k / 32;
+    if accumulate == 1 {
+        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
+    }
+    for sb in 0..blocks {
+        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+        // local_id()]; `d` is the low half of word 0.
+        let at = (cb * (k / 32) + sb) * 6;
+        wf[local_id()] = f16_to_f32(f16_from_bits(
+            w[experts[rb] * w_stride + at * BN + local_id()],
+        ));
+        for t in 0..4u32 {
+            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
+            let blk = (cb * (k / 32) + sb) * 6;
+            let w0 = w[experts[rb] * w_stride + blk * BN + local_id()];
+            let w1 = w[experts[rb] * w_stride + (blk + 1) * BN + local_id()];
+            let qh = (w0 >> 16) | (w1 << 16);
+            let lo = w[experts[rb] * w_stride + (blk + t + 1) * BN + local_id()];
+            let hi = w[experts[rb] * w_stride + (blk + t + 2) * BN + local_id()];
+            // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the high;
+            // each value's fifth bit (of `qh`) spread to bit 4 of its byte.
+            let q = (lo >> 16) | (hi << 16);
+            let h0 = qh >> (4 * t);
+            let h1 = qh >> (16 + 4 * t);
+            let spread0 = ((h0 & 1) << 4) | ((h0 & 2) << 11) | ((h0 & 4) << 18) | ((h0 & 8) << 25);
+            let spread1 = ((h1 & 1) << 4) | ((h1 & 2) << 11) | ((h1 & 4) << 18) | ((h1 & 8) << 25);
+            wq[t * BN + local_id()] = ((q & 0x0F0F_0F0F) | spread0) as i32;
+            wq[(t + 4) * BN + local_id()] = (((q >> 4) & 0x0F0F_0F0F) | spread1) as i32;
+        }
+        tile_load_quads(b, wq, 0, BN, BK, BN);
+        tile_load_packed(
+            a,
+            xq,
+            (row0 / XB * (k / 32) + sb) * XB * (BK / 4) + row0 % XB * (BK / 4),
+            BK / 4,
+            BM,
+            BK,
+        );
+        tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_scale(offset, -16.0);
         tile_load(dw, wf, 0, BN, 1, BN);
         tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
         // `d_x · d_w` first, as llama.cpp scales a block's integer sum.

@@ -79,6 +79,8 @@ kernels!(
     gemm_int::gemm_xwt_q6_k_q8_k_bm16,
     gemm_int::gemm_xwt_q4_0_q8_0_bm48,
     gemm_int::gemm_xwt_q4_0_q8_0_bm16,
+    gemm_int::gemm_xwt_q5_0_q8_0_bm48,
+    gemm_int::gemm_xwt_q5_0_q8_0_bm16,
     gemm_int::gemm_xwt_q8_0_q8_0_bm48,
     gemm_int::gemm_xwt_q8_0_q8_0_bm16,
     gemm_quant::gemm_xwt_q8_0,

@@ -47,9 +47,9 @@ fn perplexity(model: &Path, args: &[&OsStr], out: &Path) -> Value {
 /// one after the other and, 2026-12-02, 2.9e-4, 1.06e-3, 1.18e-3 on the f32 path); llama.cpp
 /// itself moves by 5.7e-4 and 6.8e-4 on the Q8_0 and Q4_K_M files between its
 /// flash-attention and plain attention paths. Without the activation quantization the gaps
-/// are 3.9e-4, 4.1e-3 and 5.0e-3. Q4_0 (its projections on the integer GEMM since
-/// 2026-12-07, the Q6_K head): 1.77e-3, where the f32 GEMM on its dequantized blocks gave
-/// 1.85e-3.
+/// are 3.9e-4, 4.1e-3 and 5.0e-3. Q4_0 and Q5_0 (their projections on the integer GEMM
+/// since 2026-12-07, the head Q6_K): 1.77e-3 and 5.3e-5, where the f32 GEMM on their
+/// dequantized blocks gave 1.85e-3 and 3.3e-5.
 #[test]
 fn quantized_gguf_files_score_as_llama_perplexity_does() {
     let gguf = repo().join("tests/data/gguf");
@@ -63,6 +63,7 @@ fn quantized_gguf_files_score_as_llama_perplexity_does() {
         "wide-q4_k_m.gguf",
         "wide-q5_k_m.gguf",
         "wide-q4_0.gguf",
+        "wide-q5_0.gguf",
     ] {
         let want = golden["files"][file]["ppl"].as_f64().unwrap();
         // llama-perplexity's settings of the goldens: ctx 128, 8 chunks, batch 128, an f16 KV

@@ -1,14 +1,14 @@
-//! Benchmark of the GEMM on K-quant, Q4_0 and Q8_0 weights kept in their block format, run
-//! with `cargo bench -p lse-runtime --bench gemm_quant` (2 threads: `RAYON_NUM_THREADS=2`).
+//! Benchmark of the GEMM on K-quant, Q4_0, Q5_0 and Q8_0 weights kept in their block format,
+//! run with `cargo bench -p lse-runtime --bench gemm_quant` (2 threads: `RAYON_NUM_THREADS=2`).
 //!
-//! For Q4_K, Q5_K, Q6_K, Q4_0 and Q8_0 weights of the Qwen3.5-0.8B prefill shapes at M = 512
-//! and its LM head at M = 128 (a Q4_K_M file's head is Q6_K), on the best host level this CPU
-//! runs, in one run: GFLOP/s of the integer GEMM (`act_quant.q8_k_int`, then
+//! For Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 and Q8_0 weights of the Qwen3.5-0.8B prefill shapes at
+//! M = 512 and its LM head at M = 128 (a Q4_K_M file's head is Q6_K), on the best host level
+//! this CPU runs, in one run: GFLOP/s of the integer GEMM (`act_quant.q8_k_int`, then
 //! `gemm.xwt_<q>_q8_k`, byte tile dots into i32; `act_quant.q8_0_int` and
-//! `gemm.xwt_<q>_q8_0_bm*` for Q4_0 and Q8_0) and of the f32 path it replaced (the activations
-//! rounded through the same quantization, then `gemm.xwt_<q>` dequantizing each block into an
-//! f32 `tile_dot`), and their ratio. `LSE_BENCH_SHAPES=512x3584x1024,...` (M x N x K) runs only
-//! the named shapes.
+//! `gemm.xwt_<q>_q8_0_bm*` for Q4_0, Q5_0 and Q8_0) and of the f32 path it replaced (the
+//! activations rounded through the same quantization, then `gemm.xwt_<q>` dequantizing each
+//! block into an f32 `tile_dot`), and their ratio. `LSE_BENCH_SHAPES=512x3584x1024,...`
+//! (M x N x K) runs only the named shapes.
 
 mod common;
 
@@ -40,7 +40,7 @@ fn blocks(format: QuantFormat, rows: usize, k: usize) -> Vec<u8> {
         .collect();
     let scales: &[usize] = match format {
         QuantFormat::Q6_K => &[208],
-        QuantFormat::Q4_0 | QuantFormat::Q8_0 => &[0],
+        QuantFormat::Q4_0 | QuantFormat::Q5_0 | QuantFormat::Q8_0 => &[0],
         _ => &[0, 2],
     };
     for block in b.chunks_exact_mut(format.block_bytes()) {
@@ -77,6 +77,7 @@ fn main() {
             (QuantFormat::Q5_K, Activations::Q8K),
             (QuantFormat::Q6_K, Activations::Q8K),
             (QuantFormat::Q4_0, Activations::Q8_0),
+            (QuantFormat::Q5_0, Activations::Q8_0),
             (QuantFormat::Q8_0, Activations::Q8_0),
         ] {
             let mut bytes = blocks(format, n, k);

@@ -14,13 +14,14 @@ Writes under tests/data/gguf/:
   moe_fused-f32.gguf ... Q8_0|Q4_0|Q5_1`, whose stacked gate and up experts and embedding are
   in that type, the head in Q8_0 (the down experts, rows of 16 values, stay F16): the MoE model
   with quantized experts that the kernels read in place, one expert's rows at a time.
-* `wide-q8_0.gguf`, `wide-q4_k_m.gguf`, `wide-q5_k_m.gguf`, `wide-q4_0.gguf`: a 2-layer
-  Qwen3.5 model (one Gated DeltaNet layer, one attention layer) 256 wide, so that every matrix
-  has rows of a multiple of 256 values and llama-quantize uses its K-quants (Q4_0: its
-  projections in Q4_0, the head in Q6_K), with a 512-token byte-level BPE tokenizer trained
-  here on wiki.test.raw with Qwen3.5's pre-tokenizer (the converter is told its pre-tokenizer
-  is `qwen35`; its hash is not in the converter's list). `wide-f32.gguf` is
-  written to the work directory only (too large to commit).
+* `wide-q8_0.gguf`, `wide-q4_k_m.gguf`, `wide-q5_k_m.gguf`, `wide-q4_0.gguf`,
+  `wide-q5_0.gguf`: a 2-layer Qwen3.5 model (one Gated DeltaNet layer, one attention layer)
+  256 wide, so that every matrix has rows of a multiple of 256 values and llama-quantize uses
+  its K-quants (Q4_0 and Q5_0: the projections in that type, the head in Q6_K), with a
+  512-token byte-level BPE tokenizer trained here on wiki.test.raw with Qwen3.5's
+  pre-tokenizer (the converter is told its pre-tokenizer is `qwen35`; its hash is not in the
+  converter's list). `wide-f32.gguf` is written to the work directory only (too large to
+  commit).
 * `wide.llama-perplexity.json`: llama-perplexity's final estimate and per-chunk values on each
   wide file, wiki.test.raw, ctx 128, 8 chunks, batch 128, 2 threads.
 
@@ -57,7 +58,7 @@ WORK = Path(os.environ.get("GGUF_WORK", "/tmp/lse-gguf-goldens"))
 
 PPL_CTX = 128
 PPL_CHUNKS = 8
-WIDE_QUANTS = ["Q8_0", "Q4_K_M", "Q5_K_M", "Q4_0"]
+WIDE_QUANTS = ["Q8_0", "Q4_K_M", "Q5_K_M", "Q4_0", "Q5_0"]
 MOE_QUANTS = ["Q8_0", "Q4_0", "Q5_1"]
 
 

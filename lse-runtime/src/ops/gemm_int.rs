@@ -9,9 +9,9 @@
 use lse_kernels::act_quant::{gather_rows, q8_0_int, q8_k_int};
 use lse_kernels::gemm_int::{
     gemm_xwt_q4_0_q8_0_bm16, gemm_xwt_q4_0_q8_0_bm48, gemm_xwt_q4_k_q8_k_bm16,
-    gemm_xwt_q4_k_q8_k_bm48, gemm_xwt_q5_k_q8_k_bm16, gemm_xwt_q5_k_q8_k_bm48,
-    gemm_xwt_q6_k_q8_k_bm16, gemm_xwt_q6_k_q8_k_bm48, gemm_xwt_q8_0_q8_0_bm16,
-    gemm_xwt_q8_0_q8_0_bm48,
+    gemm_xwt_q4_k_q8_k_bm48, gemm_xwt_q5_0_q8_0_bm16, gemm_xwt_q5_0_q8_0_bm48,
+    gemm_xwt_q5_k_q8_k_bm16, gemm_xwt_q5_k_q8_k_bm48, gemm_xwt_q6_k_q8_k_bm16,
+    gemm_xwt_q6_k_q8_k_bm48, gemm_xwt_q8_0_q8_0_bm16, gemm_xwt_q8_0_q8_0_bm48,
 };
 
 use rayon::prelude::*;
@@ -26,12 +26,12 @@ use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
 const ROWS: u32 = 48;
 const COLS: u32 = 64;
 
-/// The activations `format`'s integer GEMM takes (Q8_K for the K-quants, Q8_0 for Q4_0 and
-/// Q8_0, as llama.cpp's `vec_dot_type`), or `None` when it has none.
+/// The activations `format`'s integer GEMM takes (Q8_K for the K-quants, Q8_0 for Q4_0, Q5_0
+/// and Q8_0, as llama.cpp's `vec_dot_type`), or `None` when it has none.
 pub fn integer_gemm_activations(format: QuantFormat) -> Option<Activations> {
     match format {
         QuantFormat::Q4_K | QuantFormat::Q5_K | QuantFormat::Q6_K => Some(Activations::Q8K),
-        QuantFormat::Q4_0 | QuantFormat::Q8_0 => Some(Activations::Q8_0),
+        QuantFormat::Q4_0 | QuantFormat::Q5_0 | QuantFormat::Q8_0 => Some(Activations::Q8_0),
         _ => None,
     }
 }
@@ -346,6 +346,8 @@ pub(super) fn launch_quantized(
         }
         (QuantFormat::Q4_0, false) => dev.launch(grid, args!(gemm_xwt_q4_0_q8_0_bm48, xs: sums)),
         (QuantFormat::Q4_0, true) => dev.launch(grid, args!(gemm_xwt_q4_0_q8_0_bm16, xs: sums)),
+        (QuantFormat::Q5_0, false) => dev.launch(grid, args!(gemm_xwt_q5_0_q8_0_bm48, xs: sums)),
+        (QuantFormat::Q5_0, true) => dev.launch(grid, args!(gemm_xwt_q5_0_q8_0_bm16, xs: sums)),
         (QuantFormat::Q8_0, false) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm48, xs: sums)),
         (QuantFormat::Q8_0, true) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm16, xs: sums)),
         (other, _) => {
@@ -433,11 +435,12 @@ mod tests {
     use crate::ops::{gemm, Activations, HeadWeight, QuantView, WeightView};
 
     /// The formats the integer GEMMs take.
-    const INTEGER_FORMATS: [QuantFormat; 5] = [
+    const INTEGER_FORMATS: [QuantFormat; 6] = [
         QuantFormat::Q4_K,
         QuantFormat::Q5_K,
         QuantFormat::Q6_K,
         QuantFormat::Q4_0,
+        QuantFormat::Q5_0,
         QuantFormat::Q8_0,
     ];
 
