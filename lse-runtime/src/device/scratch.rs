@@ -5,7 +5,7 @@
 //! afresh, and the kernel's clearing of those pages was 17% of its CPU time. A pass leaves
 //! them kept for the next pass, and the integer GEMMs' quantized activations come from here
 //! too: freed at the end of each pass and allocated again in the next, they cost a 512-token
-//! pass of the 35B-A3B-shaped MoE model 43,600 page faults (170 MB) and 11% of its speed.
+//! pass of the 35B-A3B-shaped MoE model 43,600 page faults (170 MB) and 11% of its time.
 
 use std::any::Any;
 use std::mem;
