@@ -577,7 +577,8 @@ mod tests {
     /// `gemm_experts_gathered` (the tokens' rows quantized once, the quantized rows gathered
     /// by `act_quant.gather_rows`) gives the bits of `moe_gather` then `gemm_experts` on every
     /// CPU-side device, for each integer format: 70 tokens (two blocks of 48 rows, the last
-    /// partial), 3 of 5 experts per token, one expert no token chooses, padding rows.
+    /// partial), 3 of 5 experts per token, one expert no token chooses, padding rows. Token
+    /// rows of another count than the routing's are refused, naming them.
     #[test]
     fn experts_products_on_gathered_quantized_rows_are_those_on_gathered_rows() {
         let (tokens, k, rows) = (70usize, 512usize, 64usize);
@@ -612,6 +613,20 @@ mod tests {
                     offset: 0,
                     y: DevSliceMut::from(y),
                 };
+                // Token rows of another count than the slots were routed from are refused.
+                let mut refused = vec![0.0f32; m * rows];
+                let jobs = vec![job(&mut refused[..])];
+                let short = &x[..(tokens - 1) * k];
+                let err =
+                    crate::ops::gemm_experts_gathered(&dev, short, k, &slots, &experts, act, jobs)
+                        .unwrap_err()
+                        .to_string();
+                let want_err = format!(
+                    "gemm_experts: x has {} elements, expected {}",
+                    (tokens - 1) * k,
+                    tokens * k
+                );
+                assert_eq!(err, want_err, "{at}");
                 let mut xs = vec![0.0f32; m * k];
                 crate::ops::moe_gather(&dev, &x[..], k, &slots, &mut xs[..]).unwrap();
                 let mut want = vec![0.0f32; m * rows];
