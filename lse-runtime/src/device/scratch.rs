@@ -32,7 +32,9 @@ const SLACK: usize = 2;
 /// differ by a few percent from layer to layer and pass to pass; buffers of exactly their
 /// length were allocated afresh whenever a layer routed a few more rows than any before it.
 fn capacity(len: usize) -> usize {
-    let step = (len.next_power_of_two() / 16).max(1);
+    let step = len
+        .checked_next_power_of_two()
+        .map_or(1, |p| (p / 16).max(1));
     len.div_ceil(step).saturating_mul(step)
 }
 
@@ -256,7 +258,19 @@ mod tests {
 
     #[test]
     fn a_fresh_buffer_has_room_for_calls_up_to_an_eighth_longer() {
-        for len in [1, 2, 3, 15, 17, 1000, 1025, 4097, 5872 * 2048, 6000 * 2048] {
+        for len in [
+            1,
+            2,
+            3,
+            15,
+            17,
+            1000,
+            1025,
+            4097,
+            5872 * 2048,
+            6000 * 2048,
+            usize::MAX,
+        ] {
             let cap = capacity(len);
             assert!(cap >= len && cap - len <= len / 8, "{len} -> {cap}");
         }
