@@ -28,8 +28,9 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 }
 
 /// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
-/// integers `q` (into `q` as bytes, in `act_quant.q8_k_int`'s tile order: value `c` of row `r`
-/// at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
+/// integers `q` (into `q` as bytes, in the tile order of `act_quant.q8_k_int` with runs of
+/// one block of 32 where Q8_K's are of 256: value `c` of row `r` at byte `((r / 48 · k / 32 +
+/// c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
 /// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0_bm*`. `x` holds rows
 /// of `k` values, `blocks` blocks in all; grid: x = ceil(blocks / 8).
 ///
@@ -173,13 +174,15 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 ///
 /// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`), four values to a word
 /// (little-endian bytes, read by `tile_load_packed`): rows in blocks of 48, and within a
-/// block each K step of 32 values its 48 rows' values one after another, i.e. value `c` of
-/// row `r` at byte `((r / 48 · k / 32 + c / 32) · 48 + r % 48) · 32 + c % 32` (rows past the
-/// last of a partial block are not written). A step's tile is then one run of 1.5 KiB, where
-/// rows `k` apart fell into the same few cache sets (and v5, a word per value, took four
-/// times the memory, which the GEMMs narrowed to bytes at every step). `offsets16` is in the
-/// same order, a word per 16 values: sum `j` of row `r` at `(r / 48 · k / 16 + j) · 48 +
-/// r % 48`, so the Q6_K GEMM reads a sub-block's 48 offsets as one run.
+/// block each block of 256 values its 48 rows' values one after another, i.e. value `c` of
+/// row `r` at byte `((r / 48 · k / 256 + c / 256) · 48 + r % 48) · 256 + c % 256` (rows past
+/// the last of a partial block are not written). A block's tile is then one run of 12 KiB,
+/// where rows `k` apart fell into the same few cache sets (and v5, a word per value, took
+/// four times the memory, which the GEMMs narrowed to bytes at every step); v9 lays out whole
+/// blocks of 256 where v8 laid out steps of 32 (runs of 1.5 KiB), so that one `a` tile holds
+/// a row's whole block for the GEMMs' dots scaled per sub-block. `offsets16` is row by row,
+/// a word per 16 values: sum `j` of row `r` at `r · k / 16 + j` (v8: 48 rows in a run per
+/// `j`, for the one-column offset tiles of v10 of the Q6_K GEMM).
 ///
 /// v7 (64 work-items, four values each: `j · 64 + local_id()`, j = 0..3): each work-item
 /// takes the first of its four values with the largest magnitude, and one `argmax` over the
@@ -194,7 +197,7 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// without a positive magnitude (all zeros, or all NaN) is stored as zeros with `d` 0, as
 /// llama.cpp's `if (!amax)` does. v8: `offsets16` (-32 times the sums per 16, in tile order)
 /// where v7 stored the plain sums row by row.
-#[kernel(name = "act_quant.q8_k_int", version = 8, workgroup = 64)]
+#[kernel(name = "act_quant.q8_k_int", version = 9, workgroup = 64)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
     q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k / 4],
@@ -245,15 +248,15 @@ fn q8_k_int(
     if l == 0 {
         d[group_id()] = if amax > 0.0 { 1.0 / iscale } else { 0.0 };
     }
-    // Row `r`, block `sb` of it: its 8 steps of 32 go 48 · 8 words apart.
+    // Row `r`, block `sb` of it: one run of 64 words.
     let r = group_id() / (k / 256);
     let sb = group_id() % (k / 256);
     tile_load(it, qi, 0, 32, 8, 32);
     tile_store_packed(
         it,
         q,
-        ((r / 48 * (k / 32) + sb * 8) * 48 + r % 48) * 8,
-        48 * 8,
+        ((r / 48 * (k / 256) + sb) * 48 + r % 48) * 64,
+        8,
         8,
         32,
     );
@@ -264,24 +267,27 @@ fn q8_k_int(
         sums[group_id() * 8 + l] = (s16[2 * l] + s16[2 * l + 1]) as i32;
     }
     if l < 16 {
-        offsets16[(r / 48 * (k / 16) + sb * 16 + l) * 48 + r % 48] = -32 * (s16[l] as i32);
+        offsets16[r * (k / 16) + sb * 16 + l] = -32 * (s16[l] as i32);
     }
 }
 
 /// Copies rows of quantized activations (either kernel above: `q` in their tile order, the
-/// per-row parts row after row, Q8_K's `offsets16` in tile order) into the same layout for
-/// the rows `rows` names: output row `i` is input row `rows[i]`, bit for bit. Quantization is
-/// row by row, so the rows a mixture of experts' slots gather from the quantized tokens are
-/// the quantized gathered rows: one quantization of the tokens serves the experts' gate and
-/// up products, where quantizing the gathered rows (`tokens · k` and their padding, 11 times
-/// the tokens at 8 of 256 experts) and gathering them in f32 first cost more than the copy.
+/// per-row parts row after row) into the same layout for the rows `rows` names: output row
+/// `i` is input row `rows[i]`, bit for bit. Quantization is row by row, so the rows a mixture
+/// of experts' slots gather from the quantized tokens are the quantized gathered rows: one
+/// quantization of the tokens serves the experts' gate and up products, where quantizing the
+/// gathered rows (`tokens · k` and their padding, 11 times the tokens at 8 of 256 experts)
+/// and gathering them in f32 first cost more than the copy.
 ///
-/// Per row: `k / 32` steps of 8 words of `q`, `dl` floats of `d`, `sl` floats of `sums` (Q8_0),
-/// `s32l` words of `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied.
-/// The input rows must lie inside the input buffers (the caller checks: their lengths depend
-/// on how many rows were quantized). The padding rows of the output's last block of 48 are
-/// not written. One workgroup per output row; grid: x = rows.
-#[kernel(name = "act_quant.gather_rows", version = 1, workgroup = 64)]
+/// Per row: `k / 4` words of `q` in runs of `2^qw_log2` words (8 for Q8_0's blocks of 32, 64
+/// for Q8_K's blocks of 256; a shift and a mask where a division by the run's length took
+/// 2.8 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
+/// `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
+/// must lie inside the input buffers (the caller checks: their lengths depend on how many
+/// rows were quantized). The padding rows of the output's last block of 48 are not written.
+/// One workgroup per output row; grid: x = rows. v2: runs of any length (v1: 8 words) and
+/// `offsets16` row by row, as `q8_k_int` v9 lays them out.
+#[kernel(name = "act_quant.gather_rows", version = 2, workgroup = 64)]
 fn gather_rows(
     q: &[i32],
     d: &[f32],
@@ -295,6 +301,7 @@ fn gather_rows(
     gsums32: &mut [i32; num_groups() * s32l],
     goffsets16: &mut [i32; (num_groups() + 47) / 48 * 48 * ol],
     k: u32,
+    qw_log2: u32,
     dl: u32,
     sl: u32,
     s32l: u32,
@@ -304,14 +311,17 @@ fn gather_rows(
     let i = group_id();
     let l = local_id();
     let s = rows[i];
-    // Step `st` of row `r` is the 8 words at `((r / 48 · steps + st) · 48 + r % 48) · 8`:
-    // eight work-items a step, eight steps at a time.
-    let steps = k / 32;
-    for c in 0..(steps + 7) / 8 {
-        let st = c * 8 + l / 8;
-        if st < steps {
-            gq[((i / 48 * steps + st) * 48 + i % 48) * 8 + l % 8] =
-                q[((s / 48 * steps + st) * 48 + s % 48) * 8 + l % 8];
+    // Word `j` of row `r` is word `j % qw` of its run `j / qw`, at `((r / 48 · runs + j / qw)
+    // · 48 + r % 48) · qw`.
+    let qw = 1u32 << qw_log2;
+    let runs = k / 4 / qw;
+    for c in 0..(k / 4 + WG - 1) / WG {
+        let j = c * WG + l;
+        if j < k / 4 {
+            let run = j >> qw_log2;
+            let at = j & (qw - 1);
+            gq[((i / 48 * runs + run) * 48 + i % 48) * qw + at] =
+                q[((s / 48 * runs + run) * 48 + s % 48) * qw + at];
         }
     }
     for c in 0..(dl + WG - 1) / WG {
@@ -335,8 +345,7 @@ fn gather_rows(
     for c in 0..(ol + WG - 1) / WG {
         let j = c * WG + l;
         if j < ol {
-            goffsets16[(i / 48 * ol + j) * 48 + i % 48] =
-                offsets16[(s / 48 * ol + j) * 48 + s % 48];
+            goffsets16[i * ol + j] = offsets16[s * ol + j];
         }
     }
 }

@@ -39,10 +39,14 @@
 //! block starts at a word (a Q6_K block of 210 bytes started at a half-word in every other
 //! block).
 //!
-//! The activations come in `act_quant.q8_k_int`'s layout: four 8-bit values to a word, a K
-//! step's 32 values of the workgroup's 48 rows one after another, so each `a` tile is one
-//! run of 1.5 KiB, which `tile_load_packed` reads in place on the host (v5 held a word per
-//! value, and each step narrowed its 6 KiB to bytes in a copy). The `a` windows take all 48
+//! The activations come in `act_quant.q8_k_int`'s layout: four 8-bit values to a word, a
+//! block of 256 values of the workgroup's 48 rows one after another (a run of 12 KiB), so
+//! each `a` tile is a window of it at a row stride of 64 words, which `tile_load_packed`
+//! reads in place on the host (v5 held a word per value, and each step narrowed its 6 KiB
+//! to bytes in a copy). The Q4_K and Q5_K GEMMs (v10) read 32 values of each row per
+//! sub-block, the Q6_K GEMM (v11) 128, a half block; v9 and v10 read runs of 1.5 KiB, one per
+//! K step of 32, the layout of `act_quant.q8_0_int`, which the Q8_0-family GEMMs keep. The
+//! `a` windows take all 48
 //! rows of a block, also the last block's rows past `m` (the buffer holds whole blocks, zeros
 //! past `m` as the op allocates it; whatever they held, their sums stay in their own rows of
 //! `isum`, which meet a `d_x` loaded as 0 and which the store leaves out): v6 (Q8_0 v3) cut
@@ -90,7 +94,7 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 9, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 10, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q4_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -170,8 +174,8 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
             tile_load_packed(
                 a,
                 xq,
-                (row0 / XB * (k / 32) + sb * 8 + j) * XB * (BK / 4) + row0 % XB * (BK / 4),
-                BK / 4,
+                ((row0 / XB * blocks + sb) * XB + row0 % XB) * 64 + j * (BK / 4),
+                64,
                 BM,
                 BK,
             );
@@ -202,7 +206,7 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 9, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 10, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q5_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -283,8 +287,8 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
             tile_load_packed(
                 a,
                 xq,
-                (row0 / XB * (k / 32) + sb * 8 + j) * XB * (BK / 4) + row0 % XB * (BK / 4),
-                BK / 4,
+                ((row0 / XB * blocks + sb) * XB + row0 % XB) * 64 + j * (BK / 4),
+                64,
                 BM,
                 BK,
             );
@@ -315,13 +319,17 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
 /// Q6_K (210-byte blocks of 256: 128 bytes `ql` of low nibbles, 64 bytes `qh` of high bit
 /// pairs, 16 signed 8-bit scales `sc_j` for the sub-blocks of 16, f16 `d`; the value is
 /// `d · sc_j · (q - 32)`, and there is no minimum term), interleaved by 64 rows. The quants
-/// `q` (0..63) go into the byte dot as they are, u8, one scaled dot per sub-block of 16,
-/// whose sums start from the rows' offsets `-32 · Σ x` over the sub-block (`xo16`, from
-/// `act_quant.q8_k_int`, 48 in a run), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
-/// exactly, as before. v9: the offsets as the dots' start (a broadcast per row of a register
-/// block), where v8 took them off with an i16 dot per block of the sums per 16 (`[48, 16]`)
-/// by `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 10, workgroup = 64, consts = [48, 16])]
+/// `q` (0..63) go into the byte dot as they are, u8, each sub-block of 16 scaled by its own
+/// `sc_j` and its sum started from the rows' offsets `-32 · Σ x` over the sub-block
+/// (`xo16`, from `act_quant.q8_k_int`), so the block's integer sum is `Σ_j sc_j Σ (q - 32)·x`
+/// exactly, as before. v11: one dot per half block, grouped by sub-block (scales `[8, 64]`,
+/// offsets `[rows, 8]`), whose register blocks keep their sums over all 8 sub-blocks, where
+/// v10 took one dot per sub-block and each loaded and stored the block's sums (`isum`);
+/// whole blocks (`[256, 64]` weight tiles) would take 77 KiB of a GPU's 64 KiB of shared
+/// memory. v9: the offsets as the dots' start (a broadcast per row of a register block),
+/// where v8 took them off with an i16 dot per block of the sums per 16 (`[48, 16]`) by
+/// `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 11, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     xq: &[i32; (m + 47) / 48 * 48 * k / 4],
     xd: &[f32; m * (k / 256)],
@@ -337,20 +345,20 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
 ) {
     const XB: u32 = 48;
     const BN: u32 = 64;
-    const BK: u32 = 32;
-    // Values per sub-block (per scale).
+    // Values per half block (`ql`'s and `qh`'s halves), and per sub-block (per scale).
+    const HK: u32 = 128;
     const BS: u32 = 16;
-    let a = tile::<i8, BM, BS>();
-    let b = tile::<u8, BS, BN>();
-    let sc = tile::<i32, 1, BN>();
-    let offset = tile::<i32, BM, 1>();
+    let a = tile::<i8, BM, HK>();
+    let b = tile::<u8, HK, BN>();
+    let sc = tile::<i32, 8, BN>();
+    let offset = tile::<i32, BM, 8>();
     let isum = tile::<i32, BM, BN>();
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    // A sub-block's 16 quants, four to a word (`b`'s quads), and its scale.
-    let wq = shared::<i32>(BS / 4 * BN);
-    let ws = shared::<i32>(BN);
+    // The half block's 128 quants, four to a word (`b`'s quads), and the block's 16 scales.
+    let wq = shared::<i32>(HK / 4 * BN);
+    let ws = shared::<i32>(16 * BN);
     let wf = shared::<f32>(BN);
     // The block of rows and the block of columns (see the module doc for the grid).
     let rb = if BM < XB { group_id_y() } else { group_id() };
@@ -368,48 +376,51 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
         wf[local_id()] = f16_to_f32(f16_from_bits(
             w[experts[rb] * w_stride + (at + 52) * BN + local_id()],
         ));
-        for sub in 0..16u32 {
-            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (cb * (k / 256) + sb) * 53;
-            // The sub-block's K step of 32 (`half` of the block's two 128-value halves, the
-            // `kq`-th 32 of it) and which 16 of the step.
-            let step = sub / 2;
-            let j = sub % 2;
-            let half = step / 4;
-            let kq = step % 4;
-            // Its scale: the signed byte 192 + sub, in word 48 + sub / 4.
-            let sw = w[experts[rb] * w_stride + (blk + 48 + sub / 4) * BN + local_id()];
-            ws[local_id()] = ((sw << (24 - 8 * (sub % 4))) as i32) >> 24;
-            // Word t holds values 4t..4t + 3 of the sub-block, one per byte: four low nibbles
-            // and their high bit pairs.
-            let low_shift = kq / 2 * 4;
-            let ql = blk + 16 * half + 8 * (kq % 2) + 4 * j;
-            let qh = blk + 32 + 8 * half + 4 * j;
-            for t in 0..4u32 {
-                let wl = w[experts[rb] * w_stride + (ql + t) * BN + local_id()];
-                let wh = w[experts[rb] * w_stride + (qh + t) * BN + local_id()];
-                let q = ((wl >> low_shift) & 0x0F0F_0F0F) | (((wh >> (2 * kq)) & 0x0303_0303) << 4);
-                wq[t * BN + local_id()] = q as i32;
+        // The scales: signed bytes 192..207, in words 48..51.
+        for t in 0..4u32 {
+            let sw = w[experts[rb] * w_stride + (at + 48 + t) * BN + local_id()];
+            for j in 0..4u32 {
+                ws[(4 * t + j) * BN + local_id()] = ((sw << (24 - 8 * j)) as i32) >> 24;
             }
-            tile_load_quads(b, wq, 0, BN, BS, BN);
+        }
+        for half in 0..2u32 {
+            for sub in 0..8u32 {
+                // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
+                let blk = (cb * (k / 256) + sb) * 53;
+                // The sub-block's K step of 32 (the `kq`-th 32 of the half) and which 16 of
+                // the step.
+                let kq = sub / 2;
+                let j = sub % 2;
+                // Word t holds values 4t..4t + 3 of the sub-block, one per byte: four low
+                // nibbles and their high bit pairs.
+                let low_shift = kq / 2 * 4;
+                let ql = blk + 16 * half + 8 * (kq % 2) + 4 * j;
+                let qh = blk + 32 + 8 * half + 4 * j;
+                for t in 0..4u32 {
+                    let wl = w[experts[rb] * w_stride + (ql + t) * BN + local_id()];
+                    let wh = w[experts[rb] * w_stride + (qh + t) * BN + local_id()];
+                    let q =
+                        ((wl >> low_shift) & 0x0F0F_0F0F) | (((wh >> (2 * kq)) & 0x0303_0303) << 4);
+                    wq[(sub * (BS / 4) + t) * BN + local_id()] = q as i32;
+                }
+            }
+            tile_load_quads(b, wq, 0, BN, HK, BN);
             tile_load_packed(
                 a,
                 xq,
-                (row0 / XB * (k / 32) + sb * 8 + step) * XB * (BK / 4)
-                    + row0 % XB * (BK / 4)
-                    + j * (BS / 4),
-                BK / 4,
+                ((row0 / XB * blocks + sb) * XB + row0 % XB) * 64 + half * (HK / 4),
+                64,
                 BM,
-                BS,
+                HK,
             );
-            tile_load(sc, ws, 0, BN, 1, BN);
+            tile_load(sc, ws, half * 8 * BN, BN, 8, BN);
             tile_load(
                 offset,
                 xo16,
-                (row0 / XB * (k / 16) + sb * 16 + sub) * XB + row0 % XB,
-                1,
+                row0 * (k / 16) + sb * 16 + half * 8,
+                k / 16,
                 BM,
-                1,
+                8,
             );
             tile_dot_scaled(isum, a, b, sc, offset);
         }

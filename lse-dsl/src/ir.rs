@@ -564,10 +564,12 @@ pub enum TileOp {
 /// (over the statement's whole K) before adding it to `acc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DotScale {
-    /// `tile_dot_scaled(acc, a, b, s[, offset])`: `acc[m][n] += s[0][n] · (offset[m][0] +
-    /// sum)` in wrapping i32 (`sum` the element's integer dot, `offset` 0 when absent), `s`
-    /// a `[1 x N]` i32 tile (a quantized block's per-column sub-block scale), `offset` an
-    /// `[M x 1]` i32 tile (what a weight's zero point takes off a row's sum); `acc` is i32.
+    /// `tile_dot_scaled(acc, a, b, s[, offset])`: with `s` a `[G x N]` i32 tile, K cut into
+    /// `G` groups of `K / G` (a multiple of 4), `acc[m][n] += Σ_g s[g][n] · (offset[m][g] +
+    /// sum_g)` in wrapping i32 (`sum_g` the element's integer dot over group `g`, `offset` 0
+    /// when absent): `s` a quantized block's per-column sub-block scales (one row per
+    /// sub-block), `offset` an `[M x G]` i32 tile (what a weight's zero point takes off a
+    /// row's sum over each sub-block); `acc` is i32.
     Columns {
         scale: TileId,
         offset: Option<TileId>,
@@ -585,7 +587,16 @@ pub enum DotScale {
 }
 
 impl DotScale {
-    /// The `[M x 1]` i32 tile an integer scaled dot's sums start from, if any.
+    /// The groups K is cut into, each scaled by its own row of a `Columns` scale (its
+    /// `[G x N]` tile's `G`; 1 for `Dequant`), given the kernel's tiles.
+    pub fn groups(&self, tiles: &[TileDecl]) -> u32 {
+        match *self {
+            DotScale::Columns { scale, .. } => tiles[scale as usize].rows,
+            DotScale::Dequant { .. } => 1,
+        }
+    }
+
+    /// The `[M x G]` i32 tile an integer scaled dot's sums start from, if any.
     pub fn sum_start(&self) -> Option<TileId> {
         match *self {
             DotScale::Columns { offset, .. } => offset,

@@ -550,18 +550,26 @@ pub mod tile {
         }
     }
 
-    /// Element `(m, j)` of the integer product of `a` (`[M x k]`) and `b` (`[k x n]`): exact
-    /// products added in wrapping i32.
-    fn int_sum(a: &[i32], b: &[i32], (m, j): (usize, usize), n: usize, k: usize) -> i32 {
-        (0..k).fold(0i32, |sum, kk| {
+    /// Element `(m, j)` of the integer product of `a` (`[M x k]`) and `b` (`[k x n]`) over
+    /// the K indices `ks`: exact products added in wrapping i32.
+    fn int_sum(
+        a: &[i32],
+        b: &[i32],
+        (m, j): (usize, usize),
+        n: usize,
+        k: usize,
+        ks: std::ops::Range<usize>,
+    ) -> i32 {
+        ks.fold(0i32, |sum, kk| {
             sum.wrapping_add(a[m * k + kk] * b[kk * n + j])
         })
     }
 
     /// `tile_dot` of integer tiles (i16, or i8 by u8): `acc[m][n] += sum over k of
     /// a[m][k] * b[k][n]`, the products exact and the sums wrapping in i32 (any order gives
-    /// these values); with `scale` (`tile_dot_scaled`), `offset[m]` (if given) plus the sum,
-    /// times `scale[n]` (wrapping).
+    /// these values); with `scale` (`tile_dot_scaled`, `[G x n]`: K cut into `G` groups of
+    /// `k / G`), each group's sum from `offset[m][g]` (if given, `[M x G]`), times
+    /// `scale[g][n]` (wrapping).
     pub fn dot_int(
         acc: &mut [i32],
         a: &[i32],
@@ -572,12 +580,17 @@ pub mod tile {
         offset: Option<&[i32]>,
     ) {
         let (n, k) = (n as usize, k as usize);
+        let groups = scale.map_or(1, |s| s.len() / n);
+        let len = k / groups;
         for (m, row) in acc.chunks_mut(n).enumerate() {
-            let start = offset.map_or(0, |o| o[m]);
             for (j, out) in row.iter_mut().enumerate() {
-                let sum = start.wrapping_add(int_sum(a, b, (m, j), n, k));
-                let scaled = scale.map_or(sum, |s| sum.wrapping_mul(s[j]));
-                *out = out.wrapping_add(scaled);
+                for g in 0..groups {
+                    let start = offset.map_or(0, |o| o[m * groups + g]);
+                    let ks = g * len..(g + 1) * len;
+                    let sum = start.wrapping_add(int_sum(a, b, (m, j), n, k, ks));
+                    let scaled = scale.map_or(sum, |s| sum.wrapping_mul(s[g * n + j]));
+                    *out = out.wrapping_add(scaled);
+                }
             }
         }
     }
@@ -599,7 +612,7 @@ pub mod tile {
         let (n, k) = (n as usize, k as usize);
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
-                let sum = int_sum(a, b, (m, j), n, k);
+                let sum = int_sum(a, b, (m, j), n, k, 0..k);
                 let d = rows[m] * cols[j];
                 *out += (sum as f32 + offset[m]) * d;
             }

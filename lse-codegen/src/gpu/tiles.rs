@@ -173,8 +173,9 @@ fn each_element(e: &mut Emitter, wg: u32, t: u32, body: &mut dyn FnMut(&mut Emit
 
 /// `acc += a · b` in the reference order: each work-item owns whole output elements and adds
 /// their K products with `fma` in the order of [`dot_step`] (integer operands: exact products
-/// added in wrapping i32; with a `scale`, summed from 0 and then scaled into `acc` as the
-/// generated Rust does: times the column's scale in i32, or dequantized in f32).
+/// added in wrapping i32; with a `scale`, each K group's products summed from the row's
+/// offset for the group (or 0) and then scaled into `acc` as the generated Rust does: times
+/// the column's scale for the group in i32, or dequantized in f32).
 fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<DotScale>) {
     let (m_n, n, k, int) = {
         let (c, x) = (&e.k.tiles[t.acc as usize], &e.k.tiles[t.a as usize]);
@@ -198,21 +199,12 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
             read(e, t, i)
         }
     };
-    lane_loop(e, wg, m_n, &mut |e, i| {
-        let m = e.b.op(format!("udiv i32 {i}, {n}"));
-        let j = e.b.op(format!("urem i32 {i}, {n}"));
-        let old = read_raw(e, acc, i);
-        let sum_ty = if int { "i32" } else { "float" };
-        // A scaled dot sums its products from its row's offset (or 0) and adds the scaled sum
-        // to `acc` at the end.
-        let init = match scale {
-            Some(s) => s
-                .sum_start()
-                .map_or("0".to_string(), |o| read_raw(e, o, &m)),
-            None => old.clone(),
-        };
-        let s = e.carried_loop(k, sum_ty, &[init], |e, step, s| {
-            let kk = &dot_step(&mut e.b, step, k, pairs);
+    let sum_ty = if int { "i32" } else { "float" };
+    // Element (m, j)'s products over K indices `k0 + step` for `len` steps, from `init`.
+    let products = |e: &mut Emitter, (m, j): (&str, &str), k0: &str, len: u32, init: String| {
+        e.carried_loop(len, sum_ty, &[init], |e, step, s| {
+            let step = e.b.op(format!("add nuw i32 {k0}, {step}"));
+            let kk = &dot_step(&mut e.b, &step, k, pairs);
             let s = &s[0];
             let ra = e.b.op(format!("mul nuw i32 {m}, {k}"));
             let ia = e.b.op(format!("add nuw i32 {ra}, {kk}"));
@@ -230,22 +222,44 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
                     &[("float", &x), ("float", &y), ("float", s)],
                 )]
             }
-        });
-        let sum = match scale {
-            Some(scale) => {
-                let factors = match scale {
-                    DotScale::Columns { scale, .. } => vec![read_raw(e, scale, &j)],
-                    DotScale::Dequant { offset, rows, cols } => vec![
-                        read_raw(e, offset, &m),
-                        read_raw(e, rows, &m),
-                        read_raw(e, cols, &j),
-                    ],
-                };
-                scaled_sum(&mut e.b, scale, &factors, &s[0], &old, false)
-            }
-            None => s[0].clone(),
+        })
+        .remove(0)
+    };
+    lane_loop(e, wg, m_n, &mut |e, i| {
+        let m = e.b.op(format!("udiv i32 {i}, {n}"));
+        let j = e.b.op(format!("urem i32 {i}, {n}"));
+        let old = read_raw(e, acc, i);
+        let Some(scale) = scale else {
+            let sum = products(e, (&m, &j), "0", k, old);
+            write(e, acc, i, &sum);
+            return;
         };
-        write(e, acc, i, &sum);
+        let groups = scale.groups(&e.k.tiles);
+        let len = k / groups;
+        let acc_ty = lty(e.k.tiles[acc as usize].elem);
+        let sum = e.carried_loop(groups, acc_ty, &[old], |e, g, old| {
+            let init = scale.sum_start().map_or("0".to_string(), |o| {
+                let ix = e.b.op(format!("mul nuw i32 {m}, {groups}"));
+                let ix = e.b.op(format!("add nuw i32 {ix}, {g}"));
+                read_raw(e, o, &ix)
+            });
+            let k0 = e.b.op(format!("mul nuw i32 {g}, {len}"));
+            let s = products(e, (&m, &j), &k0, len, init);
+            let factors = match scale {
+                DotScale::Columns { scale, .. } => {
+                    let ix = e.b.op(format!("mul nuw i32 {g}, {n}"));
+                    let ix = e.b.op(format!("add nuw i32 {ix}, {j}"));
+                    vec![read_raw(e, scale, &ix)]
+                }
+                DotScale::Dequant { offset, rows, cols } => vec![
+                    read_raw(e, offset, &m),
+                    read_raw(e, rows, &m),
+                    read_raw(e, cols, &j),
+                ],
+            };
+            vec![scaled_sum(&mut e.b, scale, &factors, &s, &old[0], false)]
+        });
+        write(e, acc, i, &sum[0]);
     });
 }
 

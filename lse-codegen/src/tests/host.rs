@@ -1784,8 +1784,8 @@ fn integer_tile_dots_use_vpdpwssd_where_the_level_has_it() {
 }
 
 /// Byte tiles on every host level: i32 values wrap to i8 or u8 as they load, products are
-/// exact and sums wrap in i32, a scaled dot multiplies each column's sum (from its row's
-/// offset, where it has one) by its scale, so
+/// exact and sums wrap in i32, a scaled dot multiplies each column's sum per group of K (from
+/// its row's offset for the group, where it has one) by its scale for the group, so
 /// every level, the `vpdpbusd` path (both operand orders) included, equals the definition bit
 /// for bit; whole and partial windows, a packed window's `a` read in place when whole.
 #[test]
@@ -1815,6 +1815,23 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                 let offset_scaled = dot(i8_, u8_)
                     .wrapping_add(offset)
                     .wrapping_mul(c as i32 - 9);
+                // Per group of 16 of each K step: row `r`'s offset for the group plus the
+                // group's sum, times the column's scale for it; per group of 4, the sum
+                // times the column's scale for it.
+                let group = |kk0: usize, len: usize| {
+                    (kk0..kk0 + len).fold(0i32, |s, kk| {
+                        s.wrapping_add(i8_(x[r * 128 + kk]) * u8_(w[c * 128 + kk]))
+                    })
+                };
+                let grouped = (0..8).fold(0i32, |s, q| {
+                    let g = q % 4;
+                    let (start, scale) = (w[128 + 4 * r + g], w[32 * g + c]);
+                    s.wrapping_add(group(16 * q, 16).wrapping_add(start).wrapping_mul(scale))
+                });
+                let grouped4 = (0..32).fold(0i32, |s, q| {
+                    let scale = w[320 + 32 * (q % 16) + c];
+                    s.wrapping_add(group(4 * q, 4).wrapping_mul(scale))
+                });
                 let quad_rows = if n == 32 { 64 } else { 61 };
                 let quads = (0..128)
                     .filter(|kk| kk % 64 < quad_rows)
@@ -1832,6 +1849,8 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
                     });
                 want[r * 32 + c] = scaled
                     .wrapping_add(offset_scaled)
+                    .wrapping_add(grouped)
+                    .wrapping_add(grouped4)
                     .wrapping_add(dot(u8_, i8_))
                     .wrapping_add(dot(i8_, u8_))
                     .wrapping_add(quads)

@@ -964,10 +964,12 @@ fn tile_packed_store(x: &[i32], y: &mut [i32], m: u32, n: u32) {
 /// and `acc += a bq` with `bq` the bytes of `b` packed four rows to a word by the work-items
 /// and read by `tile_load_quads` (whole when `n` is 32, else without its last 3 rows of each
 /// step), and `acc += ap b` with `ap` (i8) read from `x` by `tile_load_packed`, each word's
-/// four bytes four columns (whole when `n` is 32, else its first 61 columns); then the i32
-/// sums as f32 and as they are.
+/// four bytes four columns (whole when `n` is 32, else its first 61 columns); `acc += Σ_g
+/// sg[g] · (og[g] + (a b)_g)` over 4 groups of 16 of each K step (`sg[g][c] = w[32 g + c]`,
+/// `og[r][g] = w[128 + 4 r + g]`) and `acc += Σ_g s16[g] · (a b)_g` over 16 groups of 4
+/// (`s16[g][c] = w[320 + 32 g + c]`); then the i32 sums as f32 and as they are.
 pub const TILE_BYTE_DOT_SRC: &str = r#"
-#[loom::kernel(name = "test.tile_byte_dot", version = 1, workgroup = 32)]
+#[loom::kernel(name = "test.tile_byte_dot", version = 2, workgroup = 32)]
 fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: u32) {
     let wq = shared::<i32>(2048);
     let wp = shared::<i32>(512);
@@ -982,6 +984,9 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
     let bq = tile::<u8, 64, 32>();
     let sc = tile::<i32, 1, 32>();
     let off = tile::<i32, 48, 1>();
+    let sg = tile::<i32, 4, 32>();
+    let og = tile::<i32, 48, 4>();
+    let s16 = tile::<i32, 16, 32>();
     let acc = tile::<i32, 48, 32>();
     let f = tile::<f32, 48, 32>();
     let c = local_id();
@@ -992,6 +997,9 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
     }
     tile_load(sc, sq, 0, 32, 1, 32);
     tile_load(off, so, 0, 1, 48, 1);
+    tile_load(sg, w, 0, 32, 4, 32);
+    tile_load(og, w, 128, 4, 48, 4);
+    tile_load(s16, w, 320, 32, 16, 32);
     for k0 in (0u32..128u32).step_by(64) {
         for kk in 0u32..64u32 {
             wq[kk * 32 + c] = w[c * 128 + k0 + kk];
@@ -1002,6 +1010,8 @@ fn tile_byte_dot(w: &[i32], x: &[i32], y: &mut [f32], s: &mut [i32], m: u32, n: 
         tile_load(bi, wq, 0, 32, 64, n);
         tile_dot_scaled(acc, a, b, sc);
         tile_dot_scaled(acc, a, b, sc, off);
+        tile_dot_scaled(acc, a, b, sg, og);
+        tile_dot_scaled(acc, a, b, s16);
         tile_dot(acc, au, bi);
         tile_load_t(bt, w, k0, 128, 64, n);
         tile_dot(acc, a, bt);

@@ -699,3 +699,41 @@ fn byte_tile_statements_follow_their_reference_semantics() {
         }
     }
 }
+
+#[loom::kernel(name = "test.tiles_byte_grouped", version = 1, workgroup = 8)]
+fn tiles_byte_grouped(x: &[i32], w: &[i32], s: &mut [i32]) {
+    let a = tile::<i8, 3, 8>();
+    let b = tile::<u8, 8, 2>();
+    let sg = tile::<i32, 2, 2>();
+    let og = tile::<i32, 3, 2>();
+    let acc = tile::<i32, 3, 2>();
+    tile_load(a, x, 0, 8, 3, 8);
+    tile_load(b, w, 0, 2, 8, 2);
+    tile_load(sg, x, 24, 2, 2, 2);
+    tile_load(og, x, 28, 2, 3, 2);
+    tile_dot_scaled(acc, a, b, sg, og);
+    tile_store(acc, s, 0, 2, 3, 2);
+}
+
+/// A dot scaled per group of K: each group's sum starts from its row's offset for the group
+/// and is multiplied by its column's scale for the group, the groups' results added.
+#[test]
+fn grouped_scaled_byte_dots_scale_each_group_of_k_by_its_own_row_of_scales() {
+    let mut x: Vec<i32> = (0..34).map(|i| (i * 53 % 251) - 125).collect();
+    let mut w: Vec<i32> = (0..16).map(|i| i * 29 % 256).collect();
+    let mut s = vec![0i32; 6];
+    let (x0, w0) = (x.clone(), w.clone());
+    let bufs = [raw(&mut x), raw(&mut w), raw(&mut s)];
+    (tiles_byte_grouped::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        for c in 0..2 {
+            let want = (0..2).fold(0i32, |acc, g| {
+                let sum = (4 * g..4 * g + 4).fold(x0[28 + 2 * r + g], |t, k| {
+                    t + i32::from(x0[8 * r + k] as i8) * i32::from(w0[2 * k + c] as u8)
+                });
+                acc.wrapping_add(sum.wrapping_mul(x0[24 + 2 * g + c]))
+            });
+            assert_eq!(s[2 * r + c], want, "s[{r}][{c}]");
+        }
+    }
+}

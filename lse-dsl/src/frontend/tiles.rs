@@ -410,10 +410,17 @@ impl Cx {
             );
         }
         let scale = match name {
-            "tile_dot_scaled" => Some(DotScale::Columns {
-                scale: self.dot_scale(args[3], acc)?,
-                offset: args.get(4).map(|o| self.dot_offset(o, acc)).transpose()?,
-            }),
+            "tile_dot_scaled" => {
+                let scale = self.dot_scale(args[3], acc, a)?;
+                let groups = self.tiles[scale as usize].rows;
+                Some(DotScale::Columns {
+                    scale,
+                    offset: args
+                        .get(4)
+                        .map(|o| self.dot_offset(o, acc, groups))
+                        .transpose()?,
+                })
+            }
             "tile_dot_dequant" => Some(self.dot_dequant(&args[3..], acc)?),
             _ => None,
         };
@@ -507,16 +514,17 @@ impl Cx {
         Ok(ids)
     }
 
-    /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of one row and `acc`'s
-    /// columns, for integer operands (checked by [`Self::dot`]).
-    fn dot_scale(&self, e: &syn::Expr, acc: TileId) -> syn::Result<TileId> {
+    /// The scale tile of `tile_dot_scaled(acc, a, b, s)`: an i32 tile of `acc`'s columns and
+    /// one row per group of K (`G` rows: K cut into `G` groups of `K / G`, a multiple of 4
+    /// when `G > 1`), for integer operands (checked by [`Self::dot`]).
+    fn dot_scale(&self, e: &syn::Expr, acc: TileId, a: TileId) -> syn::Result<TileId> {
         let s = self.tile_arg(e)?;
         let (tc, ts) = (&self.tiles[acc as usize], &self.tiles[s as usize]);
-        if ts.elem != Ty::I32 || ts.rows != 1 || ts.cols != tc.cols {
+        if ts.elem != Ty::I32 || ts.cols != tc.cols {
             return err(
                 e.span(),
                 format!(
-                    "the scale of `tile_dot_scaled` is an i32 tile of 1 row and {} columns, `{}` is {} {}x{}",
+                    "the scale of `tile_dot_scaled` is an i32 tile of {} columns and one row per group of K, `{}` is {} {}x{}",
                     tc.cols,
                     ts.name,
                     ts.elem.rust_name(),
@@ -525,20 +533,32 @@ impl Cx {
                 ),
             );
         }
+        let k = self.tiles[a as usize].cols;
+        let g = ts.rows;
+        if g > 1 && (!k.is_multiple_of(g) || !(k / g).is_multiple_of(4)) {
+            return err(
+                e.span(),
+                format!(
+                    "the scale `{}` cuts K = {k} into {g} groups; each group's K must be a multiple of 4",
+                    ts.name
+                ),
+            );
+        }
         Ok(s)
     }
 
     /// The row offsets of `tile_dot_scaled(acc, a, b, s, offset)`: an i32 tile of `acc`'s
-    /// rows and one column.
-    fn dot_offset(&self, e: &syn::Expr, acc: TileId) -> syn::Result<TileId> {
+    /// rows and one column per group of K (the scale's rows, `groups`).
+    fn dot_offset(&self, e: &syn::Expr, acc: TileId, groups: u32) -> syn::Result<TileId> {
         let o = self.tile_arg(e)?;
         let (tc, to) = (&self.tiles[acc as usize], &self.tiles[o as usize]);
-        if to.elem != Ty::I32 || to.rows != tc.rows || to.cols != 1 {
+        if to.elem != Ty::I32 || to.rows != tc.rows || to.cols != groups {
             return err(
                 e.span(),
                 format!(
-                    "the offset of `tile_dot_scaled` is an i32 tile of {} rows and 1 column, `{}` is {} {}x{}",
+                    "the offset of `tile_dot_scaled` is an i32 tile of {} rows and {groups} column{} (one per group of K), `{}` is {} {}x{}",
                     tc.rows,
+                    if groups == 1 { "" } else { "s" },
                     to.name,
                     to.elem.rust_name(),
                     to.rows,
@@ -940,13 +960,15 @@ mod tests {
     }
 
     #[test]
-    fn byte_tiles_dot_one_signed_by_one_unsigned_with_an_optional_column_scale_and_row_offset() {
+    fn byte_tiles_dot_one_signed_by_one_unsigned_with_optional_group_scales_and_row_offsets() {
         let k = k("let q = shared::<i32>(256);
             let a = tile::<i8, 16, 16>();
             let b = tile::<u8, 16, 16>();
             let s = tile::<i32, 1, 16>();
             let acc = tile::<i32, 16, 16>();
             let o = tile::<i32, 16, 1>();
+            let s4 = tile::<i32, 4, 16>();
+            let o4 = tile::<i32, 16, 4>();
             tile_load(a, q, 0, 16, 16, 16);
             tile_load(b, q, 0, 16, 16, 16);
             tile_load(s, q, 0, 16, 1, 16);
@@ -954,6 +976,7 @@ mod tests {
             tile_dot_scaled(acc, a, b, s);
             tile_dot_scaled(acc, a, b, s, o);
             tile_dot(acc, b, a);
+            tile_dot_scaled(acc, a, b, s4, o4);
             tile_load_packed(a, q, 0, 4, 16, 16);");
         assert_eq!((k.tiles[0].elem, k.tiles[1].elem), (Ty::I8, Ty::U8));
         let text = ir_text(&k);
@@ -970,6 +993,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tile_dot(acc#t3, b#t1, a#t0);"), "{text}");
+        assert!(
+            text.contains("tile_dot_scaled(acc#t3, a#t0, b#t1, s4#t5, o4#t6);"),
+            "{text}"
+        );
+        let grouped = k.body.iter().find_map(|st| match st {
+            Stmt::Tile(TileOp::Dot {
+                scale: Some(sc), ..
+            }) if sc.groups(&k.tiles) == 4 => Some(*sc),
+            _ => None,
+        });
+        assert!(grouped.is_some(), "{text}");
     }
 
     #[test]
@@ -1073,7 +1107,11 @@ mod tests {
             let g = tile::<f32, 16, 16>();
             let sf = tile::<f32, 1, 16>();
             let s2 = tile::<i32, 2, 16>();
+            let s3 = tile::<i32, 3, 16>();
+            let s8 = tile::<i32, 8, 16>();
+            let s2n = tile::<i32, 2, 8>();
             let o = tile::<i32, 16, 1>();
+            let o2 = tile::<i32, 16, 2>();
             let of = tile::<f32, 16, 1>();
             let o8 = tile::<i32, 8, 1>();";
         for (stmt, want) in [
@@ -1082,11 +1120,15 @@ mod tests {
             ("tile_dot(acc, a, h);", "found i8 and i16"),
             ("tile_dot(f, a, u);", "the accumulator of a `tile_dot` of i8 tiles is an i32 tile, `f` is f32"),
             ("tile_dot_scaled(f, g, g, sf);", "`tile_dot_scaled` takes integer operands (i16, i8, u8), found f32"),
-            ("tile_dot_scaled(acc, a, u, sf);", "the scale of `tile_dot_scaled` is an i32 tile of 1 row and 16 columns, `sf` is f32 1x16"),
-            ("tile_dot_scaled(acc, a, u, s2);", "`s2` is i32 2x16"),
+            ("tile_dot_scaled(acc, a, u, sf);", "the scale of `tile_dot_scaled` is an i32 tile of 16 columns and one row per group of K, `sf` is f32 1x16"),
+            ("tile_dot_scaled(acc, a, u, s2n);", "`s2n` is i32 2x8"),
+            ("tile_dot_scaled(acc, a, u, s3);", "the scale `s3` cuts K = 16 into 3 groups; each group's K must be a multiple of 4"),
+            ("tile_dot_scaled(acc, a, u, s8);", "the scale `s8` cuts K = 16 into 8 groups"),
+            ("tile_dot_scaled(acc, a, u, s2, o);", "the offset of `tile_dot_scaled` is an i32 tile of 16 rows and 2 columns (one per group of K), `o` is i32 16x1"),
+            ("tile_dot_scaled(acc, a, u, s, o2);", "`o2` is i32 16x2"),
             ("tile_dot_scaled(acc, a, u);", "`tile_dot_scaled` takes 4 or 5 arguments, found 3"),
             ("tile_dot_scaled(acc, a, u, s, o, o);", "`tile_dot_scaled` takes 4 or 5 arguments, found 6"),
-            ("tile_dot_scaled(acc, a, u, s, of);", "the offset of `tile_dot_scaled` is an i32 tile of 16 rows and 1 column, `of` is f32 16x1"),
+            ("tile_dot_scaled(acc, a, u, s, of);", "the offset of `tile_dot_scaled` is an i32 tile of 16 rows and 1 column (one per group of K), `of` is f32 16x1"),
             ("tile_dot_scaled(acc, a, u, s, o8);", "`o8` is i32 8x1"),
             ("tile_dot_scaled(acc, a, u, s, s);", "`s` is i32 1x16"),
             ("tile_load(a, x, 0, 16, 16, 16);", "integer tiles load and store i32 buffers or i32 shared arrays; `x` holds f32"),

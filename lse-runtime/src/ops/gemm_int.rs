@@ -130,13 +130,23 @@ pub(super) struct QuantizedRows<'d> {
     sums: Scratch<'d, f32>,
     /// Q8_K's integer sums per 32 values (the Q4_K and Q5_K GEMMs'); 1 element for Q8_0.
     sums32: Scratch<'d, i32>,
-    /// Q8_K's integer sums per 16 values times -32, in the kernels' tile order (the Q6_K
-    /// GEMM's row offsets); a 1-element buffer for Q8_0.
+    /// Q8_K's integer sums per 16 values times -32, row by row (the Q6_K GEMM's row
+    /// offsets), for whole blocks of rows; a 1-element buffer for Q8_0.
     offsets16: Scratch<'d, i32>,
     /// Whether the rows are Q8_0's (or Q8_K's).
     q8_0: bool,
     m: u32,
     k: u32,
+}
+
+/// The values of a row that lie together in the activation kernels' tile order: a block of
+/// Q8_0 (32), of Q8_K (256).
+fn run_values(q8_0: bool) -> u32 {
+    if q8_0 {
+        32
+    } else {
+        256
+    }
 }
 
 /// Quantizes `x` (`[m, k]`, checked by the caller) as `act` (Q8_0 or Q8_K, from
@@ -153,7 +163,7 @@ pub(super) fn quantize<'d>(
     // Q8_0 activations come in blocks of 32 with one f32 sum each, Q8_K in blocks of 256
     // with an integer sum per 32 and per 16 values.
     let q8_0 = act == Activations::Q8_0;
-    let block = if q8_0 { 32 } else { 256 };
+    let block = run_values(q8_0) as usize;
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / block", mu * ku / block)?;
     let per_block = |n: usize, q8_0_has: bool| {
@@ -252,6 +262,7 @@ pub(super) fn gather<'d>(
             gsums32: sums32.view_mut(),
             goffsets16: offsets16.view_mut(),
             k,
+            qw_log2: (run_values(x.q8_0) / 4).trailing_zeros(),
             dl,
             sl,
             s32l,
@@ -666,16 +677,13 @@ mod tests {
                 dev.download(v, &mut out).unwrap();
                 bits(&out)
             };
-            let qv = from_tile_order(&host(q.q.view()), m * k, k);
+            let run = run_values(q.q8_0) as usize;
+            let qv = from_tile_order(&host(q.q.view()), m * k, k, run);
             let d = host_bits(q.d.view());
             if q.q8_0 {
                 return (qv, d, host_bits(q.sums.view()), vec![], vec![]);
             }
-            let o16 = host(q.offsets16.view());
-            let per_row = k / 16;
-            let o16 = (0..m * per_row)
-                .map(|i| o16[(i / per_row / 48 * per_row + i % per_row) * 48 + i / per_row % 48])
-                .collect();
+            let o16 = host(q.offsets16.view())[..m * k / 16].to_vec();
             (qv, d, vec![], host(q.sums32.view()), o16)
         };
         for act in [Activations::Q8_0, Activations::Q8K] {
@@ -1117,13 +1125,14 @@ mod tests {
     }
 
     /// The 8-bit values of `len` activations (rows of `k`) read back from the activation
-    /// kernels' tile order: value `c` of row `r` at byte `((r / 48 · k / 32 + c / 32) · 48 +
-    /// r % 48) · 32 + c % 32` of `laid`.
-    fn from_tile_order(laid: &[i32], len: usize, k: usize) -> Vec<i32> {
+    /// kernels' tile order with runs of `run` values (32 for Q8_0, 256 for Q8_K): value `c`
+    /// of row `r` at byte `((r / 48 · k / run + c / run) · 48 + r % 48) · run + c % run` of
+    /// `laid`.
+    fn from_tile_order(laid: &[i32], len: usize, k: usize, run: usize) -> Vec<i32> {
         (0..len)
             .map(|i| {
                 let (r, c) = (i / k, i % k);
-                let at = ((r / 48 * (k / 32) + c / 32) * 48 + r % 48) * 32 + c % 32;
+                let at = ((r / 48 * (k / run) + c / run) * 48 + r % 48) * run + c % run;
                 i32::from((laid[at / 4] >> (8 * (at % 4))) as i8)
             })
             .collect()
@@ -1182,7 +1191,7 @@ mod tests {
                     d.to_vec().unwrap(),
                     sums.to_vec().unwrap(),
                 );
-                let qv = from_tile_order(&laid, x.len(), k);
+                let qv = from_tile_order(&laid, x.len(), k, 32);
                 let got = dequantized_parts(&qv, &dv, 32);
                 // The NaN's own value (NaN) has no integer part; the rest of its block is
                 // scaled by the block's largest number, 6.0.
@@ -1254,20 +1263,18 @@ mod tests {
                 d.to_vec().unwrap(),
                 sums.to_vec().unwrap(),
             );
-            let qv = from_tile_order(&laid, x.len(), k);
+            let qv = from_tile_order(&laid, x.len(), k, 256);
             let values = dequantized_parts(&qv, &dv, 256);
             assert_eq!(bits(&values), bits(&want), "{}", dev.arch());
             for (j, s) in sv.iter().enumerate() {
                 let exact: i32 = qv[32 * j..32 * (j + 1)].iter().sum();
                 assert_eq!(*s, exact, "sum {j} on {}", dev.arch());
             }
-            // Sum `j` of row `r`, times -32, at `(r / 48 · k / 16 + j) · 48 + r % 48`.
+            // Sum `j` of row `r`, times -32, at `r · k / 16 + j`.
             let o16 = offsets16.to_vec().unwrap();
             for (i, sub) in qv.chunks_exact(16).enumerate() {
-                let (r, j) = (i / (k / 16), i % (k / 16));
-                let at = (r / 48 * (k / 16) + j) * 48 + r % 48;
                 let exact: i32 = sub.iter().sum();
-                assert_eq!(o16[at], -32 * exact, "offset {i} on {}", dev.arch());
+                assert_eq!(o16[i], -32 * exact, "offset {i} on {}", dev.arch());
             }
             // The first value of the largest magnitude becomes -127, whatever its sign.
             let signs = [

@@ -735,6 +735,9 @@ struct KPass<'p> {
     rows: &'p [String],
     /// Its first column vector (16 columns each) and how many.
     cols: (u32, u32),
+    /// The K indices it adds: the first (an `i32` value, a multiple of the values per lane)
+    /// and how many (a multiple of them; all of K for the pair paths of `fma` blocks).
+    ks: (&'p str, u32),
     micro: Micro,
     /// The accumulators' vector type.
     vt: &'p str,
@@ -1526,24 +1529,25 @@ impl HostPhases {
 
     /// The factors a scaled dot's sums at row `r` and column `c` take ([`scaled_sum`]):
     /// scalars in `loop_dot`, and in a register block (`lanes`) 16-lane vectors of columns
-    /// `c..c + 16`, a row's value splatted. `Columns`: the column's i32 scale; `Dequant`: the
-    /// row's offset and scale, then the column's scale.
+    /// `c..c + 16`, a row's value splatted. `Columns`: the column's i32 scale for K group `g`
+    /// (an `i32` value, "0" for an ungrouped scale); `Dequant`: the row's offset and scale,
+    /// then the column's scale.
     fn scale_factors(
         &self,
         e: &mut Emitter,
         s: DotScale,
-        r: &str,
-        c: &str,
+        (r, c): (&str, &str),
+        g: &str,
         lanes: bool,
     ) -> Vec<String> {
-        let column = |h: &Self, e: &mut Emitter, t: TileId| {
+        let column = |h: &Self, e: &mut Emitter, t: TileId, g: &str| {
             let t = t as usize;
             if lanes {
                 let ty = lty(h.tiles[t].decl.elem);
-                let p = at(e, ty, &h.tiles[t].ptr, c);
+                let p = h.elem_ptr(e, t, g, c);
                 e.b.op(format!("load <16 x {ty}>, ptr {p}, align 4"))
             } else {
-                h.read_raw(e, t, "0", c)
+                h.read_raw(e, t, g, c)
             }
         };
         let row = |h: &Self, e: &mut Emitter, t: TileId| {
@@ -1555,12 +1559,29 @@ impl HostPhases {
             }
         };
         match s {
-            DotScale::Columns { scale, .. } => vec![column(self, e, scale)],
+            DotScale::Columns { scale, .. } => vec![column(self, e, scale, g)],
             DotScale::Dequant { offset, rows, cols } => vec![
                 row(self, e, offset),
                 row(self, e, rows),
-                column(self, e, cols),
+                column(self, e, cols, "0"),
             ],
+        }
+    }
+
+    /// Where a scaled dot's sums start for row `r` and K group `g`: the row's offset for the
+    /// group (splatted with `lanes`), or 0.
+    fn sum_start(&self, e: &mut Emitter, s: DotScale, r: &str, g: &str, lanes: bool) -> String {
+        match s.sum_start() {
+            Some(o) => {
+                let v = self.read_raw(e, o as usize, r, g);
+                if lanes {
+                    splat(e, "i32", &v)
+                } else {
+                    v
+                }
+            }
+            None if lanes => "zeroinitializer".to_string(),
+            None => "0".to_string(),
         }
     }
 
@@ -1577,8 +1598,8 @@ impl HostPhases {
 
     /// `acc[m][n] = fma(a[m][k], b[k][n], acc[m][n])` (integer tiles: `acc + a b` in wrapping
     /// i32), m, then k ascending, then n (vectorised). With `scale` (integer operands), each
-    /// element's products are summed first, m, then n, then k, and the sum scaled
-    /// ([`scaled_sum`]) into `acc`.
+    /// element's products are summed first, m, then n, then per K group k, and each group's
+    /// sum scaled ([`scaled_sum`]) into `acc`.
     fn loop_dot(&mut self, e: &mut Emitter, [acc, a, b]: [usize; 3], scale: Option<DotScale>) {
         let (m, n, k) = (
             self.tiles[acc].decl.rows,
@@ -1596,21 +1617,26 @@ impl HostPhases {
             }
         };
         if let Some(s) = scale {
+            let groups = s.groups(&e.k.tiles);
+            let len = k / groups;
+            let acc_ty = lty(self.tiles[acc].decl.elem);
             self.parallel_loop(e, m, LoopHint::Plain, |h, e, i| {
                 h.parallel_loop(e, n, LoopHint::Plain, |h, e, j| {
-                    let start = s
-                        .sum_start()
-                        .map_or("0".to_string(), |o| h.read_raw(e, o as usize, i, "0"));
-                    let sum = e.carried_loop(k, "i32", &[start], |e, kk, sum| {
-                        let x = operand(h, e, a, i, kk);
-                        let y = operand(h, e, b, kk, j);
-                        let p = e.b.op(format!("mul i32 {x}, {y}"));
-                        vec![e.b.op(format!("add i32 {}, {p}", sum[0]))]
-                    });
                     let old = h.read_raw(e, acc, i, j);
-                    let factors = h.scale_factors(e, s, i, j, false);
-                    let r = scaled_sum(&mut e.b, s, &factors, &sum[0], &old, false);
-                    h.write_raw(e, acc, i, j, &r);
+                    let r = e.carried_loop(groups, acc_ty, &[old], |e, g, old| {
+                        let start = h.sum_start(e, s, i, g, false);
+                        let k0 = e.b.op(format!("mul nuw i32 {g}, {len}"));
+                        let sum = e.carried_loop(len, "i32", &[start], |e, step, sum| {
+                            let kk = &e.b.op(format!("add nuw i32 {k0}, {step}"));
+                            let x = operand(h, e, a, i, kk);
+                            let y = operand(h, e, b, kk, j);
+                            let p = e.b.op(format!("mul i32 {x}, {y}"));
+                            vec![e.b.op(format!("add i32 {}, {p}", sum[0]))]
+                        });
+                        let factors = h.scale_factors(e, s, (i, j), g, false);
+                        vec![scaled_sum(&mut e.b, s, &factors, &sum[0], &old[0], false)]
+                    });
+                    h.write_raw(e, acc, i, j, &r[0]);
                 })
             });
             return;
@@ -1667,10 +1693,16 @@ impl HostPhases {
         // chain waited on the instruction's latency (the few-row GEMM, `gemm.xwt_narrow`,
         // ran 15% slower), and 12 or 16 weight rows 4 KiB apart (K = 2048) fell into one
         // set of the L1 cache (slower still).
+        // A dot scaled per K group keeps two vectors per accumulator (the block's totals and
+        // the group's sums): 4 rows x 32 columns (16 registers; 4 x 64 would spill, and with
+        // 2 x 64 a C model of Q6_K's block ran 20% slower, each broadcast serving 4 vectors
+        // where it served 2).
         let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
         let narrow = self.tiles[acc].decl.cols <= 32;
         let one_vec = self.tiles[acc].decl.cols == 16;
+        let grouped = scale.is_some_and(|s| s.groups(&e.k.tiles) > 1);
         let (mr_max, nr_max) = match (self.zmm, pairs_b, micro) {
+            (true, false, Micro::Dpwssd | Micro::Dpbusd) if grouped => (4, 2),
             (true, false, Micro::Dpbf16) if one_vec => (8, 1),
             (true, true, _) => (12, 2),
             (true, false, Micro::Dpbf16) => (6, 4),
@@ -1749,33 +1781,69 @@ impl HostPhases {
         let first = e.b.op(format!("mul nuw i32 {m0}, {n}"));
         let first = e.b.op(format!("add nuw i32 {first}, {}", v0 * 16));
         let block = at(e, acc_elem, &pc, &first);
-        let mut acc_ptrs = Vec::new();
-        let mut init = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
-            // A scaled dot's sums start from their row's offset, or 0.
-            let start = scale.map(|s| match s.sum_start() {
-                Some(o) => {
-                    let v = self.read_raw(e, o as usize, row, "0");
-                    splat(e, "i32", &v)
-                }
-                None => "zeroinitializer".to_string(),
+        let acc_ptrs: Vec<String> = (0..mr)
+            .flat_map(|r| (0..nr).map(move |j| r * n + j * 16))
+            .map(|ix| {
+                e.b.op(format!(
+                    "getelementptr inbounds {acc_elem}, ptr {block}, i64 {ix}"
+                ))
+            })
+            .collect();
+        let k = self.tiles[a].decl.cols;
+        let groups = scale.map_or(1, |s| s.groups(&e.k.tiles));
+        if let Some(s) = scale.filter(|_| groups > 1) {
+            // K in groups, each with its own scales (a K-quant block's sub-blocks): the
+            // block's totals stay in registers over all groups, each group's sums start
+            // from its offsets and are scaled into them.
+            let len = k / groups;
+            let totals: Vec<String> = acc_ptrs
+                .iter()
+                .map(|p| e.b.op(format!("load {acc_vt}, ptr {p}, align 64")))
+                .collect();
+            let out = e.carried_loop(groups, &vt, &totals, |e, g, totals| {
+                let k0 = e.b.op(format!("mul nuw i32 {g}, {len}"));
+                let init: Vec<String> = rows
+                    .iter()
+                    .flat_map(|row| {
+                        let start = self.sum_start(e, s, row, g, true);
+                        std::iter::repeat_n(start, nr as usize)
+                    })
+                    .collect();
+                let pass = KPass {
+                    tiles: [a, b],
+                    rows: &rows,
+                    cols: (v0, nr),
+                    ks: (&k0, len),
+                    micro,
+                    vt: &vt,
+                };
+                let sums = self.k_pass(e, &pass, &init);
+                self.scale_into(e, s, (&rows, v0, g), &sums, totals)
             });
-            for j in 0..nr {
-                let p = e.b.op(format!(
-                    "getelementptr inbounds {acc_elem}, ptr {block}, i64 {}",
-                    r as u32 * n + j * 16
-                ));
-                init.push(match &start {
-                    Some(start) => start.clone(),
-                    None => e.b.op(format!("load {vt}, ptr {p}, align 64")),
-                });
-                acc_ptrs.push(p);
+            for (p, v) in acc_ptrs.iter().zip(out) {
+                e.b.ins(format!("store {acc_vt} {v}, ptr {p}, align 64"));
             }
+            return Ok(());
         }
+        // A scaled dot's sums start from their row's offset, or 0.
+        let init: Vec<String> = match scale {
+            Some(s) => rows
+                .iter()
+                .flat_map(|row| {
+                    let start = self.sum_start(e, s, row, "0", true);
+                    std::iter::repeat_n(start, nr as usize)
+                })
+                .collect(),
+            None => acc_ptrs
+                .iter()
+                .map(|p| e.b.op(format!("load {vt}, ptr {p}, align 64")))
+                .collect(),
+        };
         let pass = KPass {
             tiles: [a, b],
             rows: &rows,
             cols: (v0, nr),
+            ks: ("0", k),
             micro,
             vt: &vt,
         };
@@ -1799,21 +1867,11 @@ impl HostPhases {
         };
         let out = match scale {
             Some(s) => {
-                // Each row's and each column vector's factors, loaded once per block.
-                let cols: Vec<String> = (0..nr).map(|j| ((v0 + j) * 16).to_string()).collect();
-                let factors: Vec<Vec<String>> = rows
+                let old: Vec<String> = acc_ptrs
                     .iter()
-                    .flat_map(|r| cols.iter().map(move |c| (r, c)))
-                    .map(|(r, c)| self.scale_factors(e, s, r, c, true))
+                    .map(|p| e.b.op(format!("load {acc_vt}, ptr {p}, align 64")))
                     .collect();
-                out.iter()
-                    .zip(&acc_ptrs)
-                    .zip(&factors)
-                    .map(|((v, p), f)| {
-                        let old = e.b.op(format!("load {acc_vt}, ptr {p}, align 64"));
-                        scaled_sum(&mut e.b, s, f, v, &old, true)
-                    })
-                    .collect()
+                self.scale_into(e, s, (&rows, v0, "0"), &out, &old)
             }
             None => out,
         };
@@ -1823,6 +1881,33 @@ impl HostPhases {
         Ok(())
     }
 
+    /// A register block's integer sums `sums` (rows `rows` x column vectors from `v0`, row by
+    /// row) scaled ([`scaled_sum`]) into `old` with K group `g`'s factors, each row's and
+    /// column vector's loaded once.
+    fn scale_into(
+        &self,
+        e: &mut Emitter,
+        s: DotScale,
+        (rows, v0, g): (&[String], u32, &str),
+        sums: &[String],
+        old: &[String],
+    ) -> Vec<String> {
+        let nr = sums.len() / rows.len();
+        let cols: Vec<String> = (0..nr as u32)
+            .map(|j| ((v0 + j) * 16).to_string())
+            .collect();
+        let factors: Vec<Vec<String>> = rows
+            .iter()
+            .flat_map(|r| cols.iter().map(move |c| (r, c)))
+            .map(|(r, c)| self.scale_factors(e, s, (r, c), g, true))
+            .collect();
+        sums.iter()
+            .zip(old)
+            .zip(&factors)
+            .map(|((v, old), f)| scaled_sum(&mut e.b, s, f, v, old, true))
+            .collect()
+    }
+
     /// One pass of a register block over the K of `a` and `b` as their views or stack arrays
     /// hold them now: the accumulators `init` in, the updated ones out.
     fn k_pass(&self, e: &mut Emitter, pass: &KPass<'_>, init: &[String]) -> Vec<String> {
@@ -1830,6 +1915,7 @@ impl HostPhases {
             tiles: [a, b],
             rows,
             cols: (v0, nr),
+            ks: (k_first, k_len),
             micro,
             vt,
         } = *pass;
@@ -1913,6 +1999,7 @@ impl HostPhases {
         let b_pairs = micro == Micro::Fma && self.tiles[b].layout == Layout::Pairs;
         let a_pairs = micro == Micro::Fma && !b_pairs && a_elem == Ty::Bf16 && k.is_multiple_of(2);
         if b_pairs || a_pairs {
+            debug_assert_eq!(k_len, k, "the pair paths of `fma` blocks take all of K");
             return e.carried_loop(k / 2, vt, init, |e, step, cur| {
                 let k0 = e.b.op(format!("shl nuw i32 {step}, 1"));
                 let b_words: Vec<String> = if b_pairs {
@@ -1957,7 +2044,12 @@ impl HostPhases {
                 cur
             });
         }
-        e.carried_loop(k / per_lane, vt, init, |e, step, cur| {
+        let first_step = e.b.op(format!(
+            "lshr exact i32 {k_first}, {}",
+            per_lane.trailing_zeros()
+        ));
+        e.carried_loop(k_len / per_lane, vt, init, |e, step, cur| {
+            let step = &e.b.op(format!("add nuw i32 {first_step}, {step}"));
             let kk = &dot_step(&mut e.b, step, k, pairs);
             let bv = b_vectors(e, kk);
             let av: Vec<String> = rows
