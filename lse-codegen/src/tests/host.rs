@@ -1861,6 +1861,43 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
     }
 }
 
+/// A quads `b` tile read where it lies in a shared array only while the array holds what it
+/// loaded: one the work-items overwrite before the dot is copied, one loaded after that is
+/// read in place; both give the definition's sums on every host level.
+#[test]
+fn quads_tiles_from_shared_arrays_see_the_words_they_loaded_on_every_cpu() {
+    let k = kernels::from_source(kernels::QUADS_SHARED_SRC);
+    let (w, x) = int_dot_operands(0x1234_5679, 1 << 30);
+    let byte = |words: &[i32], kk: usize, c: usize| {
+        i32::from((words[16 * (kk / 4) + c] >> (8 * (kk % 4))) as u8)
+    };
+    let mut want = vec![0i32; 256];
+    for r in 0..16 {
+        for c in 0..16 {
+            want[r * 16 + c] = (0..16).fold(0i32, |s, kk| {
+                let xa = i32::from(x[r * 16 + kk] as i8);
+                s.wrapping_add(xa * byte(&w[..64], kk, c))
+                    .wrapping_add(xa * byte(&w[64..128], kk, c))
+            });
+        }
+    }
+    for cpu in HOST_CPUS {
+        let (Some(lib), _) = load(&k, cpu) else {
+            continue;
+        };
+        let (mut xs, mut ws, mut s) = (x.clone(), w.clone(), vec![0i32; 256]);
+        run(
+            &lib,
+            &[raw(&mut xs), raw(&mut ws), raw(&mut s)],
+            &[],
+            [1, 1, 1],
+            0,
+            1,
+        );
+        assert_eq!(s, want, "{cpu}");
+    }
+}
+
 /// `tile_store_packed` writes each element of the window as one byte (`c % 4` of word
 /// `offset + r · stride + c / 4`) on every host level and leaves every other byte as it was:
 /// whole and partial windows, a partial last word of a row.

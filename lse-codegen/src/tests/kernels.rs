@@ -957,6 +957,36 @@ fn tile_packed_store(x: &[i32], y: &mut [i32], m: u32, n: u32) {
 }
 "#;
 
+/// A byte dot's `b` loaded by `tile_load_quads` from a shared array that the work-items
+/// overwrite before the dot (`b`: the dot must see the words as loaded) and one loaded after
+/// that (`b2`, read where it lies on the host): `acc = a · B1 + a · B2`, `B1` the bytes of
+/// `w[0..64]`, `B2` of `w[64..128]` (four rows to a word, row `4 t + i` byte `i` of word
+/// `16 t + c` of column `c`).
+pub const QUADS_SHARED_SRC: &str = r#"
+#[loom::kernel(name = "test.quads_shared", version = 1, workgroup = 16)]
+fn quads_shared(x: &[i32], w: &[i32], s: &mut [i32]) {
+    let wq = shared::<i32>(64);
+    let a = tile::<i8, 16, 16>();
+    let b = tile::<u8, 16, 16>();
+    let b2 = tile::<u8, 16, 16>();
+    let acc = tile::<i32, 16, 16>();
+    let c = local_id();
+    for t in 0u32..4u32 {
+        wq[t * 16 + c] = w[t * 16 + c];
+    }
+    tile_load(a, x, 0, 16, 16, 16);
+    tile_load_quads(b, wq, 0, 16, 16, 16);
+    for t in 0u32..4u32 {
+        wq[t * 16 + c] = w[64 + t * 16 + c];
+    }
+    tile_zero(acc);
+    tile_dot(acc, a, b);
+    tile_load_quads(b2, wq, 0, 16, 16, 16);
+    tile_dot(acc, a, b2);
+    tile_store(acc, s, 0, 16, 16, 16);
+}
+"#;
+
 /// Byte dots into i32 over two K steps of 64: `a` (i8) and `au` (u8) from an i32 buffer,
 /// `b` (u8) and `bi` (i8) from an i32 shared array the work-items fill (row `k`, column `c`),
 /// `bt` (u8) the same values read transposed from the buffer, and a per-column scale `sc`

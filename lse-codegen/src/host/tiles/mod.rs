@@ -17,11 +17,16 @@
 //!   when the window is whole: the load records where the window starts and its row stride
 //!   (a [`View`]), and the dot reads the buffer there. A partial window is copied,
 //!   zero-padded, as for any tile, and the view points at the copy. A tile loaded from a
-//!   shared array is always copied (the work-items may write the array after the load).
-//!   A pair-layout `b` operand (below) loaded only from pairs
+//!   shared array is copied (the work-items may write the array after the load), but for a
+//!   byte `b` operand below. A pair-layout `b` operand (below) loaded only from pairs
 //!   windows (`tile_load_pairs`) of such buffers is read in place the same way: a pairs
 //!   window's memory rows are the layout's rows, and so is the row-major `b` operand of a dot
-//!   on `fma` register blocks. An f32 `a` operand of such dots loaded only from plain windows
+//!   on `fma` register blocks. So is a [`Layout::Quads`] `b` operand loaded by
+//!   `tile_load_quads`, whose words are the layout's, from a buffer or from a shared array that
+//!   nothing writes between its one load and the dots that read it
+//!   ([`shared_reads_settled`]): the integer GEMMs' unpacked weight words, which a copy moved
+//!   once more (in `benches/gemm_quant.rs` the K-quant GEMMs at 512 x 3584 x 1024 ran 8 to 10%
+//!   faster relative to the f32 path without it). An f32 `a` operand of such dots loaded only from plain windows
 //!   of a read-only bf16 (or f16) buffer is stored in that type ([`narrowed`]) and read in
 //!   place too, each element widened (exactly) as the dot broadcasts it: the f32-activation
 //!   GEMM's weight rows. A whole pairs window loaded into any other
@@ -93,8 +98,8 @@ use crate::emit::{
     Lowered, WindowVals,
 };
 use lse_dsl::ir::{
-    each_tile_op, Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, Stmt, TileBinary,
-    TileDecl, TileId, TileOp, TileWindow, Ty,
+    each_tile_op, Access, BinOp, Block, DotScale, Expr, ExprKind, Kernel, Param, SharedId, Stmt,
+    TileBinary, TileDecl, TileId, TileMem, TileOp, TileWindow, Ty,
 };
 
 /// How a tile's elements are laid out in its stack array.
@@ -405,38 +410,46 @@ fn widened(k: &Kernel, packed: &[Layout], fma: FmaBlocks<'_>) -> Vec<bool> {
 }
 
 /// Which tiles may be read in place ([`View`]), unchanged for as long as they hold a window:
-/// those loaded only from read-only buffers of the type they are `stored` in (never a shared
-/// array: the work-items may write it between two loads) and used only as dot operands of
-/// one kind. A row-major `a` operand (or the row-major `b` operand of a dot on `fma` register
-/// blocks, [`fma_blocked`]) loads from plain windows (not transposed, not pairs), whose whole
-/// rows are the tile's; a [`Layout::Pairs`] `b` operand loads from pairs windows, whose
-/// memory rows are the tile's pair rows.
+/// those loaded only from read-only buffers of the type they are `stored` in and used only
+/// as dot operands of one kind. A row-major `a` operand (or the row-major `b` operand of a
+/// dot on `fma` register blocks, [`fma_blocked`]) loads from plain windows (not transposed,
+/// not pairs), whose whole rows are the tile's; a [`Layout::Pairs`] `b` operand loads from
+/// pairs windows, whose memory rows are the tile's pair rows; a [`Layout::Quads`] `b`
+/// operand (of whole fours of rows) from quads windows, whose words are the tile's, also on a
+/// shared array where [`shared_reads_settled`] holds (the integer GEMMs' unpacked weights:
+/// the copy had been a load and a store per word of them).
 fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: FmaBlocks<'_>) -> Vec<bool> {
     let mut dotted = vec![false; k.tiles.len()];
     let mut other = vec![false; k.tiles.len()];
+    let settled = shared_reads_settled(k);
     each_tile_op(&k.body, &mut |op| match op {
         TileOp::Load { dst, from } => {
-            // A packed window's rows are rows of bytes in i32 memory.
-            let holds = if from.packed {
+            let t = *dst as usize;
+            // A packed or quads window's rows are rows of bytes in i32 memory.
+            let holds = if from.packed || from.quads {
                 Ty::I32
             } else {
-                stored[*dst as usize]
+                stored[t]
             };
-            let own_read_only = buffer_access(k, holds, from) == Some(Access::Read);
-            let rows_match = match packed[*dst as usize] {
-                Layout::RowMajor => !from.transposed && !from.pairs && !from.quads,
-                Layout::Pairs => from.pairs,
-                Layout::Quads => false,
+            let read_only = buffer_access(k, holds, from) == Some(Access::Read);
+            let (rows_match, settled_shared) = match packed[t] {
+                Layout::RowMajor => (!from.transposed && !from.pairs && !from.quads, false),
+                Layout::Pairs => (from.pairs, false),
+                Layout::Quads => (
+                    from.quads && k.tiles[t].rows.is_multiple_of(4),
+                    from.buffer().is_none() && settled[t],
+                ),
             };
-            if !own_read_only || !rows_match {
-                other[*dst as usize] = true;
+            if !(read_only || settled_shared) || !rows_match {
+                other[t] = true;
             }
         }
         TileOp::Dot { acc, a, b, scale } => {
             dotted[*a as usize] = true;
             other[*a as usize] |= packed[*a as usize] != Layout::RowMajor;
             dotted[*b as usize] = true;
-            let b_view = packed[*b as usize] == Layout::Pairs || fma_blocked(k, packed, fma, op);
+            let b_view = matches!(packed[*b as usize], Layout::Pairs | Layout::Quads)
+                || fma_blocked(k, packed, fma, op);
             other[*b as usize] |= !b_view;
             other[*acc as usize] = true;
             for s in scale.iter().flat_map(DotScale::tiles) {
@@ -460,6 +473,98 @@ fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: FmaBlocks<'_>) ->
         }
     });
     dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
+}
+
+/// Which tiles, loaded from a shared array, are read only while the array still holds what
+/// they loaded: each such tile has one load, in some statement list, and every statement that
+/// reads it comes after the load in that list, with no statement between the load and the
+/// last of them that writes the array (a work-item's store, or a tile store, nested ones
+/// included). A view of the array then reads what a copy would have held.
+fn shared_reads_settled(k: &Kernel) -> Vec<bool> {
+    let mut loads = vec![0usize; k.tiles.len()];
+    each_tile_op(&k.body, &mut |op| {
+        if let TileOp::Load { dst, .. } = op {
+            loads[*dst as usize] += 1;
+        }
+    });
+    let mut settled = vec![false; k.tiles.len()];
+    settle_block(k, &k.body, &loads, &mut settled);
+    settled
+}
+
+/// [`shared_reads_settled`] for the loads in `block` and in the blocks nested in it.
+fn settle_block(k: &Kernel, block: &Block, loads: &[usize], settled: &mut [bool]) {
+    for (i, s) in block.iter().enumerate() {
+        match s {
+            Stmt::Tile(TileOp::Load { dst, from }) if loads[*dst as usize] == 1 => {
+                let TileMem::Shared(array) = from.mem else {
+                    continue;
+                };
+                let t = *dst;
+                let rest = &block[i + 1..];
+                let Some(last) = rest.iter().rposition(|s| tile_reads(s, t) > 0) else {
+                    continue;
+                };
+                let span = &rest[..=last];
+                let all_here = span.iter().map(|s| tile_reads(s, t)).sum::<usize>()
+                    == k.body.iter().map(|s| tile_reads(s, t)).sum::<usize>();
+                settled[t as usize] = all_here && !span.iter().any(|s| writes_shared(s, array));
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                settle_block(k, then_body, loads, settled);
+                settle_block(k, else_body, loads, settled);
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } => {
+                settle_block(k, body, loads, settled)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How many tile statements in `s` (itself or nested) read tile `t`.
+fn tile_reads(s: &Stmt, t: TileId) -> usize {
+    let mut n = 0;
+    let mut count = |op: &TileOp| n += usize::from(tile_access(op).0.contains(&t));
+    match s {
+        Stmt::Tile(op) => count(op),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => {
+            each_tile_op(then_body, &mut count);
+            each_tile_op(else_body, &mut count);
+        }
+        Stmt::For { body, .. } | Stmt::While { body, .. } => each_tile_op(body, &mut count),
+        _ => {}
+    }
+    n
+}
+
+/// Whether `s` (itself or nested) writes shared array `array`: a work-item's store or a tile
+/// store to it.
+fn writes_shared(s: &Stmt, array: SharedId) -> bool {
+    match s {
+        Stmt::SharedStore { array: a, .. } => *a == array,
+        Stmt::Tile(TileOp::Store { to, .. }) => to.mem == TileMem::Shared(array),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => then_body
+            .iter()
+            .chain(else_body)
+            .any(|s| writes_shared(s, array)),
+        Stmt::For { body, .. } | Stmt::While { body, .. } => {
+            body.iter().any(|s| writes_shared(s, array))
+        }
+        _ => false,
+    }
 }
 
 /// Which tiles a workgroup may read before it has written all of their elements (a load,
@@ -998,19 +1103,18 @@ impl HostPhases {
     }
 
     /// For a [`View`] tile `t` loaded from `w`: points the view at the window when `whole`
-    /// and on a buffer (and returns true: nothing to copy), else at the tile's stack array,
-    /// which the copy then fills. False for other tiles. ([`viewable`] gives no view to a
-    /// tile loaded from a shared array, which the work-items may overwrite while the view
-    /// points at it; a shared window is copied all the same.)
+    /// (and returns true: nothing to copy), else at the tile's stack array, which the copy
+    /// then fills. False for other tiles. ([`viewable`] gives a view to a tile loaded from a
+    /// shared array only where the work-items cannot overwrite the array while the view
+    /// points at it.)
     fn point_view(&mut self, e: &mut Emitter, t: usize, w: &WindowVals, whole: bool) -> bool {
         let tile = &self.tiles[t];
         let Some(view) = &tile.view else {
             return false;
         };
-        let in_place = whole && !w.shared;
-        let (base, stride) = if in_place {
-            // A packed window's stride counts words of four of the tile's bytes.
-            let stride = if w.packed {
+        let (base, stride) = if whole {
+            // A packed or quads window's stride counts words of four of the tile's bytes.
+            let stride = if w.packed || w.quads {
                 e.b.op(format!("shl nuw i32 {}, 2", w.stride))
             } else {
                 w.stride.clone()
@@ -1019,13 +1123,14 @@ impl HostPhases {
         } else {
             let row = match tile.layout {
                 Layout::Pairs => 2 * tile.decl.cols,
-                _ => tile.decl.cols,
+                Layout::Quads => 4 * tile.decl.cols,
+                Layout::RowMajor => tile.decl.cols,
             };
             (tile.ptr.clone(), row.to_string())
         };
         e.b.ins(format!("store ptr {base}, ptr {}", view.base));
         e.b.ins(format!("store i32 {stride}, ptr {}", view.stride));
-        in_place
+        whole
     }
 
     /// Prefetches (into L2) window `w` of tile `t`'s shape: each buffer line of it (a row, a
@@ -1460,9 +1565,16 @@ impl HostPhases {
         if let Some(view) = &tile.view {
             let base = e.b.op(format!("load ptr, ptr {}", view.base));
             let stride = e.b.op(format!("load i32, ptr {}", view.stride));
+            // Quads: a view row is four of the tile's rows, the stride its bytes.
             let (r, c) = match tile.layout {
                 Layout::Pairs => e.pair_coords(r, c),
-                _ => (r.to_string(), c.to_string()),
+                Layout::Quads => {
+                    let four = e.b.op(format!("lshr i32 {r}, 2"));
+                    let lane = e.b.op(format!("and i32 {r}, 3"));
+                    let c4 = e.b.op(format!("shl nuw i32 {c}, 2"));
+                    (four, e.b.op(format!("add nuw i32 {c4}, {lane}")))
+                }
+                Layout::RowMajor => (r.to_string(), c.to_string()),
             };
             let [r, c, stride] = [&r, &c, &stride].map(|x| e.b.op(format!("zext i32 {x} to i64")));
             let rs = e.b.op(format!("mul nuw i64 {r}, {stride}"));
