@@ -18,10 +18,11 @@
 //! u8 tile `b`, the step's activations load into the i8 tile `a`, and
 //! `tile_dot_scaled(isum, a, b, sc)` adds the dot times the column's 6-bit sub-block scale
 //! into the i32 tile `isum` (`vpdpbusd` on the host levels with AVX512-VNNI: four products
-//! per lane). Q6_K, each sub-block of 16: work-item `c` writes its 6-bit quants `q` (0..63)
-//! four to a word the same way, and one byte dot adds them times the sub-block's signed scale;
-//! the quants' offset of 32 comes off as each row's sum starts from `-32 ·` the sum of its
-//! activations over the sub-block (`tile_dot_scaled`'s row offsets). At the end of each
+//! per lane; on the host `b` is read where the work-items wrote it). Q6_K, each half block of
+//! 128: work-item `c` writes its 6-bit quants `q` (0..63) four to a word the same way, and
+//! one byte dot adds them times each sub-block's signed scale (a scale per group of 16 of
+//! K); the quants' offset of 32 comes off as each row's sum over a sub-block starts from
+//! `-32 ·` the sum of its activations over it (`tile_dot_scaled`'s row offsets). At the end of each
 //! block of 256 one `tile_dequant` takes `isum` into the f32 `acc` (zeroing `isum` as it
 //! reads it, on the host), and the minimum term is one
 //! `tile_dot_dequant` of the activations' sums per 32 (`[48, 8]`, i16) by the minimums

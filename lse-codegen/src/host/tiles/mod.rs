@@ -131,18 +131,29 @@ pub(super) struct HostTile {
 }
 
 /// A tile read where its elements are (a row-major `a` operand, or a pair-layout `b` one with
-/// its pair rows as rows): a load of a whole window points the view
+/// its pair rows as rows, or a quads-layout `b` one with its fours of rows as rows): a load of
+/// a whole window points the view
 /// at the window (no copy); a load of a partial window copies it, zero-padded, into the
 /// tile's stack array and points the view there. The two slots are stack variables that
 /// LLVM promotes to registers.
 struct View {
     /// Slot holding the address of element (0, 0).
     base: String,
-    /// Slot holding the distance between rows, in elements (`i32`).
+    /// Slot holding the distance between rows (pair rows, rows of four), in elements (`i32`).
     stride: String,
 }
 
 impl HostTile {
+    /// The distance between the rows of the tile's own array as a [`View`] reads them: a
+    /// row, a pair of rows or four rows of its columns.
+    fn own_row(&self) -> u32 {
+        match self.layout {
+            Layout::Pairs => 2 * self.decl.cols,
+            Layout::Quads => 4 * self.decl.cols,
+            Layout::RowMajor => self.decl.cols,
+        }
+    }
+
     fn elems(&self) -> u32 {
         match self.layout {
             Layout::RowMajor => self.decl.len(),
@@ -644,7 +655,7 @@ pub(super) fn zero_all(e: &mut Emitter, tiles: &[HostTile]) {
     for t in tiles {
         if let Some(view) = &t.view {
             e.b.ins(format!("store ptr {}, ptr {}", t.ptr, view.base));
-            e.b.ins(format!("store i32 {}, ptr {}", t.decl.cols, view.stride));
+            e.b.ins(format!("store i32 {}, ptr {}", t.own_row(), view.stride));
         }
     }
 }
@@ -1121,12 +1132,7 @@ impl HostPhases {
             };
             (e.window_elem_ptr(w, "0", "0"), stride)
         } else {
-            let row = match tile.layout {
-                Layout::Pairs => 2 * tile.decl.cols,
-                Layout::Quads => 4 * tile.decl.cols,
-                Layout::RowMajor => tile.decl.cols,
-            };
-            (tile.ptr.clone(), row.to_string())
+            (tile.ptr.clone(), tile.own_row().to_string())
         };
         e.b.ins(format!("store ptr {base}, ptr {}", view.base));
         e.b.ins(format!("store i32 {stride}, ptr {}", view.stride));
@@ -1807,8 +1813,8 @@ impl HostPhases {
         // set of the L1 cache (slower still).
         // A dot scaled per K group keeps two vectors per accumulator (the block's totals and
         // the group's sums): 4 rows x 32 columns (16 registers; 4 x 64 would spill, and with
-        // 2 x 64 a C model of Q6_K's block ran 20% slower, each broadcast serving 4 vectors
-        // where it served 2).
+        // 2 x 64 a C model of Q6_K's block ran 15 to 20% slower, each vector of `b` serving 2
+        // rows where it serves 4).
         let pairs_b = micro == Micro::Fma && self.tiles[tiles[2]].layout == Layout::Pairs;
         let narrow = self.tiles[acc].decl.cols <= 32;
         let one_vec = self.tiles[acc].decl.cols == 16;
@@ -1914,13 +1920,7 @@ impl HostPhases {
                 .collect();
             let out = e.carried_loop(groups, &vt, &totals, |e, g, totals| {
                 let k0 = e.b.op(format!("mul nuw i32 {g}, {len}"));
-                let init: Vec<String> = rows
-                    .iter()
-                    .flat_map(|row| {
-                        let start = self.sum_start(e, s, row, g, true);
-                        std::iter::repeat_n(start, nr as usize)
-                    })
-                    .collect();
+                let init = self.block_starts(e, s, &rows, g, nr);
                 let pass = KPass {
                     tiles: [a, b],
                     rows: &rows,
@@ -1939,13 +1939,7 @@ impl HostPhases {
         }
         // A scaled dot's sums start from their row's offset, or 0.
         let init: Vec<String> = match scale {
-            Some(s) => rows
-                .iter()
-                .flat_map(|row| {
-                    let start = self.sum_start(e, s, row, "0", true);
-                    std::iter::repeat_n(start, nr as usize)
-                })
-                .collect(),
+            Some(s) => self.block_starts(e, s, &rows, "0", nr),
             None => acc_ptrs
                 .iter()
                 .map(|p| e.b.op(format!("load {vt}, ptr {p}, align 64")))
@@ -1991,6 +1985,24 @@ impl HostPhases {
             e.b.ins(format!("store {acc_vt} {v}, ptr {p}, align 64"));
         }
         Ok(())
+    }
+
+    /// Where a register block's sums start for K group `g`: each row's offset ([`Self::sum_start`],
+    /// splatted) for each of its `nr` column vectors, row by row.
+    fn block_starts(
+        &self,
+        e: &mut Emitter,
+        s: DotScale,
+        rows: &[String],
+        g: &str,
+        nr: u32,
+    ) -> Vec<String> {
+        rows.iter()
+            .flat_map(|row| {
+                let start = self.sum_start(e, s, row, g, true);
+                std::iter::repeat_n(start, nr as usize)
+            })
+            .collect()
     }
 
     /// A register block's integer sums `sums` (rows `rows` x column vectors from `v0`, row by
