@@ -1898,6 +1898,39 @@ fn quads_tiles_from_shared_arrays_see_the_words_they_loaded_on_every_cpu() {
     }
 }
 
+/// Quads `b` tiles read in place from a buffer, in a K loop the host fuses with its dot,
+/// give the definition's sums on every host level.
+#[test]
+fn quads_tiles_from_buffers_in_a_fused_k_loop_match_the_definition_on_every_cpu() {
+    let k = kernels::from_source(kernels::QUADS_FUSED_SRC);
+    let (w, x) = int_dot_operands(0x0bad_f00d, 1 << 30);
+    let byte = |word: i32, kk: usize| (word >> (8 * (kk % 4))) as u8;
+    let mut want = vec![0i32; 256];
+    for r in 0..16 {
+        for c in 0..16 {
+            want[r * 16 + c] = (0..64).fold(0i32, |s, kk| {
+                let xa = i32::from(byte(x[16 * r + kk / 4], kk) as i8);
+                s.wrapping_add(xa * i32::from(byte(w[16 * (kk / 4) + c], kk)))
+            });
+        }
+    }
+    for cpu in HOST_CPUS {
+        let (Some(lib), _) = load(&k, cpu) else {
+            continue;
+        };
+        let (mut xs, mut ws, mut s) = (x.clone(), w.clone(), vec![0i32; 256]);
+        run(
+            &lib,
+            &[raw(&mut xs), raw(&mut ws), raw(&mut s)],
+            &[],
+            [1, 1, 1],
+            0,
+            1,
+        );
+        assert_eq!(s, want, "{cpu}");
+    }
+}
+
 /// `tile_store_packed` writes each element of the window as one byte (`c % 4` of word
 /// `offset + r · stride + c / 4`) on every host level and leaves every other byte as it was:
 /// whole and partial windows, a partial last word of a row.

@@ -957,6 +957,25 @@ fn tile_packed_store(x: &[i32], y: &mut [i32], m: u32, n: u32) {
 }
 "#;
 
+/// A K loop of only a packed `a` load, a quads `b` load from a buffer and their byte dot (a
+/// loop the host runs fused, both operands read where they lie): over K = 64 in steps of 16,
+/// `a[r][k]` byte `k % 4` of `x[16 r + k / 4]`, `b[k][c]` byte `k % 4` of `w[16 (k / 4) + c]`.
+pub const QUADS_FUSED_SRC: &str = r#"
+#[loom::kernel(name = "test.quads_fused", version = 1, workgroup = 16)]
+fn quads_fused(x: &[i32], w: &[i32], s: &mut [i32]) {
+    let a = tile::<i8, 16, 16>();
+    let b = tile::<u8, 16, 16>();
+    let acc = tile::<i32, 16, 16>();
+    tile_zero(acc);
+    for k0 in (0u32..64u32).step_by(16) {
+        tile_load_packed(a, x, k0 / 4, 16, 16, 16);
+        tile_load_quads(b, w, k0 / 4 * 16, 16, 16, 16);
+        tile_dot(acc, a, b);
+    }
+    tile_store(acc, s, 0, 16, 16, 16);
+}
+"#;
+
 /// A byte dot's `b` loaded by `tile_load_quads` from a shared array that the work-items
 /// overwrite before the dot (`b`: the dot must see the words as loaded) and one loaded after
 /// that (`b2`, read where it lies on the host): `acc = a · B1 + a · B2`, `B1` the bytes of
