@@ -281,7 +281,7 @@ fn q8_k_int(
 ///
 /// Per row: `k / 4` words of `q` in runs of `2^qw_log2` words (8 for Q8_0's blocks of 32, 64
 /// for Q8_K's blocks of 256; a shift and a mask where a division by the run's length took
-/// 2.8 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
+/// 3.7 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
 /// `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
 /// must lie inside the input buffers (the caller checks: their lengths depend on how many
 /// rows were quantized). The padding rows of the output's last block of 48 are not written.
