@@ -1861,6 +1861,26 @@ fn byte_tile_dots_match_the_definition_on_every_cpu() {
     }
 }
 
+/// Runs the one-workgroup kernel `k(x, w, s)` on every host level and checks its `s` (as long
+/// as `want`) against `want`.
+fn xw_kernel_matches_on_every_cpu(k: &Kernel, x: &[i32], w: &[i32], want: &[i32]) {
+    for cpu in HOST_CPUS {
+        let (Some(lib), _) = load(k, cpu) else {
+            continue;
+        };
+        let (mut xs, mut ws, mut s) = (x.to_vec(), w.to_vec(), vec![0i32; want.len()]);
+        run(
+            &lib,
+            &[raw(&mut xs), raw(&mut ws), raw(&mut s)],
+            &[],
+            [1, 1, 1],
+            0,
+            1,
+        );
+        assert_eq!(s, want, "{cpu}");
+    }
+}
+
 /// A quads `b` tile read where it lies in a shared array only while the array holds what it
 /// loaded: one the work-items overwrite before the dot is copied, one loaded after that is
 /// read in place; both give the definition's sums on every host level.
@@ -1881,21 +1901,7 @@ fn quads_tiles_from_shared_arrays_see_the_words_they_loaded_on_every_cpu() {
             });
         }
     }
-    for cpu in HOST_CPUS {
-        let (Some(lib), _) = load(&k, cpu) else {
-            continue;
-        };
-        let (mut xs, mut ws, mut s) = (x.clone(), w.clone(), vec![0i32; 256]);
-        run(
-            &lib,
-            &[raw(&mut xs), raw(&mut ws), raw(&mut s)],
-            &[],
-            [1, 1, 1],
-            0,
-            1,
-        );
-        assert_eq!(s, want, "{cpu}");
-    }
+    xw_kernel_matches_on_every_cpu(&k, &x, &w, &want);
 }
 
 /// Quads `b` tiles read in place from a buffer, in a K loop the host fuses with its dot,
@@ -1914,21 +1920,7 @@ fn quads_tiles_from_buffers_in_a_fused_k_loop_match_the_definition_on_every_cpu(
             });
         }
     }
-    for cpu in HOST_CPUS {
-        let (Some(lib), _) = load(&k, cpu) else {
-            continue;
-        };
-        let (mut xs, mut ws, mut s) = (x.clone(), w.clone(), vec![0i32; 256]);
-        run(
-            &lib,
-            &[raw(&mut xs), raw(&mut ws), raw(&mut s)],
-            &[],
-            [1, 1, 1],
-            0,
-            1,
-        );
-        assert_eq!(s, want, "{cpu}");
-    }
+    xw_kernel_matches_on_every_cpu(&k, &x, &w, &want);
 }
 
 /// `tile_store_packed` writes each element of the window as one byte (`c % 4` of word
