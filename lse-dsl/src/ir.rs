@@ -442,7 +442,8 @@ pub enum Stmt {
         args: Vec<Expr>,
     },
     /// A tile operation, done by the whole workgroup (uniform control flow only, like a
-    /// collective); it synchronises the workgroup before and after like `barrier()`.
+    /// collective); it synchronises the workgroup before and after like `barrier()`, but for
+    /// [`TileOp::Prefetch`], which touches no memory a work-item can see.
     Tile(TileOp),
 }
 
@@ -558,6 +559,16 @@ pub enum TileOp {
     /// `tile_copy(dst, src)`: tiles of one shape; each element converted to `dst`'s type
     /// (round to nearest even).
     Copy { dst: TileId, src: TileId },
+    /// `prefetch(buf, offset, len)`: a hint that the workgroup will soon read elements
+    /// `offset .. offset + len` of buffer `buf` (any element type). It has no effect on any
+    /// value: the host brings the range's cache lines towards the core (a range past the
+    /// buffer's end included, harmlessly), the generated Rust and the GPUs (which hide
+    /// memory latency by running other waves) do nothing.
+    Prefetch {
+        buf: ParamId,
+        offset: Expr,
+        len: Expr,
+    },
 }
 
 /// How a dot of integer operands scales each element's sum of products `s = (a b)[m][n]`
@@ -614,12 +625,13 @@ impl DotScale {
 }
 
 impl TileOp {
-    /// The statement's expressions: a window's offset, stride, rows and cols, or the factor
-    /// of `tile_scale`. All are uniform.
+    /// The statement's expressions: a window's offset, stride, rows and cols, the factor
+    /// of `tile_scale`, or a prefetch's offset and length. All are uniform.
     pub fn exprs(&self) -> Vec<&Expr> {
         match self {
             TileOp::Load { from: w, .. } | TileOp::Store { to: w, .. } => w.exprs().to_vec(),
             TileOp::Scale { by, .. } => vec![by],
+            TileOp::Prefetch { offset, len, .. } => vec![offset, len],
             TileOp::Zero { .. }
             | TileOp::Dot { .. }
             | TileOp::Dequant { .. }

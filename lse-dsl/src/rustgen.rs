@@ -641,6 +641,8 @@ impl Gen<'_> {
                 };
                 quote!(::lse_dsl::rt::tile::copy(&mut #d, &#s, #round);)
             }
+            // A hint for the cache, which the reference has no use for.
+            TileOp::Prefetch { .. } => quote!(),
         }
     }
 

@@ -297,6 +297,12 @@ impl Printer<'_> {
             TileOp::Copy { dst, src } => {
                 format!("tile_copy({}, {});", self.tile(*dst), self.tile(*src))
             }
+            TileOp::Prefetch { buf, offset, len } => format!(
+                "prefetch({}, {}, {});",
+                self.param(*buf),
+                self.expr(offset),
+                self.expr(len)
+            ),
         }
     }
 

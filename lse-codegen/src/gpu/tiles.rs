@@ -67,7 +67,12 @@ pub(crate) fn lower(
     unit: Option<MatrixUnit>,
     op: &TileOp,
 ) -> Lowered<()> {
-    barrier(e);
+    // A GPU hides memory latency by running other waves: a prefetch hint, which changes no
+    // memory a work-item sees, needs neither code nor barriers.
+    let sync = !matches!(op, TileOp::Prefetch { .. });
+    if sync {
+        barrier(e);
+    }
     match op {
         TileOp::Zero { dst } => zero(e, wg, *dst),
         TileOp::Load { dst, from } => copy(e, wg, *dst, from, false)?,
@@ -160,8 +165,11 @@ pub(crate) fn lower(
                 write(e, d, i, &v);
             });
         }
+        TileOp::Prefetch { .. } => {}
     }
-    barrier(e);
+    if sync {
+        barrier(e);
+    }
     Ok(())
 }
 

@@ -190,6 +190,17 @@ fn tile_ops_code_objects() {
     }
 }
 
+/// `prefetch` takes no code and no barrier on a GPU: the copy around it has none.
+#[test]
+fn prefetch_code_objects_have_no_barrier() {
+    let k = kernels::from_source(kernels::PREFETCH_SRC);
+    for (arch, mach, wave) in ARCHES {
+        let c = check_common(&k, arch, mach, wave);
+        assert!(!c.asm.contains("s_barrier"), "{arch}:\n{}", c.asm);
+        assert!(!c.llvm_ir_opt.contains("@llvm.prefetch"), "{arch}");
+    }
+}
+
 /// bf16 and f16 arithmetic lowers for every AMDGPU arch.
 #[test]
 fn half_values_code_objects() {

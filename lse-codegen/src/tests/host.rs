@@ -912,6 +912,37 @@ fn loop_windows_whose_next_offset_could_trap_are_not_prefetched() {
     }
 }
 
+/// `prefetch` changes no value on any level, whatever its range: inside the buffer, past its
+/// end, wrapping in `u32`, empty or 4 MiB long; and it is a loop of `prefetcht1` (into L2) on
+/// every level, with no such instruction for the copy alone.
+#[test]
+fn prefetches_change_nothing_whatever_their_range() {
+    let k = kernels::from_source(kernels::PREFETCH_SRC);
+    let (n, groups) = (4u32, 3u32);
+    let x: Vec<f32> = (0..16 * n * groups).map(|i| i as f32 - 7.5).collect();
+    for cpu in HOST_CPUS {
+        let (lib, c) = load(&k, cpu);
+        assert!(c.asm.contains("prefetcht1"), "{cpu}:\n{}", c.asm);
+        let Some(lib) = lib else {
+            continue;
+        };
+        for (ahead, len) in [
+            (16, 16),
+            (3 << 20, 64),
+            (u32::MAX - 40, 100),
+            (0, 0),
+            (5, 1 << 20),
+        ] {
+            let (mut xs, mut y) = (x.clone(), vec![0f32; x.len()]);
+            let bufs = [raw(&mut xs), raw(&mut y)];
+            let scalars = [n, ahead, len].map(u64::from);
+            run(&lib, &bufs, &scalars, [groups, 1, 1], 0, groups);
+            let want: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+            assert_eq!(y, want, "{cpu} ahead {ahead} len {len}");
+        }
+    }
+}
+
 /// Values that exercise 16-bit rounding: zeros, infinities, NaN, subnormals, the largest
 /// finite values, ties, and a spread of ordinary numbers (as f32, rounded by the caller).
 fn half_operands(n: usize) -> Vec<f32> {

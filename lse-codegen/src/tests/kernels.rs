@@ -479,6 +479,19 @@ fn tile_loop_offsets(x: &[f32], y: &mut [f32], n: u32) {
 }
 "#;
 
+/// A copy with a `prefetch` before each step, its range from scalars (the tests pass one
+/// past the buffer's end, one that wraps in `u32`, an empty one and a long one).
+pub const PREFETCH_SRC: &str = r#"
+#[loom::kernel(name = "test.prefetch", version = 1, workgroup = 16)]
+fn prefetch_copy(x: &[f32], y: &mut [f32], n: u32, ahead: u32, len: u32) {
+    for i in 0..n {
+        prefetch(x, (group_id() * n + i) * 16 + ahead, len);
+        let j = (group_id() * n + i) * 16 + local_id();
+        y[j] = x[j] * 2.0;
+    }
+}
+"#;
+
 /// `as i32` and `as u32` of f32 values: Rust's saturating casts.
 pub const FLOAT_CASTS_SRC: &str = r#"
 #[loom::kernel(name = "test.float_casts", version = 1, workgroup = 16)]

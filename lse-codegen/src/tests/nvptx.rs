@@ -70,6 +70,19 @@ fn check_ptx(k: &Kernel, sm: &str) -> String {
     c.ptx
 }
 
+/// `prefetch` takes no code and no barrier in PTX.
+#[test]
+fn prefetch_ptx_has_no_barrier() {
+    let k = super::kernels::from_source(super::kernels::PREFETCH_SRC);
+    for sm in ["sm_80", "sm_90"] {
+        let ptx = check_ptx(&k, sm);
+        assert!(
+            !ptx.contains("bar.sync") && !ptx.contains("prefetch."),
+            "{ptx}"
+        );
+    }
+}
+
 #[test]
 fn store_id_ptx() {
     for sm in ["sm_80", "sm_90"] {

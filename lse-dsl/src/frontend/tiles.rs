@@ -1,5 +1,6 @@
 //! Tiles: `let t = tile::<T, ROWS, COLS>();` declarations and the tile statements
-//! ([`TILE_STMTS`]: loads, stores, `tile_dot`, the elementwise and row operations). Shapes and element types are checked here, at the span of the offending
+//! ([`TILE_STMTS`]: loads, stores, `tile_dot`, the elementwise and row operations, and
+//! `prefetch`). Shapes and element types are checked here, at the span of the offending
 //! argument; uniformity (tile statements only under uniform control flow, window expressions
 //! uniform) is checked with the barriers in `uniformity`.
 
@@ -10,12 +11,12 @@ use super::fold::eval;
 use super::syntax::{err, strip, text};
 use super::types::named_ty;
 use crate::ir::{
-    Access, Block, DotScale, Param, Stmt, TileBinary, TileDecl, TileId, TileMem, TileOp,
+    Access, Block, DotScale, Param, ParamId, Stmt, TileBinary, TileDecl, TileId, TileMem, TileOp,
     TileWindow, Ty,
 };
 
 /// The tile statements, by name.
-pub(super) const TILE_STMTS: [&str; 24] = [
+pub(super) const TILE_STMTS: [&str; 25] = [
     "tile_zero",
     "tile_load",
     "tile_load_t",
@@ -40,6 +41,7 @@ pub(super) const TILE_STMTS: [&str; 24] = [
     "tile_exp",
     "tile_scale",
     "tile_copy",
+    "prefetch",
 ];
 
 /// The elementwise statement `name`'s operation.
@@ -174,7 +176,7 @@ impl Cx {
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let want = match name {
             "tile_zero" | "tile_exp" => 1,
-            "tile_dot" => 3,
+            "tile_dot" | "prefetch" => 3,
             "tile_dot_scaled" | "tile_dequant" => 4,
             "tile_dot_dequant" => 6,
             "tile_load" | "tile_load_t" | "tile_load_quads" | "tile_load_packed"
@@ -243,6 +245,11 @@ impl Cx {
                 TileOp::Store { src, to }
             }
             "tile_dot" | "tile_dot_scaled" | "tile_dot_dequant" => self.dot(name, &args)?,
+            "prefetch" => TileOp::Prefetch {
+                buf: self.prefetched_buffer(args[0])?,
+                offset: self.expr_of(args[1], Ty::U32, "the offset of `prefetch`")?,
+                len: self.expr_of(args[2], Ty::U32, "the length of `prefetch`")?,
+            },
             "tile_dequant" => self.dequant(&args)?,
             "tile_exp" => TileOp::Exp {
                 dst: self.f32_tile(args[0], name)?,
@@ -721,6 +728,25 @@ impl Cx {
         )
     }
 
+    /// The buffer parameter, of any element type, that `prefetch` names.
+    fn prefetched_buffer(&self, e: &syn::Expr) -> syn::Result<ParamId> {
+        let what = match self.window_memory(e) {
+            Some(Binding::Param(id)) => match &self.params[id as usize] {
+                Param::Buffer { .. } => return Ok(id),
+                Param::Scalar { .. } => "a scalar",
+            },
+            Some(Binding::Shared(_)) => "a shared array, in the cache already",
+            _ => "not a buffer parameter",
+        };
+        err(
+            e.span(),
+            format!(
+                "`prefetch` reads ahead in a buffer parameter; `{}` is {what}",
+                text(e)
+            ),
+        )
+    }
+
     /// What a window's memory argument names, when it is a plain name in scope.
     fn window_memory(&self, e: &syn::Expr) -> Option<Binding> {
         match strip(e) {
@@ -800,6 +826,44 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn prefetch_names_a_buffer_of_any_type_and_uniform_offset_and_length() {
+        let k = k("prefetch(ids, ids[group_id()] * 64 + n, 256);
+            prefetch(hout, 0, n);");
+        let ops = tile_ops(&k);
+        assert!(
+            matches!(
+                ops[..],
+                [
+                    TileOp::Prefetch { buf: 2, .. },
+                    TileOp::Prefetch { buf: 4, .. }
+                ]
+            ),
+            "{ops:?}"
+        );
+        let text = ir_text(&k);
+        assert!(text.contains("prefetch(ids, "), "{text}");
+        assert!(text.contains("prefetch(hout, 0u32, n);"), "{text}");
+    }
+
+    #[test]
+    fn prefetch_refuses_shared_arrays_scalars_other_arities_and_divergent_ranges() {
+        for (body, want) in [
+            ("let w = shared::<f32>(64);\nprefetch(w, 0, 64);", "`prefetch` reads ahead in a buffer parameter; `w` is a shared array, in the cache already"),
+            ("prefetch(n, 0, 64);", "`n` is a scalar"),
+            ("prefetch(x + 1, 0, 64);", "`x + 1` is not a buffer parameter"),
+            ("prefetch(x, 0);", "`prefetch` takes 3 arguments, found 2"),
+            ("prefetch(x, 0, 64, 1);", "`prefetch` takes 3 arguments, found 4"),
+            ("prefetch(x, s, 64);", "the offset of `prefetch`"),
+            ("prefetch(x, local_id(), 64);", "the offset and length of `prefetch` must be uniform"),
+            ("prefetch(x, 0, out[0] as u32);", "the offset and length of `prefetch` must be uniform"),
+            ("if local_id() < n { prefetch(x, 0, 64); }", "so the workgroup has no one range to prefetch"),
+        ] {
+            let msg = e(body);
+            assert!(msg.contains(want), "{body}: {msg}");
+        }
     }
 
     #[test]

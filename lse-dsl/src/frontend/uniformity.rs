@@ -168,6 +168,8 @@ impl Uni<'_> {
                     let site = site_at(self.sites, path);
                     let what = if matches!(op, TileOp::Scale { .. }) {
                         "the factor of `tile_scale` must be uniform (the same on every work-item of the workgroup); it depends"
+                    } else if matches!(op, TileOp::Prefetch { .. }) {
+                        "the offset and length of `prefetch` must be uniform (the same on every work-item of the workgroup); one of them depends"
                     } else {
                         "a tile window's offset, stride, rows and cols must be uniform (the same on every work-item of the workgroup); one of them depends"
                     };
@@ -276,15 +278,24 @@ impl Uni<'_> {
             Some(Stmt::For { .. }) => "`for` range",
             _ => "condition",
         };
-        Err(divergence_error(site, why, kind))
+        let prefetch = matches!(
+            stmt_at(&self.k.body, at),
+            Some(Stmt::Tile(TileOp::Prefetch { .. }))
+        );
+        Err(divergence_error(site, why, kind, prefetch))
     }
 }
 
-fn divergence_error(site: &Site, why: &Site, kind: &str) -> syn::Error {
+fn divergence_error(site: &Site, why: &Site, kind: &str, prefetch: bool) -> syn::Error {
+    let consequence = if prefetch {
+        "so the workgroup has no one range to prefetch; `prefetch`, done once per workgroup, runs under uniform control flow like the tile statements"
+    } else {
+        "so some work-items would wait forever; barriers, collectives and tile statements must run under uniform control flow"
+    };
     let mut e = syn::Error::new(
         site.span,
         format!(
-            "`{}` under divergent control flow: the {kind} `{}` can differ between the work-items of a workgroup (it depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control), so some work-items would wait forever; barriers, collectives and tile statements must run under uniform control flow",
+            "`{}` under divergent control flow: the {kind} `{}` can differ between the work-items of a workgroup (it depends on `local_id()`, a shared-array or writable-buffer load, or a variable assigned under divergent control), {consequence}",
             site.text, why.text
         ),
     );

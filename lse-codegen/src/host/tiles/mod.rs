@@ -482,6 +482,7 @@ fn viewable(k: &Kernel, packed: &[Layout], stored: &[Ty], fma: FmaBlocks<'_>) ->
                 other[t as usize] = true;
             }
         }
+        TileOp::Prefetch { .. } => {}
     });
     dotted.iter().zip(other).map(|(d, o)| *d && !o).collect()
 }
@@ -642,7 +643,55 @@ fn tile_access(op: &TileOp) -> (Vec<u32>, Option<u32>) {
             cols,
         } => (vec![*acc, *src, *rows, *cols], None),
         TileOp::Exp { dst } | TileOp::Scale { dst, .. } => (vec![*dst], None),
+        TileOp::Prefetch { .. } => (vec![], None),
     }
+}
+
+/// `prefetch(buf, offset, len)`: a prefetch into L2 of every cache line of elements
+/// `offset .. offset + len` of buffer `buf`, 64 bytes apart from the first element's first
+/// byte and one at the last element's last byte (the line a range that starts inside a line
+/// ends in); nothing for `len` 0. The addresses are formed in 64 bits without `inbounds`: a
+/// range past the buffer's end is prefetched harmlessly (a prefetch never faults).
+fn prefetch_range(e: &mut Emitter, buf: u32, offset: &str, len: &str) -> Lowered<()> {
+    let (Some(Param::Buffer { elem, .. }), Some(Some(base))) =
+        (e.k.params.get(buf as usize), e.bufs.get(buf as usize))
+    else {
+        return Err(format!("prefetch of parameter {buf}, not a buffer"));
+    };
+    let (size, base, ptr_ty) = (elem.size_bytes(), base.clone(), e.buf_ptr);
+    e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
+    let any = e.b.op(format!("icmp ne i32 {len}, 0"));
+    e.branch_on(&any, &mut |e, taken| {
+        if !taken {
+            return;
+        }
+        let at = |e: &mut Emitter, byte: &str| {
+            let p =
+                e.b.op(format!("getelementptr i8, {ptr_ty} {base}, i64 {byte}"));
+            e.b.ins(format!(
+                "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 2, i32 1)"
+            ));
+        };
+        let first = e.b.op(format!("zext i32 {offset} to i64"));
+        let first = e.b.op(format!("mul nuw nsw i64 {first}, {size}"));
+        let bytes = e.b.op(format!("zext i32 {len} to i64"));
+        let bytes = e.b.op(format!("mul nuw nsw i64 {bytes}, {size}"));
+        // ceil(bytes / 64) lines, at least 1; at most 2^32 * 8 / 64 = 2^29, an i32 count.
+        let lines = e.b.op(format!("add nuw nsw i64 {bytes}, 63"));
+        let lines = e.b.op(format!("lshr i64 {lines}, 6"));
+        let lines = e.b.op(format!("trunc i64 {lines} to i32"));
+        e.carried_loop(&lines, "i32", &[], |e, line, _| {
+            let line = e.b.op(format!("zext i32 {line} to i64"));
+            let byte = e.b.op(format!("shl nuw nsw i64 {line}, 6"));
+            let byte = e.b.op(format!("add nuw nsw i64 {first}, {byte}"));
+            at(e, &byte);
+            vec![]
+        });
+        let last = e.b.op(format!("add nuw nsw i64 {first}, {bytes}"));
+        let last = e.b.op(format!("sub nuw nsw i64 {last}, 1"));
+        at(e, &last);
+    });
+    Ok(())
 }
 
 /// Zero-fills the tiles whose zeros a workgroup could read (at the start of each workgroup)
@@ -1051,6 +1100,10 @@ impl HostPhases {
                     let v = convert(&mut e.b, &x, Ty::F32, to);
                     h.write_raw(e, d, r, c, &v);
                 });
+            }
+            TileOp::Prefetch { buf, offset, len } => {
+                let (offset, len) = (self.uniform(e, offset)?, self.uniform(e, len)?);
+                prefetch_range(e, *buf, &offset, &len)?;
             }
         }
         Ok(())
