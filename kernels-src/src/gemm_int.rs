@@ -151,8 +151,6 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
     tile_zero(acc_min);
     tile_zero(no_offset);
     for sb in 0..blocks {
-        // The next block's words (after the last, the next column block's first), which the
-        // next step or workgroup reads, come from memory while this block's dots run.
         // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
         // local_id()]. (Written so, and with `at` formed from uniform values in each region
         // that reads it, the host sees consecutive work-items read consecutive words: a vector
@@ -177,6 +175,9 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
             ws[(j + 12) * BN + local_id()] = ((hi >> 4) | ((mid >> 6) << 4)) as i32;
         }
         for j in 0..8u32 {
+            // An eighth of the next block's words (after the last block, of the next column
+            // block's first, which the next workgroup reads) per step, coming from memory
+            // while the step's dot runs.
             prefetch(
                 w,
                 experts[rb] * w_stride + ((cb * (k / 256) + sb) * 36 + 36) * BN + j * (36 * BN / 8),
@@ -268,8 +269,6 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
     tile_zero(acc_min);
     tile_zero(no_offset);
     for sb in 0..blocks {
-        // The next block's words (after the last, the next column block's first), which the
-        // next step or workgroup reads, come from memory while this block's dots run.
         // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
         // local_id()]. (Written so, and with `at` formed from uniform values in each region
         // that reads it, the host sees consecutive work-items read consecutive words: a vector
@@ -294,6 +293,7 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
             ws[(j + 12) * BN + local_id()] = ((hi >> 4) | ((mid >> 6) << 4)) as i32;
         }
         for j in 0..8u32 {
+            // An eighth of the next block's words per step (see Q4_K).
             prefetch(
                 w,
                 experts[rb] * w_stride + ((cb * (k / 256) + sb) * 44 + 44) * BN + j * (44 * BN / 8),
@@ -396,8 +396,6 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
     for sb in 0..blocks {
-        // The next block's words (after the last, the next column block's first), which the
-        // next step or workgroup reads, come from memory while this block's dots run.
         // Word t of this work-item's block (its 210 bytes, then two zero bytes):
         // w[experts[rb] * w_stride + (at + t) * 64 + local_id()].
         let at = (cb * (k / 256) + sb) * 53;
@@ -413,6 +411,7 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
         }
         for half in 0..2u32 {
             for sub in 0..8u32 {
+                // A sixteenth of the next block's words per sub-block (see Q4_K).
                 prefetch(
                     w,
                     experts[rb] * w_stride
