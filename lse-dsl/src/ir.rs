@@ -562,8 +562,9 @@ pub enum TileOp {
     /// `prefetch(buf, offset, len)`: a hint that the workgroup will soon read elements
     /// `offset .. offset + len` of buffer `buf` (any element type). It has no effect on any
     /// value: the host brings the range's cache lines towards the core (a range past the
-    /// buffer's end included, harmlessly), the generated Rust and the GPUs (which hide
-    /// memory latency by running other waves) do nothing.
+    /// buffer's end included, harmlessly), the generated Rust evaluates the two expressions
+    /// and nothing more, and the GPUs (which hide memory latency by running other waves) do
+    /// nothing.
     Prefetch {
         buf: ParamId,
         offset: Expr,

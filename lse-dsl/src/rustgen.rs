@@ -641,8 +641,12 @@ impl Gen<'_> {
                 };
                 quote!(::lse_dsl::rt::tile::copy(&mut #d, &#s, #round);)
             }
-            // A hint for the cache, which the reference has no use for.
-            TileOp::Prefetch { .. } => quote!(),
+            // A hint for the cache: the reference evaluates its range, as every statement
+            // evaluates its arguments, and has no use for it.
+            TileOp::Prefetch { offset, len, .. } => {
+                let (offset, len) = (self.uniform_expr(offset), self.uniform_expr(len));
+                quote!(let _: (u32, u32) = (#offset, #len);)
+            }
         }
     }
 

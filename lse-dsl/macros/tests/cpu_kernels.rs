@@ -162,6 +162,25 @@ fn shared_memory_and_barrier_reverse_each_workgroup() {
     assert_eq!(reverse::BUILD_IR_HASH, "");
 }
 
+/// A prefetch whose offset reads a buffer and wraps in `u32`, before a copy.
+#[loom::kernel(name = "test.prefetch", version = 1, workgroup = 16)]
+fn prefetch_copy(x: &[u32], ahead: &[u32], out: &mut [u32], len: u32) {
+    let base = group_id() * group_size();
+    prefetch(x, base + ahead[group_id()], len);
+    out[base + local_id()] = x[base + local_id()] + 1;
+}
+
+#[test]
+fn prefetch_evaluates_its_range_and_changes_nothing() {
+    let mut x: Vec<u32> = (0..48).map(|i| i * 7).collect();
+    let mut ahead = vec![16, u32::MAX - 3, 1 << 30];
+    let mut out = vec![0u32; 48];
+    let bufs = [raw(&mut x), raw(&mut ahead), raw(&mut out)];
+    (prefetch_copy::KERNEL.cpu)(&bufs, &[1 << 20], [3, 1, 1], 0, 3);
+    let want: Vec<u32> = x.iter().map(|v| v + 1).collect();
+    assert_eq!(out, want);
+}
+
 #[loom::kernel(name = "test.collectives", version = 1, workgroup = 16)]
 fn collectives(
     x: &[f32],
