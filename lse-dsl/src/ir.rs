@@ -586,11 +586,13 @@ pub enum DotScale {
         scale: TileId,
         offset: Option<TileId>,
     },
-    /// `tile_dot_dequant(acc, a, b, offset, rows, cols)`: `acc[m][n] += (f32(s) +
-    /// offset[m][0]) · (rows[m][0] · cols[0][n])` on an f32 `acc`, each operation one IEEE
-    /// rounding (no fused multiply-add), with `offset` and `rows` `[M x 1]` and `cols`
-    /// `[1 x N]` f32 tiles: a block of symmetric 8-bit quants (Q8_0) times its activation
-    /// and weight scales, `offset` taking off what a sign flip added to the integer sum.
+    /// `tile_dot_dequant(acc, a, b, offset, rows, cols)`: with `cols` a `[G x N]` f32 tile,
+    /// K cut into `G` groups of `K / G` (a multiple of 4 when `G > 1`), and for `g = 0..G` in
+    /// order `acc[m][n] += (f32(sum_g) + offset[m][g]) · (rows[m][g] · cols[g][n])` on an
+    /// f32 `acc`, each operation one IEEE rounding (no fused multiply-add), with `offset` and
+    /// `rows` `[M x G]` f32 tiles: blocks of symmetric 8-bit quants (Q8_0), one per group,
+    /// times their activation and weight scales, `offset` taking off what a sign flip added
+    /// to each block's integer sum.
     Dequant {
         offset: TileId,
         rows: TileId,
@@ -599,12 +601,12 @@ pub enum DotScale {
 }
 
 impl DotScale {
-    /// The groups K is cut into, each scaled by its own row of a `Columns` scale (its
-    /// `[G x N]` tile's `G`; 1 for `Dequant`), given the kernel's tiles.
+    /// The groups K is cut into, each scaled by its own row of the column scale (the
+    /// `[G x N]` tile's `G`), given the kernel's tiles.
     pub fn groups(&self, tiles: &[TileDecl]) -> u32 {
         match *self {
             DotScale::Columns { scale, .. } => tiles[scale as usize].rows,
-            DotScale::Dequant { .. } => 1,
+            DotScale::Dequant { cols, .. } => tiles[cols as usize].rows,
         }
     }
 

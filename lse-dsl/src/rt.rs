@@ -595,9 +595,10 @@ pub mod tile {
         }
     }
 
-    /// `tile_dot_dequant`: each element's integer sum of products `s` (exact, wrapping in
-    /// i32) becomes `acc[m][n] + (s as f32 + offset[m]) · (rows[m] · cols[n])`, one rounding per
-    /// operation (no fused multiply-add).
+    /// `tile_dot_dequant`: K in `G` groups (`cols` holds `G` rows of `n`), and for each group
+    /// `g` in order each element's integer sum of products over it `s` (exact, wrapping in
+    /// i32) becomes `acc[m][n] + (s as f32 + offset[m][g]) · (rows[m][g] · cols[g][n])`, one
+    /// rounding per operation (no fused multiply-add).
     #[allow(clippy::too_many_arguments)]
     pub fn dot_dequant(
         acc: &mut [f32],
@@ -610,11 +611,15 @@ pub mod tile {
         cols: &[f32],
     ) {
         let (n, k) = (n as usize, k as usize);
+        let groups = cols.len() / n;
+        let len = k / groups;
         for (m, row) in acc.chunks_mut(n).enumerate() {
             for (j, out) in row.iter_mut().enumerate() {
-                let sum = int_sum(a, b, (m, j), n, k, 0..k);
-                let d = rows[m] * cols[j];
-                *out += (sum as f32 + offset[m]) * d;
+                for g in 0..groups {
+                    let sum = int_sum(a, b, (m, j), n, k, g * len..(g + 1) * len);
+                    let d = rows[m * groups + g] * cols[g * n + j];
+                    *out += (sum as f32 + offset[m * groups + g]) * d;
+                }
             }
         }
     }

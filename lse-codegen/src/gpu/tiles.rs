@@ -259,11 +259,17 @@ fn portable_dot(e: &mut Emitter, wg: u32, t: &matrix::DotTiles, scale: Option<Do
                     let ix = e.b.op(format!("add nuw i32 {ix}, {j}"));
                     vec![read_raw(e, scale, &ix)]
                 }
-                DotScale::Dequant { offset, rows, cols } => vec![
-                    read_raw(e, offset, &m),
-                    read_raw(e, rows, &m),
-                    read_raw(e, cols, &j),
-                ],
+                DotScale::Dequant { offset, rows, cols } => {
+                    let mg = e.b.op(format!("mul nuw i32 {m}, {groups}"));
+                    let mg = e.b.op(format!("add nuw i32 {mg}, {g}"));
+                    let gj = e.b.op(format!("mul nuw i32 {g}, {n}"));
+                    let gj = e.b.op(format!("add nuw i32 {gj}, {j}"));
+                    vec![
+                        read_raw(e, offset, &mg),
+                        read_raw(e, rows, &mg),
+                        read_raw(e, cols, &gj),
+                    ]
+                }
             };
             vec![scaled_sum(&mut e.b, scale, &factors, &s, &old[0], false)]
         });

@@ -1993,7 +1993,9 @@ fn packed_stores_write_one_byte_per_element_on_every_cpu() {
 /// each K step, then `acc + (f32(sum) + offset) · (row · col)` with one rounding each; and
 /// `tile_dequant` of the steps' summed integer sums, `acc + f32(s) · (row · col)`, then
 /// (the sums zeroed as that statement reads them: a `tile_zero` right after it) of the last
-/// step's sums alone; whole and partial windows, `y`'s values outside the window untouched.
+/// step's sums alone; then the last step's dot in 4 groups of 16 of K, each group's sum with
+/// its own offsets and scales in turn; whole and partial windows, `y`'s values outside the
+/// window untouched.
 #[test]
 fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
     let k = kernels::from_source(kernels::TILE_DEQUANT_DOT_SRC);
@@ -2005,16 +2007,19 @@ fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
         state ^= state << 5;
         (state % 20_001) as f32 / 10_000.0 - 1.0
     };
-    let sx: Vec<f32> = (0..192)
+    // Offsets then row scales per step (96 each), then the grouped dot's offsets and row
+    // scales (`[48, 4]` each).
+    let sx: Vec<f32> = (0..576)
         .map(|i| {
-            if i % 96 < 48 {
+            if (i < 192 && i % 96 < 48) || (192..384).contains(&i) {
                 unit() * 4096.0
             } else {
                 unit() / 64.0
             }
         })
         .collect();
-    let sw: Vec<f32> = (0..64).map(|_| unit() / 32.0).collect();
+    // Column scales per step (32 each), then the grouped dot's (`[4, 32]`).
+    let sw: Vec<f32> = (0..192).map(|_| unit() / 32.0).collect();
     let y0: Vec<f32> = (0..48 * 32).map(|_| unit()).collect();
     for (m, n) in [(48u32, 32u32), (37, 19)] {
         let mut want = y0.clone();
@@ -2034,6 +2039,15 @@ fn dequantized_byte_dots_match_the_definition_on_every_cpu() {
                 }
                 want[r * 32 + c] += total as f32 * (sx[96 + 48 + r] * sw[32 + c]);
                 want[r * 32 + c] += last as f32 * (sx[96 + 48 + r] * sw[32 + c]);
+                for g in 0..4 {
+                    let sum = (64 + 16 * g..80 + 16 * g).fold(0i32, |s, kk| {
+                        s.wrapping_add(
+                            i32::from(x[r * 128 + kk] as i8) * i32::from(w[c * 128 + kk] as u8),
+                        )
+                    });
+                    let d = sx[384 + r * 4 + g] * sw[64 + g * 32 + c];
+                    want[r * 32 + c] += (sum as f32 + sx[192 + r * 4 + g]) * d;
+                }
             }
         }
         for cpu in HOST_CPUS {

@@ -934,6 +934,9 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
     let cols = tile::<f32, 1, 32>();
     let acc = tile::<f32, 48, 32>();
     let s = tile::<i32, 48, 32>();
+    let offset4 = tile::<f32, 48, 4>();
+    let rows4 = tile::<f32, 48, 4>();
+    let cols4 = tile::<f32, 4, 32>();
     let c = local_id();
     tile_load(acc, y, 0, 32, m, n);
     tile_zero(s);
@@ -954,6 +957,10 @@ fn tile_dequant_dot(w: &[i32], x: &[i32], sx: &[f32], sw: &[f32], y: &mut [f32],
     tile_zero(s);
     tile_dot(s, a, b);
     tile_dequant(acc, s, rows, cols);
+    tile_load(offset4, sx, 192, 4, m, 4);
+    tile_load(rows4, sx, 384, 4, m, 4);
+    tile_load(cols4, sw, 64, 32, 4, n);
+    tile_dot_dequant(acc, a, b, offset4, rows4, cols4);
     tile_store(acc, y, 0, 32, m, n);
 }
 "#;

@@ -719,6 +719,50 @@ fn byte_tile_statements_follow_their_reference_semantics() {
     }
 }
 
+#[loom::kernel(name = "test.tiles_byte_dequant_grouped", version = 1, workgroup = 8)]
+fn tiles_byte_dequant_grouped(x: &[i32], w: &[i32], f: &[f32], y: &mut [f32]) {
+    let a = tile::<i8, 3, 8>();
+    let b = tile::<u8, 8, 2>();
+    let off = tile::<f32, 3, 2>();
+    let rows = tile::<f32, 3, 2>();
+    let cols = tile::<f32, 2, 2>();
+    let acc = tile::<f32, 3, 2>();
+    tile_load(a, x, 0, 8, 3, 8);
+    tile_load(b, w, 0, 2, 8, 2);
+    tile_load(off, f, 0, 2, 3, 2);
+    tile_load(rows, f, 6, 2, 3, 2);
+    tile_load(cols, f, 12, 2, 2, 2);
+    tile_load(acc, y, 0, 2, 3, 2);
+    tile_dot_dequant(acc, a, b, off, rows, cols);
+    tile_store(acc, y, 0, 2, 3, 2);
+}
+
+/// A dequantized dot per group of K: each group's integer sum, plus its row's offset for the
+/// group, times its row's and its column's scales for the group, added in group order.
+#[test]
+fn grouped_dequantized_byte_dots_scale_each_group_of_k_by_its_own_scales() {
+    let mut x: Vec<i32> = (0..24).map(|i| (i * 53 % 251) - 125).collect();
+    let mut w: Vec<i32> = (0..16).map(|i| i * 29 % 256).collect();
+    let mut f: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut y: Vec<f32> = (0..6).map(|i| i as f32 * 0.25 - 0.5).collect();
+    let (x0, w0, f0, y0) = (x.clone(), w.clone(), f.clone(), y.clone());
+    let bufs = [raw(&mut x), raw(&mut w), raw(&mut f), raw(&mut y)];
+    (tiles_byte_dequant_grouped::KERNEL.cpu)(&bufs, &[], [1, 1, 1], 0, 1);
+    for r in 0..3 {
+        for c in 0..2 {
+            let mut want = y0[2 * r + c];
+            for g in 0..2 {
+                let sum = (4 * g..4 * g + 4).fold(0i32, |t, k| {
+                    t + i32::from(x0[8 * r + k] as i8) * i32::from(w0[2 * k + c] as u8)
+                });
+                let d = f0[6 + 2 * r + g] * f0[12 + 2 * g + c];
+                want += (sum as f32 + f0[2 * r + g]) * d;
+            }
+            assert_eq!(y[2 * r + c].to_bits(), want.to_bits(), "y[{r}][{c}]");
+        }
+    }
+}
+
 #[loom::kernel(name = "test.tiles_byte_grouped", version = 1, workgroup = 8)]
 fn tiles_byte_grouped(x: &[i32], w: &[i32], s: &mut [i32]) {
     let a = tile::<i8, 3, 8>();

@@ -428,26 +428,38 @@ impl Cx {
                         .transpose()?,
                 })
             }
-            "tile_dot_dequant" => Some(self.dot_dequant(&args[3..], acc)?),
+            "tile_dot_dequant" => Some(self.dot_dequant(&args[3..], acc, a)?),
             _ => None,
         };
         Ok(TileOp::Dot { acc, a, b, scale })
     }
 
-    /// The scales of `tile_dot_dequant(acc, a, b, offset, rows, cols)`: f32 tiles of `acc`'s
-    /// rows and one column (`offset`, `rows`) and of one row and `acc`'s columns (`cols`),
-    /// for integer operands (checked by [`Self::dot`]).
-    fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId) -> syn::Result<DotScale> {
+    /// The scales of `tile_dot_dequant(acc, a, b, offset, rows, cols)`: f32 tiles of one row
+    /// per group of K and `acc`'s columns (`cols`: `G` rows, K cut into `G` groups of `K / G`,
+    /// a multiple of 4 when `G > 1`) and of `acc`'s rows and one column per group (`offset`,
+    /// `rows`), for integer operands (checked by [`Self::dot`]).
+    fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId, a: TileId) -> syn::Result<DotScale> {
         let tc = &self.tiles[acc as usize];
+        let g = self.tiles[self.tile_arg(args[2])? as usize].rows;
         let [offset, rows, cols] = self.f32_factors(
             "tile_dot_dequant",
             args,
             [
-                ("offset", tc.rows, 1),
-                ("row scale", tc.rows, 1),
-                ("column scale", 1, tc.cols),
+                ("offset", tc.rows, g),
+                ("row scale", tc.rows, g),
+                ("column scale", g, tc.cols),
             ],
         )?;
+        let k = self.tiles[a as usize].cols;
+        if g > 1 && (!k.is_multiple_of(g) || !(k / g).is_multiple_of(4)) {
+            return err(
+                args[2].span(),
+                format!(
+                    "the column scale `{}` cuts K = {k} into {g} groups; each group's K must be a multiple of 4",
+                    self.tiles[cols as usize].name
+                ),
+            );
+        }
         Ok(DotScale::Dequant { offset, rows, cols })
     }
 
@@ -1103,7 +1115,13 @@ mod tests {
             let col = tile::<f32, 16, 1>();
             let row = tile::<f32, 1, 16>();
             let icol = tile::<i32, 16, 1>();
-            let wide = tile::<f32, 1, 8>();";
+            let wide = tile::<f32, 1, 8>();
+            let col2 = tile::<f32, 16, 2>();
+            let row2 = tile::<f32, 2, 16>();
+            let col3 = tile::<f32, 16, 3>();
+            let row3 = tile::<f32, 3, 16>();
+            let col8 = tile::<f32, 16, 8>();
+            let row8 = tile::<f32, 8, 16>();";
         for (stmt, want) in [
             ("tile_dot_dequant(acc, g, g, col, col, row);", "`tile_dot_dequant` takes integer operands (i16, i8, u8), found f32"),
             ("tile_dot_dequant(iacc, a, u, col, col, row);", "the accumulator of a `tile_dot` of i8 tiles is an f32 tile, `iacc` is i32"),
@@ -1111,6 +1129,10 @@ mod tests {
             ("tile_dot_dequant(acc, a, u, col, row, row);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `row` is f32 1x16"),
             ("tile_dot_dequant(acc, a, u, col, col, wide);", "the column scale of `tile_dot_dequant` is an f32 tile of 1 rows and 16 columns, `wide` is f32 1x8"),
             ("tile_dot_dequant(acc, a, u, col, col);", "`tile_dot_dequant` takes 6 arguments, found 5"),
+            ("tile_dot_dequant(acc, a, u, col, col, row2);", "the offset of `tile_dot_dequant` is an f32 tile of 16 rows and 2 columns, `col` is f32 16x1"),
+            ("tile_dot_dequant(acc, a, u, col2, col, row2);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 2 columns, `col` is f32 16x1"),
+            ("tile_dot_dequant(acc, a, u, col3, col3, row3);", "the column scale `row3` cuts K = 16 into 3 groups"),
+            ("tile_dot_dequant(acc, a, u, col8, col8, row8);", "the column scale `row8` cuts K = 16 into 8 groups; each group's K must be a multiple of 4"),
         ] {
             let msg = e(&format!("{decls}\n{stmt}"));
             assert!(msg.contains(want), "{stmt}: {msg}");

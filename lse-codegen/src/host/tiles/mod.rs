@@ -1701,8 +1701,8 @@ impl HostPhases {
     /// The factors a scaled dot's sums at row `r` and column `c` take ([`scaled_sum`]):
     /// scalars in `loop_dot`, and in a register block (`lanes`) 16-lane vectors of columns
     /// `c..c + 16`, a row's value splatted. `Columns`: the column's i32 scale for K group `g`
-    /// (an `i32` value, "0" for an ungrouped scale); `Dequant`: the row's offset and scale,
-    /// then the column's scale.
+    /// (an `i32` value, "0" for an ungrouped scale); `Dequant`: the row's offset and scale
+    /// for group `g`, then the column's scale for it.
     fn scale_factors(
         &self,
         e: &mut Emitter,
@@ -1722,7 +1722,7 @@ impl HostPhases {
             }
         };
         let row = |h: &Self, e: &mut Emitter, t: TileId| {
-            let v = h.read_raw(e, t as usize, r, "0");
+            let v = h.read_raw(e, t as usize, r, g);
             if lanes {
                 splat(e, "float", &v)
             } else {
@@ -1734,7 +1734,7 @@ impl HostPhases {
             DotScale::Dequant { offset, rows, cols } => vec![
                 row(self, e, offset),
                 row(self, e, rows),
-                column(self, e, cols, "0"),
+                column(self, e, cols, g),
             ],
         }
     }
@@ -1971,7 +1971,7 @@ impl HostPhases {
                 .iter()
                 .map(|p| e.b.op(format!("load {acc_vt}, ptr {p}, align 64")))
                 .collect();
-            let out = e.carried_loop(groups, &vt, &totals, |e, g, totals| {
+            let out = e.carried_loop(groups, &acc_vt, &totals, |e, g, totals| {
                 let k0 = e.b.op(format!("mul nuw i32 {g}, {len}"));
                 let init = self.block_starts(e, s, &rows, g, nr);
                 let pass = KPass {
