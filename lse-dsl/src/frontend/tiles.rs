@@ -440,15 +440,26 @@ impl Cx {
     /// `rows`), for integer operands (checked by [`Self::dot`]).
     fn dot_dequant(&self, args: &[&syn::Expr], acc: TileId, a: TileId) -> syn::Result<DotScale> {
         let tc = &self.tiles[acc as usize];
-        let g = self.tiles[self.tile_arg(args[2])? as usize].rows;
-        let [offset, rows, cols] = self.f32_factors(
+        let cols = self.tile_arg(args[2])?;
+        let tcol = &self.tiles[cols as usize];
+        if tcol.elem != Ty::F32 || tcol.cols != tc.cols {
+            return err(
+                args[2].span(),
+                format!(
+                    "the column scale of `tile_dot_dequant` is an f32 tile of {} columns and one row per group of K, `{}` is {} {}x{}",
+                    tc.cols,
+                    tcol.name,
+                    tcol.elem.rust_name(),
+                    tcol.rows,
+                    tcol.cols
+                ),
+            );
+        }
+        let g = tcol.rows;
+        let [offset, rows] = self.f32_factors(
             "tile_dot_dequant",
-            args,
-            [
-                ("offset", tc.rows, g),
-                ("row scale", tc.rows, g),
-                ("column scale", g, tc.cols),
-            ],
+            &args[..2],
+            [("offset", tc.rows, g), ("row scale", tc.rows, g)],
         )?;
         let k = self.tiles[a as usize].cols;
         if g > 1 && (!k.is_multiple_of(g) || !(k / g).is_multiple_of(4)) {
@@ -1127,7 +1138,8 @@ mod tests {
             ("tile_dot_dequant(iacc, a, u, col, col, row);", "the accumulator of a `tile_dot` of i8 tiles is an f32 tile, `iacc` is i32"),
             ("tile_dot_dequant(acc, a, u, icol, col, row);", "the offset of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `icol` is i32 16x1"),
             ("tile_dot_dequant(acc, a, u, col, row, row);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 1 columns, `row` is f32 1x16"),
-            ("tile_dot_dequant(acc, a, u, col, col, wide);", "the column scale of `tile_dot_dequant` is an f32 tile of 1 rows and 16 columns, `wide` is f32 1x8"),
+            ("tile_dot_dequant(acc, a, u, col, col, wide);", "the column scale of `tile_dot_dequant` is an f32 tile of 16 columns and one row per group of K, `wide` is f32 1x8"),
+            ("tile_dot_dequant(acc, a, u, col, col, col);", "the column scale of `tile_dot_dequant` is an f32 tile of 16 columns and one row per group of K, `col` is f32 16x1"),
             ("tile_dot_dequant(acc, a, u, col, col);", "`tile_dot_dequant` takes 6 arguments, found 5"),
             ("tile_dot_dequant(acc, a, u, col, col, row2);", "the offset of `tile_dot_dequant` is an f32 tile of 16 rows and 2 columns, `col` is f32 16x1"),
             ("tile_dot_dequant(acc, a, u, col2, col, row2);", "the row scale of `tile_dot_dequant` is an f32 tile of 16 rows and 2 columns, `col` is f32 16x1"),
