@@ -29,8 +29,9 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 
 /// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
 /// integers `q` (into `q` as bytes, in the tile order of `act_quant.q8_k_int` with runs of
-/// one block of 32 where Q8_K's are of 256: value `c` of row `r` at byte `((r / 48 · k / 32 +
-/// c / 32) · 48 + r % 48) · 32 + c % 32`), `f16(amax / 127)`
+/// four blocks, 128 values, where Q8_K's are of 256: value `c` of row `r` at byte
+/// `((r / 48 · R + c / 128) · 48 + r % 48) · 128 + c % 128`, `R = ceil(k / 128)` runs a row,
+/// a row's last run partial when `k` is not a multiple of 128), `f16(amax / 127)`
 /// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0_bm*`. `x` holds rows
 /// of `k` values, `blocks` blocks in all; grid: x = ceil(blocks / 8).
 ///
@@ -38,21 +39,22 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// of the workgroup's 256, j = 0..3, so the block of a work-item's `j`-th value is `2 j +
 /// local_id() / 32`): the blocks' largest magnitudes and sums are row maxima and row sums of
 /// a 16 x 16 tile of the 256 (two rows a block), and each block's `q` a 32-byte run stored by
-/// `tile_store_packed`. v2 gave each block a workgroup of 32 work-items with a workgroup
+/// `tile_store_packed`. v4 lays out runs of four blocks (v3: one), so the GEMMs read four
+/// blocks as one `[rows, 128]` window. v2 gave each block a workgroup of 32 work-items with a workgroup
 /// reduction each for the maximum and the sum, and its stores of `d` and the sum were a
 /// masked scatter per 16 work-items on the host. Same values for every input without NaN (a
 /// maximum of magnitudes and a sum of integers below 2^24 do not depend on the order).
-#[kernel(name = "act_quant.q8_0_int", version = 3, workgroup = 64)]
+#[kernel(name = "act_quant.q8_0_int", version = 4, workgroup = 64)]
 fn q8_0_int(
     x: &[f32; blocks * 32],
-    q: &mut [i32; (blocks * 32 / k + 47) / 48 * 48 * k / 4],
+    q: &mut [i32; (blocks * 32 / k + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
     d: &mut [f32; blocks],
     sums: &mut [f32; blocks],
     blocks: u32,
     k: u32,
 ) {
     let qt = tile::<i8, 1, 32>();
-    let q8 = tile::<i8, 8, 32>();
+    let q8 = tile::<i8, 2, 128>();
     let t16 = tile::<f32, 16, 16>();
     let r16 = tile::<f32, 16, 1>();
     let vals = shared::<f32>(256);
@@ -122,19 +124,21 @@ fn q8_0_int(
     if l < n {
         sums[first + l] = halves[2 * l] + halves[2 * l + 1];
     }
-    // The blocks' `q`, 32-byte runs 48 · 8 words apart while they lie in one row (always
-    // where a row has a multiple of 8 blocks), else one run at a time.
+    // The blocks' `q`: two runs of 4 blocks, 48 · 32 words apart, while the 8 blocks start a
+    // run and lie in one row (always where a row has a multiple of 8 blocks), else one
+    // block at a time.
+    let runs = (k + 127) / 128;
     let r0 = first / (k / 32);
     let c0 = first % (k / 32);
-    if n == 8 && c0 + 8 <= k / 32 {
-        tile_load(q8, qi, 0, 32, 8, 32);
+    if n == 8 && c0 % 4 == 0 && c0 + 8 <= k / 32 {
+        tile_load(q8, qi, 0, 128, 2, 128);
         tile_store_packed(
             q8,
             q,
-            ((r0 / 48 * (k / 32) + c0) * 48 + r0 % 48) * 8,
-            48 * 8,
-            8,
-            32,
+            ((r0 / 48 * runs + c0 / 4) * 48 + r0 % 48) * 32,
+            48 * 32,
+            2,
+            128,
         );
     } else {
         for b in 0..n {
@@ -142,7 +146,14 @@ fn q8_0_int(
             let r = blk / (k / 32);
             let c = blk % (k / 32);
             tile_load(qt, qi, b * 32, 32, 1, 32);
-            tile_store_packed(qt, q, ((r / 48 * (k / 32) + c) * 48 + r % 48) * 8, 8, 1, 32);
+            tile_store_packed(
+                qt,
+                q,
+                ((r / 48 * runs + c / 4) * 48 + r % 48) * 32 + c % 4 * 8,
+                8,
+                1,
+                32,
+            );
         }
     }
 }
@@ -279,15 +290,16 @@ fn q8_k_int(
 /// gathered rows (`tokens · k` and their padding, 11 times the tokens at 8 of 256 experts)
 /// and gathering them in f32 first cost more than the copy.
 ///
-/// Per row: `k / 4` words of `q` in runs of `2^qw_log2` words (8 for Q8_0's blocks of 32, 64
-/// for Q8_K's blocks of 256; a shift and a mask where a division by the run's length took
-/// 3.7 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
+/// Per row: `ceil(k / 4 / 2^qw_log2)` runs of `2^qw_log2` words of `q` (32 for Q8_0's runs of
+/// four blocks, the last one partial where `k` is not a multiple of 128; 64 for Q8_K's blocks
+/// of 256; a shift and a mask where a division by the run's length took 3.7 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
 /// `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
 /// must lie inside the input buffers (the caller checks: their lengths depend on how many
 /// rows were quantized). The padding rows of the output's last block of 48 are not written.
 /// One workgroup per output row; grid: x = rows. v2: runs of any length (v1: 8 words) and
-/// `offsets16` row by row, as `q8_k_int` v9 lays them out.
-#[kernel(name = "act_quant.gather_rows", version = 2, workgroup = 64)]
+/// `offsets16` row by row, as `q8_k_int` v9 lays them out. v3: a row's last run may be
+/// partial (`q8_0_int` v4).
+#[kernel(name = "act_quant.gather_rows", version = 3, workgroup = 64)]
 fn gather_rows(
     q: &[i32],
     d: &[f32],
@@ -314,7 +326,7 @@ fn gather_rows(
     // Word `j` of row `r` is word `j % qw` of its run `j / qw`, at `((r / 48 · runs + j / qw)
     // · 48 + r % 48) · qw`.
     let qw = 1u32 << qw_log2;
-    let runs = k / 4 / qw;
+    let runs = (k / 4 + qw - 1) / qw;
     for c in 0..(k / 4 + WG - 1) / WG {
         let j = c * WG + l;
         if j < k / 4 {

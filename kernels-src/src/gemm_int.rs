@@ -46,8 +46,15 @@
 //! reads in place on the host (v5 held a word per value, and each step narrowed its 6 KiB
 //! to bytes in a copy). The Q4_K and Q5_K GEMMs (v10) read 32 values of each row per
 //! sub-block, the Q6_K GEMM (v11) 128, a half block; v9 and v10 read runs of 1.5 KiB, one per
-//! K step of 32, the layout of `act_quant.q8_0_int`, which the Q8_0-family GEMMs keep. The
-//! `a` windows take all 48
+//! K step of 32. The Q8_0-family GEMMs (Q8_0 v8, Q4_0 v3, Q5_0 v3) read `act_quant.q8_0_int`
+//! v4's runs of four blocks, 128 values of each row per step (a row's last run partial when
+//! K is not a multiple of 128: its blocks past the row meet zero weight words and scales), and
+//! multiply them by one `tile_dot_dequant` in four groups of K, whose f32 sums the host keeps
+//! in registers over the four blocks: v7 (one block of 32 a step) loaded and stored them at
+//! every block, a fifth of the GEMM's samples (`--kernel-times`, ctx 512 x 4, alternated
+//! runs, the same perplexity bits: the 0.8B-shaped Q8_0 file's Q8_0 GEMM 2,901 and 2,758 ms
+//! against 2,439 and 2,392; its Q4_0 file's Q4_0 GEMM 1,902 and 2,001 against 1,777 and
+//! 1,719). The `a` windows take all 48
 //! rows of a block, also the last block's rows past `m` (the buffer holds whole blocks, zeros
 //! past `m` as the op allocates it; whatever they held, their sums stay in their own rows of
 //! `isum`, which meet a `d_x` loaded as 0 and which the store leaves out): v6 (Q8_0 v3) cut
@@ -92,8 +99,8 @@
 //!
 //! Each K step prefetches a piece of the weight words the workgroup reads next (`prefetch`):
 //! the K-quant GEMMs the next block's words, an eighth of them per step of 32 (Q4_K v11,
-//! Q5_K v11) or a sixteenth per sub-block of 16 (Q6_K v12), the Q8_0-family GEMMs (Q8_0 v7,
-//! Q4_0 v2, Q5_0 v2) the block four steps ahead; after the last block, the next column
+//! Q5_K v11) or a sixteenth per sub-block of 16 (Q6_K v12), the Q8_0-family GEMMs (Q8_0 v7
+//! on, Q4_0 v2 on, Q5_0 v2 on) the block four steps ahead; after the last block, the next column
 //! block's first, which the next workgroup of a 16-row instance reads. The hardware
 //! prefetchers did not keep up: a mixture of experts' products (the 16-row instances, each
 //! expert's weight read from memory once) ran about twice as long as with every expert's
@@ -472,13 +479,14 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
 /// per block the exact integer `Σ q_x · q_w`, then `· d_w · d_x` in f32. The byte dot takes
 /// one unsigned operand, so the weight's bytes go in as `q_w + 128` (the sign bit flipped)
 /// and the block's `128 · Σ q_x` comes off before the scales (exact: both are integers below
-/// 2^24). One `tile_dot_dequant` per block does all of that on the sums where they are (in
-/// registers on the host): `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1
-/// took seven tile statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
+/// 2^24). One `tile_dot_dequant` per four blocks (one group of K each) does all of that on
+/// the sums where they are (in registers on the host): per block
+/// `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1 took seven tile
+/// statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 7, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 8, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q8_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -492,15 +500,17 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
 ) {
     const XB: u32 = 48;
     const BN: u32 = 64;
-    const BK: u32 = 32;
+    // Four blocks of 32 a step, `G` groups of K for the dot.
+    const G: u32 = 4;
+    const BK: u32 = 32 * G;
     let a = tile::<i8, BM, BK>();
     let b = tile::<u8, BK, BN>();
     let acc = tile::<f32, BM, BN>();
-    let offset = tile::<f32, BM, 1>();
-    let dw = tile::<f32, 1, BN>();
-    let dx = tile::<f32, BM, 1>();
-    let wq = shared::<i32>(8 * BN);
-    let wf = shared::<f32>(BN);
+    let offset = tile::<f32, BM, G>();
+    let dw = tile::<f32, G, BN>();
+    let dx = tile::<f32, BM, G>();
+    let wq = shared::<i32>(BK / 4 * BN);
+    let wf = shared::<f32>(G * BN);
     // The block of rows and the block of columns (see the module doc for the grid).
     let rb = if BM < XB { group_id_y() } else { group_id() };
     let cb = if BM < XB { group_id() } else { group_id_y() };
@@ -510,40 +520,68 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
-    for sb in 0..blocks {
-        // The block 4 steps ahead (a step's block alone comes too late from memory).
-        prefetch(
-            w,
-            experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + 4 * 9) * BN,
-            9 * BN,
-        );
-        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-        // local_id()]; `d` is the low half of word 0, `q` bytes 2..34.
-        let at = (cb * (k / 32) + sb) * 9;
-        wf[local_id()] = f16_to_f32(f16_from_bits(
-            w[experts[rb] * w_stride + at * BN + local_id()],
-        ));
-        for t in 0..8u32 {
-            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (cb * (k / 32) + sb) * 9;
-            let lo = w[experts[rb] * w_stride + (blk + t) * BN + local_id()];
-            let hi = w[experts[rb] * w_stride + (blk + t + 1) * BN + local_id()];
-            wq[t * BN + local_id()] = (((lo >> 16) | (hi << 16)) ^ 0x8080_8080) as i32;
+    for s4 in 0..(blocks + G - 1) / G {
+        for h in 0..G {
+            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            prefetch(
+                w,
+                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 9 + 4 * 9) * BN,
+                9 * BN,
+            );
+            // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
+            // block again, its words zeroed (they meet the activations' padding) and `d` 0.
+            // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+            // local_id()], with `at` written out in each read (see Q4_K).
+            let sb = min(s4 * G + h, blocks - 1);
+            let keep = if s4 * G + h < blocks {
+                0xFFFF_FFFFu32
+            } else {
+                0u32
+            };
+            wf[h * BN + local_id()] = if s4 * G + h < blocks {
+                f16_to_f32(f16_from_bits(
+                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 9 * BN + local_id()],
+                ))
+            } else {
+                0.0
+            };
+            for t in 0..8u32 {
+                let lo =
+                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + t) * BN + local_id()];
+                let hi = w
+                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + t + 1) * BN + local_id()];
+                wq[(h * 8 + t) * BN + local_id()] =
+                    ((((lo >> 16) | (hi << 16)) ^ 0x8080_8080) & keep) as i32;
+            }
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
         tile_load_packed(
             a,
             xq,
-            (row0 / XB * (k / 32) + sb) * XB * (BK / 4) + row0 % XB * (BK / 4),
+            ((row0 / XB * ((k + 127) / 128) + s4) * XB + row0 % XB) * (BK / 4),
             BK / 4,
             BM,
             BK,
         );
-        tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_load(
+            offset,
+            xs,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
         tile_scale(offset, -128.0);
-        tile_load(dw, wf, 0, BN, 1, BN);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_load(dw, wf, 0, BN, G, BN);
+        tile_load(
+            dx,
+            xd,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
+        // Per block, `d_x · d_w` first, as llama.cpp scales a block's integer sum.
         tile_dot_dequant(acc, a, b, offset, dx, dw);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -557,9 +595,9 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
 /// `8 · Σ q_x` comes off before the scales, in the same `tile_dot_dequant` as Q8_0's
 /// `128 · Σ q_x`. Interleaved by 64 rows: 5 words per block, so the quants' words straddle
 /// two stored words (bytes 2..18).
-#[kernel(name = "gemm.xwt_q4_0_q8_0", version = 2, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q4_0_q8_0", version = 3, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q4_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -573,15 +611,17 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
 ) {
     const XB: u32 = 48;
     const BN: u32 = 64;
-    const BK: u32 = 32;
+    // Four blocks of 32 a step, `G` groups of K for the dot.
+    const G: u32 = 4;
+    const BK: u32 = 32 * G;
     let a = tile::<i8, BM, BK>();
     let b = tile::<u8, BK, BN>();
     let acc = tile::<f32, BM, BN>();
-    let offset = tile::<f32, BM, 1>();
-    let dw = tile::<f32, 1, BN>();
-    let dx = tile::<f32, BM, 1>();
-    let wq = shared::<i32>(8 * BN);
-    let wf = shared::<f32>(BN);
+    let offset = tile::<f32, BM, G>();
+    let dw = tile::<f32, G, BN>();
+    let dx = tile::<f32, BM, G>();
+    let wq = shared::<i32>(BK / 4 * BN);
+    let wf = shared::<f32>(G * BN);
     // The block of rows and the block of columns (see the module doc for the grid).
     let rb = if BM < XB { group_id_y() } else { group_id() };
     let cb = if BM < XB { group_id() } else { group_id_y() };
@@ -591,43 +631,71 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
-    for sb in 0..blocks {
-        // The block 4 steps ahead (a step's block alone comes too late from memory).
-        prefetch(
-            w,
-            experts[rb] * w_stride + ((cb * (k / 32) + sb) * 5 + 4 * 5) * BN,
-            5 * BN,
-        );
-        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-        // local_id()]; `d` is the low half of word 0, the quants bytes 2..18.
-        let at = (cb * (k / 32) + sb) * 5;
-        wf[local_id()] = f16_to_f32(f16_from_bits(
-            w[experts[rb] * w_stride + at * BN + local_id()],
-        ));
-        for t in 0..4u32 {
-            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (cb * (k / 32) + sb) * 5;
-            let lo = w[experts[rb] * w_stride + (blk + t) * BN + local_id()];
-            let hi = w[experts[rb] * w_stride + (blk + t + 1) * BN + local_id()];
-            // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the high.
-            let q = (lo >> 16) | (hi << 16);
-            wq[t * BN + local_id()] = (q & 0x0F0F_0F0F) as i32;
-            wq[(t + 4) * BN + local_id()] = ((q >> 4) & 0x0F0F_0F0F) as i32;
+    for s4 in 0..(blocks + G - 1) / G {
+        for h in 0..G {
+            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            prefetch(
+                w,
+                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 5 + 4 * 5) * BN,
+                5 * BN,
+            );
+            // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
+            // block again, its words zeroed (they meet the activations' padding) and `d` 0.
+            // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+            // local_id()], with `at` written out in each read (see Q4_K).
+            let sb = min(s4 * G + h, blocks - 1);
+            let keep = if s4 * G + h < blocks {
+                0xFFFF_FFFFu32
+            } else {
+                0u32
+            };
+            wf[h * BN + local_id()] = if s4 * G + h < blocks {
+                f16_to_f32(f16_from_bits(
+                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 5 * BN + local_id()],
+                ))
+            } else {
+                0.0
+            };
+            for t in 0..4u32 {
+                let lo =
+                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 5 + t) * BN + local_id()];
+                let hi = w
+                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 5 + t + 1) * BN + local_id()];
+                // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the
+                // high.
+                let q = ((lo >> 16) | (hi << 16)) & keep;
+                wq[(h * 8 + t) * BN + local_id()] = (q & 0x0F0F_0F0F) as i32;
+                wq[(h * 8 + t + 4) * BN + local_id()] = ((q >> 4) & 0x0F0F_0F0F) as i32;
+            }
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
         tile_load_packed(
             a,
             xq,
-            (row0 / XB * (k / 32) + sb) * XB * (BK / 4) + row0 % XB * (BK / 4),
+            ((row0 / XB * ((k + 127) / 128) + s4) * XB + row0 % XB) * (BK / 4),
             BK / 4,
             BM,
             BK,
         );
-        tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_load(
+            offset,
+            xs,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
         tile_scale(offset, -8.0);
-        tile_load(dw, wf, 0, BN, 1, BN);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_load(dw, wf, 0, BN, G, BN);
+        tile_load(
+            dx,
+            xd,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
+        // Per block, `d_x · d_w` first, as llama.cpp scales a block's integer sum.
         tile_dot_dequant(acc, a, b, offset, dx, dw);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
@@ -639,9 +707,9 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
 /// `ggml_vec_dot_q5_0_q8_0`: `gemm.xwt_q4_0_q8_0` with each value's fifth bit put in as bit 4
 /// of its byte and `16 · Σ q_x` taken off. Interleaved by 64 rows: 6 words per block, `qh` in
 /// bytes 2..6 and the nibbles in bytes 6..22.
-#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 2, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 3, workgroup = 64, consts = [48, 16])]
 fn gemm_xwt_q5_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -655,15 +723,17 @@ fn gemm_xwt_q5_0_q8_0<const BM: u32>(
 ) {
     const XB: u32 = 48;
     const BN: u32 = 64;
-    const BK: u32 = 32;
+    // Four blocks of 32 a step, `G` groups of K for the dot.
+    const G: u32 = 4;
+    const BK: u32 = 32 * G;
     let a = tile::<i8, BM, BK>();
     let b = tile::<u8, BK, BN>();
     let acc = tile::<f32, BM, BN>();
-    let offset = tile::<f32, BM, 1>();
-    let dw = tile::<f32, 1, BN>();
-    let dx = tile::<f32, BM, 1>();
-    let wq = shared::<i32>(8 * BN);
-    let wf = shared::<f32>(BN);
+    let offset = tile::<f32, BM, G>();
+    let dw = tile::<f32, G, BN>();
+    let dx = tile::<f32, BM, G>();
+    let wq = shared::<i32>(BK / 4 * BN);
+    let wf = shared::<f32>(G * BN);
     // The block of rows and the block of columns (see the module doc for the grid).
     let rb = if BM < XB { group_id_y() } else { group_id() };
     let cb = if BM < XB { group_id() } else { group_id_y() };
@@ -673,51 +743,82 @@ fn gemm_xwt_q5_0_q8_0<const BM: u32>(
     if accumulate == 1 {
         tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
     }
-    for sb in 0..blocks {
-        // The block 4 steps ahead (a step's block alone comes too late from memory).
-        prefetch(
-            w,
-            experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + 4 * 6) * BN,
-            6 * BN,
-        );
-        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-        // local_id()]; `d` is the low half of word 0.
-        let at = (cb * (k / 32) + sb) * 6;
-        wf[local_id()] = f16_to_f32(f16_from_bits(
-            w[experts[rb] * w_stride + at * BN + local_id()],
-        ));
-        for t in 0..4u32 {
-            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (cb * (k / 32) + sb) * 6;
-            let w0 = w[experts[rb] * w_stride + blk * BN + local_id()];
-            let w1 = w[experts[rb] * w_stride + (blk + 1) * BN + local_id()];
-            let qh = (w0 >> 16) | (w1 << 16);
-            let lo = w[experts[rb] * w_stride + (blk + t + 1) * BN + local_id()];
-            let hi = w[experts[rb] * w_stride + (blk + t + 2) * BN + local_id()];
-            // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the high;
-            // each value's fifth bit (of `qh`) spread to bit 4 of its byte.
-            let q = (lo >> 16) | (hi << 16);
-            let h0 = qh >> (4 * t);
-            let h1 = qh >> (16 + 4 * t);
-            let spread0 = ((h0 & 1) << 4) | ((h0 & 2) << 11) | ((h0 & 4) << 18) | ((h0 & 8) << 25);
-            let spread1 = ((h1 & 1) << 4) | ((h1 & 2) << 11) | ((h1 & 4) << 18) | ((h1 & 8) << 25);
-            wq[t * BN + local_id()] = ((q & 0x0F0F_0F0F) | spread0) as i32;
-            wq[(t + 4) * BN + local_id()] = (((q >> 4) & 0x0F0F_0F0F) | spread1) as i32;
+    for s4 in 0..(blocks + G - 1) / G {
+        for h in 0..G {
+            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            prefetch(
+                w,
+                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 6 + 4 * 6) * BN,
+                6 * BN,
+            );
+            // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
+            // block again, its words zeroed (they meet the activations' padding) and `d` 0.
+            // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
+            // local_id()], with `at` written out in each read (see Q4_K).
+            let sb = min(s4 * G + h, blocks - 1);
+            let keep = if s4 * G + h < blocks {
+                0xFFFF_FFFFu32
+            } else {
+                0u32
+            };
+            wf[h * BN + local_id()] = if s4 * G + h < blocks {
+                f16_to_f32(f16_from_bits(
+                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 6 * BN + local_id()],
+                ))
+            } else {
+                0.0
+            };
+            for t in 0..4u32 {
+                let w0 =
+                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + 0) * BN + local_id()];
+                let w1 =
+                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + 1) * BN + local_id()];
+                let qh = ((w0 >> 16) | (w1 << 16)) & keep;
+                let lo = w
+                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + t + 1) * BN + local_id()];
+                let hi = w
+                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + t + 2) * BN + local_id()];
+                // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the
+                // high; each value's fifth bit (of `qh`) spread to bit 4 of its byte.
+                let q = ((lo >> 16) | (hi << 16)) & keep;
+                let h0 = qh >> (4 * t);
+                let h1 = qh >> (16 + 4 * t);
+                let spread0 =
+                    ((h0 & 1) << 4) | ((h0 & 2) << 11) | ((h0 & 4) << 18) | ((h0 & 8) << 25);
+                let spread1 =
+                    ((h1 & 1) << 4) | ((h1 & 2) << 11) | ((h1 & 4) << 18) | ((h1 & 8) << 25);
+                wq[(h * 8 + t) * BN + local_id()] = ((q & 0x0F0F_0F0F) | spread0) as i32;
+                wq[(h * 8 + t + 4) * BN + local_id()] = (((q >> 4) & 0x0F0F_0F0F) | spread1) as i32;
+            }
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
         tile_load_packed(
             a,
             xq,
-            (row0 / XB * (k / 32) + sb) * XB * (BK / 4) + row0 % XB * (BK / 4),
+            ((row0 / XB * ((k + 127) / 128) + s4) * XB + row0 % XB) * (BK / 4),
             BK / 4,
             BM,
             BK,
         );
-        tile_load(offset, xs, row0 * blocks + sb, blocks, m - row0, 1);
+        tile_load(
+            offset,
+            xs,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
         tile_scale(offset, -16.0);
-        tile_load(dw, wf, 0, BN, 1, BN);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        // `d_x · d_w` first, as llama.cpp scales a block's integer sum.
+        tile_load(dw, wf, 0, BN, G, BN);
+        tile_load(
+            dx,
+            xd,
+            row0 * blocks + s4 * G,
+            blocks,
+            m - row0,
+            blocks - s4 * G,
+        );
+        // Per block, `d_x · d_w` first, as llama.cpp scales a block's integer sum.
         tile_dot_dequant(acc, a, b, offset, dx, dw);
     }
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);

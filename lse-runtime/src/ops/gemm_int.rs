@@ -139,14 +139,21 @@ pub(super) struct QuantizedRows<'d> {
     k: u32,
 }
 
-/// The values of a row that lie together in the activation kernels' tile order: a block of
-/// Q8_0 (32), of Q8_K (256).
+/// The values of a row that lie together in the activation kernels' tile order: four blocks
+/// of Q8_0 (128), a block of Q8_K (256).
 fn run_values(q8_0: bool) -> u32 {
     if q8_0 {
-        32
+        128
     } else {
         256
     }
+}
+
+/// The words of `act_quant`'s `q` for `rows` rows (in whole blocks of [`ROWS`]) of `k` values:
+/// each row's runs ([`run_values`]) whole, the last one padded.
+fn q_words(rows: usize, k: usize, q8_0: bool) -> usize {
+    let run = run_values(q8_0) as usize;
+    rows.div_ceil(ROWS as usize) * ROWS as usize * k.div_ceil(run) * run / 4
 }
 
 /// Quantizes `x` (`[m, k]`, checked by the caller) as `act` (Q8_0 or Q8_K, from
@@ -163,7 +170,7 @@ pub(super) fn quantize<'d>(
     // Q8_0 activations come in blocks of 32 with one f32 sum each, Q8_K in blocks of 256
     // with an integer sum per 32 and per 16 values.
     let q8_0 = act == Activations::Q8_0;
-    let block = run_values(q8_0) as usize;
+    let block = if q8_0 { 32 } else { 256 };
     let (mu, ku) = (m as usize, k as usize);
     let blocks = to_u32(OP, "m * k / block", mu * ku / block)?;
     let per_block = |n: usize, q8_0_has: bool| {
@@ -176,7 +183,7 @@ pub(super) fn quantize<'d>(
     // The activation kernels' layout: rows in blocks of `ROWS`, the last one padded; four
     // values to a word (and Q8_K's offsets a word per 16 values).
     let padded_rows = mu.div_ceil(ROWS as usize) * ROWS as usize;
-    let mut xq = dev.scratch::<i32>(padded_rows * ku / 4)?;
+    let mut xq = dev.scratch::<i32>(q_words(mu, ku, q8_0))?;
     let mut xd = dev.scratch::<f32>(blocks as usize)?;
     let mut xs = dev.scratch::<f32>(per_block(1, true))?;
     let mut xs32 = dev.scratch::<i32>(per_block(8, false))?;
@@ -243,7 +250,7 @@ pub(super) fn gather<'d>(
     };
     let padded_rows = mu.div_ceil(ROWS as usize) * ROWS as usize;
     let part = |len: usize| len.max(1);
-    let mut q = dev.scratch::<i32>(padded_rows * ku / 4)?;
+    let mut q = dev.scratch::<i32>(q_words(mu, ku, x.q8_0))?;
     let mut d = dev.scratch::<f32>(mu * dl as usize)?;
     let mut sums = dev.scratch::<f32>(part(mu * sl as usize))?;
     let mut sums32 = dev.scratch::<i32>(part(mu * s32l as usize))?;
@@ -499,7 +506,13 @@ mod tests {
         let devs = cpu_side_devices();
         for format in INTEGER_FORMATS {
             let act = integer_gemm_activations(format).unwrap();
-            for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)] {
+            // Q8_0's rows of 160 end in a run of one block of 32 (the GEMMs' last step of
+            // four blocks has three past the row).
+            let ragged = (act == Activations::Q8_0).then_some((2 * 48 + 5, 70, 160));
+            for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)]
+                .into_iter()
+                .chain(ragged)
+            {
                 let b = blocks(format, n, k, (m * n + k) as u64);
                 let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
                 let packed = interleave(format, &b, 1, n, k).unwrap();
@@ -1125,14 +1138,14 @@ mod tests {
     }
 
     /// The 8-bit values of `len` activations (rows of `k`) read back from the activation
-    /// kernels' tile order with runs of `run` values (32 for Q8_0, 256 for Q8_K): value `c`
-    /// of row `r` at byte `((r / 48 · k / run + c / run) · 48 + r % 48) · run + c % run` of
-    /// `laid`.
+    /// kernels' tile order with runs of `run` values (128 for Q8_0, 256 for Q8_K): value `c`
+    /// of row `r` at byte `((r / 48 · ceil(k / run) + c / run) · 48 + r % 48) · run + c % run`
+    /// of `laid`.
     fn from_tile_order(laid: &[i32], len: usize, k: usize, run: usize) -> Vec<i32> {
         (0..len)
             .map(|i| {
                 let (r, c) = (i / k, i % k);
-                let at = ((r / 48 * (k / run) + c / run) * 48 + r % 48) * run + c % run;
+                let at = ((r / 48 * k.div_ceil(run) + c / run) * 48 + r % 48) * run + c % run;
                 i32::from((laid[at / 4] >> (8 * (at % 4))) as i8)
             })
             .collect()
@@ -1174,7 +1187,7 @@ mod tests {
             for dev in cpu_side_devices() {
                 let what = format!("{} at {rows} x {k}", dev.arch());
                 let xd = dev.buffer_from(&x).unwrap();
-                let mut q = dev.alloc::<i32>(48 * k / 4).unwrap();
+                let mut q = dev.alloc::<i32>(q_words(rows, k, true)).unwrap();
                 let mut d = dev.alloc::<f32>(blocks).unwrap();
                 let mut sums = dev.alloc::<f32>(blocks).unwrap();
                 let args = q8_0_int::Args {
@@ -1191,7 +1204,7 @@ mod tests {
                     d.to_vec().unwrap(),
                     sums.to_vec().unwrap(),
                 );
-                let qv = from_tile_order(&laid, x.len(), k, 32);
+                let qv = from_tile_order(&laid, x.len(), k, 128);
                 let got = dequantized_parts(&qv, &dv, 32);
                 // The NaN's own value (NaN) has no integer part; the rest of its block is
                 // scaled by the block's largest number, 6.0.
