@@ -40,9 +40,9 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// local_id() / 32`): the blocks' largest magnitudes and sums are row maxima and row sums of
 /// a 16 x 16 tile of the 256 (two rows a block), and each block's `q` a 32-byte run stored by
 /// `tile_store_packed`. v4 lays out runs of four blocks (v3: one), so the GEMMs read four
-/// blocks as one `[rows, 128]` window. v2 gave each block a workgroup of 32 work-items with a workgroup
-/// reduction each for the maximum and the sum, and its stores of `d` and the sum were a
-/// masked scatter per 16 work-items on the host. Same values for every input without NaN (a
+/// blocks as one `[rows, 128]` window. v2 gave each block a workgroup of 32 work-items with a
+/// workgroup reduction each for the maximum and the sum, and its stores of `d` and the sum
+/// were a masked scatter per 16 work-items on the host. Same values for every input without NaN (a
 /// maximum of magnitudes and a sum of integers below 2^24 do not depend on the order).
 #[kernel(name = "act_quant.q8_0_int", version = 4, workgroup = 64)]
 fn q8_0_int(
@@ -292,8 +292,9 @@ fn q8_k_int(
 ///
 /// Per row: `ceil(k / 4 / 2^qw_log2)` runs of `2^qw_log2` words of `q` (32 for Q8_0's runs of
 /// four blocks, the last one partial where `k` is not a multiple of 128; 64 for Q8_K's blocks
-/// of 256; a shift and a mask where a division by the run's length took 3.7 times as long), `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of
-/// `sums32` and `ol` of `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
+/// of 256; a shift and a mask where a division by the run's length took 3.7 times as long),
+/// `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of `sums32` and `ol` of
+/// `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
 /// must lie inside the input buffers (the caller checks: their lengths depend on how many
 /// rows were quantized). The padding rows of the output's last block of 48 are not written.
 /// One workgroup per output row; grid: x = rows. v2: runs of any length (v1: 8 words) and

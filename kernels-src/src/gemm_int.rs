@@ -22,10 +22,10 @@
 //! 128: work-item `c` writes its 6-bit quants `q` (0..63) four to a word the same way, and
 //! one byte dot adds them times each sub-block's signed scale (a scale per group of 16 of
 //! K); the quants' offset of 32 comes off as each row's sum over a sub-block starts from
-//! `-32 ·` the sum of its activations over it (`tile_dot_scaled`'s row offsets). At the end of each
-//! block of 256 one `tile_dequant` takes `isum` into the f32 `acc` (zeroing `isum` as it
-//! reads it, on the host), and the minimum term is one
-//! `tile_dot_dequant` of the activations' sums per 32 (`[48, 8]`, i16) by the minimums
+//! `-32 ·` the sum of its activations over it (`tile_dot_scaled`'s row offsets). At the end
+//! of each block of 256 one `tile_dequant` takes `isum` into the f32 `acc` (zeroing `isum` as
+//! it reads it, on the host), and the minimum term is one `tile_dot_dequant` of the
+//! activations' sums per 32 (`[48, 8]`, i16) by the minimums
 //! (`[8, 64]`) into `acc_min`: where v4 ran ten statements over the block's 48 x 64 f32
 //! tiles (the minimum term an f32 dot), each a pass through memory. As in llama.cpp (its
 //! `ggml_vec_dot_q4_K_q8_K` and its repacked Q4_K GEMM), the two terms gather in their own
@@ -100,7 +100,7 @@
 //! Each K step prefetches a piece of the weight words the workgroup reads next (`prefetch`):
 //! the K-quant GEMMs the next block's words, an eighth of them per step of 32 (Q4_K v11,
 //! Q5_K v11) or a sixteenth per sub-block of 16 (Q6_K v12), the Q8_0-family GEMMs (Q8_0 v7
-//! on, Q4_0 v2 on, Q5_0 v2 on) the block four steps ahead; after the last block, the next column
+//! on, Q4_0 v2 on, Q5_0 v2 on) the block four blocks ahead; after the last block, the next column
 //! block's first, which the next workgroup of a 16-row instance reads. The hardware
 //! prefetchers did not keep up: a mixture of experts' products (the 16-row instances, each
 //! expert's weight read from memory once) ran about twice as long as with every expert's
@@ -522,7 +522,8 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
     }
     for s4 in 0..(blocks + G - 1) / G {
         for h in 0..G {
-            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            // The block 4 blocks ahead, this one's in the next step (one block of 32 ahead came
+            // too late from memory).
             prefetch(
                 w,
                 experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 9 + 4 * 9) * BN,
@@ -633,7 +634,8 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
     }
     for s4 in 0..(blocks + G - 1) / G {
         for h in 0..G {
-            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            // The block 4 blocks ahead, this one's in the next step (one block of 32 ahead came
+            // too late from memory).
             prefetch(
                 w,
                 experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 5 + 4 * 5) * BN,
@@ -745,7 +747,8 @@ fn gemm_xwt_q5_0_q8_0<const BM: u32>(
     }
     for s4 in 0..(blocks + G - 1) / G {
         for h in 0..G {
-            // The block 4 steps ahead (a step's block alone comes too late from memory).
+            // The block 4 blocks ahead, this one's in the next step (one block of 32 ahead came
+            // too late from memory).
             prefetch(
                 w,
                 experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 6 + 4 * 6) * BN,

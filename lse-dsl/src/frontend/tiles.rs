@@ -461,16 +461,7 @@ impl Cx {
             &args[..2],
             [("offset", tc.rows, g), ("row scale", tc.rows, g)],
         )?;
-        let k = self.tiles[a as usize].cols;
-        if g > 1 && (!k.is_multiple_of(g) || !(k / g).is_multiple_of(4)) {
-            return err(
-                args[2].span(),
-                format!(
-                    "the column scale `{}` cuts K = {k} into {g} groups; each group's K must be a multiple of 4",
-                    self.tiles[cols as usize].name
-                ),
-            );
-        }
+        self.k_groups(args[2], "the column scale", cols, a)?;
         Ok(DotScale::Dequant { offset, rows, cols })
     }
 
@@ -563,18 +554,27 @@ impl Cx {
                 ),
             );
         }
+        self.k_groups(e, "the scale", s, a)?;
+        Ok(s)
+    }
+
+    /// Checks that the `G` rows of scale tile `scale` (`what`, at `e`) cut the K of operand
+    /// `a` into groups whose K is a multiple of 4 (the byte dots' fours), when `G > 1`.
+    fn k_groups(&self, e: &syn::Expr, what: &str, scale: TileId, a: TileId) -> syn::Result<()> {
         let k = self.tiles[a as usize].cols;
-        let g = ts.rows;
+        let (g, name) = (
+            self.tiles[scale as usize].rows,
+            &self.tiles[scale as usize].name,
+        );
         if g > 1 && (!k.is_multiple_of(g) || !(k / g).is_multiple_of(4)) {
             return err(
                 e.span(),
                 format!(
-                    "the scale `{}` cuts K = {k} into {g} groups; each group's K must be a multiple of 4",
-                    ts.name
+                    "{what} `{name}` cuts K = {k} into {g} groups; each group's K must be a multiple of 4"
                 ),
             );
         }
-        Ok(s)
+        Ok(())
     }
 
     /// The row offsets of `tile_dot_scaled(acc, a, b, s, offset)`: an i32 tile of `acc`'s
