@@ -30,7 +30,7 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// Q8_0 as three parts (as `act_quant.q8_0` computes it): per block of 32 values, the
 /// integers `q` (into `q` as bytes, in the tile order of `act_quant.q8_k_int` with runs of
 /// four blocks, 128 values, where Q8_K's are of 256: value `c` of row `r` at byte
-/// `((r / 48 · R + c / 128) · 48 + r % 48) · 128 + c % 128`, `R = ceil(k / 128)` runs a row,
+/// `((r / 64 · R + c / 128) · 64 + r % 64) · 128 + c % 128`, `R = ceil(k / 128)` runs a row,
 /// a row's last run partial when `k` is not a multiple of 128), `f16(amax / 127)`
 /// (into `d`) and `Σ q` (into `sums`, exact in f32), for `gemm.xwt_q8_0_q8_0_bm*`. `x` holds rows
 /// of `k` values, `blocks` blocks in all; grid: x = ceil(blocks / 8).
@@ -42,12 +42,13 @@ fn q8_0(x: &[f32; num_groups() * 32], y: &mut [f32; num_groups() * 32]) {
 /// `tile_store_packed`. v4 lays out runs of four blocks (v3: one), so the GEMMs read four
 /// blocks as one `[rows, 128]` window. v2 gave each block a workgroup of 32 work-items with a
 /// workgroup reduction each for the maximum and the sum, and its stores of `d` and the sum
-/// were a masked scatter per 16 work-items on the host. Same values for every input without NaN (a
+/// were a masked scatter per 16 work-items on the host. v5: rows in blocks of 64, the GEMMs'
+/// row blocks (v4: 48). Same values for every input without NaN (a
 /// maximum of magnitudes and a sum of integers below 2^24 do not depend on the order).
-#[kernel(name = "act_quant.q8_0_int", version = 4, workgroup = 64)]
+#[kernel(name = "act_quant.q8_0_int", version = 5, workgroup = 64)]
 fn q8_0_int(
     x: &[f32; blocks * 32],
-    q: &mut [i32; (blocks * 32 / k + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
+    q: &mut [i32; (blocks * 32 / k + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
     d: &mut [f32; blocks],
     sums: &mut [f32; blocks],
     blocks: u32,
@@ -124,7 +125,7 @@ fn q8_0_int(
     if l < n {
         sums[first + l] = halves[2 * l] + halves[2 * l + 1];
     }
-    // The blocks' `q`: two runs of 4 blocks, 48 · 32 words apart, while the 8 blocks start a
+    // The blocks' `q`: two runs of 4 blocks, 64 · 32 words apart, while the 8 blocks start a
     // run and lie in one row (always where a row has a multiple of 8 blocks), else one
     // block at a time.
     let runs = (k + 127) / 128;
@@ -135,8 +136,8 @@ fn q8_0_int(
         tile_store_packed(
             q8,
             q,
-            ((r0 / 48 * runs + c0 / 4) * 48 + r0 % 48) * 32,
-            48 * 32,
+            ((r0 / 64 * runs + c0 / 4) * 64 + r0 % 64) * 32,
+            64 * 32,
             2,
             128,
         );
@@ -149,7 +150,7 @@ fn q8_0_int(
             tile_store_packed(
                 qt,
                 q,
-                ((r / 48 * runs + c / 4) * 48 + r % 48) * 32 + c % 4 * 8,
+                ((r / 64 * runs + c / 4) * 64 + r % 64) * 32 + c % 4 * 8,
                 8,
                 1,
                 32,
@@ -184,10 +185,10 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// blocks.
 ///
 /// `q` is laid out for the integer GEMMs' `a` tiles (`gemm_int`), four values to a word
-/// (little-endian bytes, read by `tile_load_packed`): rows in blocks of 48, and within a
-/// block each block of 256 values its 48 rows' values one after another, i.e. value `c` of
-/// row `r` at byte `((r / 48 · k / 256 + c / 256) · 48 + r % 48) · 256 + c % 256` (rows past
-/// the last of a partial block are not written). A block's tile is then one run of 12 KiB,
+/// (little-endian bytes, read by `tile_load_packed`): rows in blocks of 64 (v9: 48), and
+/// within a block each block of 256 values its 64 rows' values one after another, i.e. value
+/// `c` of row `r` at byte `((r / 64 · k / 256 + c / 256) · 64 + r % 64) · 256 + c % 256` (rows
+/// past the last of a partial block are not written). A block's tile is then one run of 16 KiB,
 /// where rows `k` apart fell into the same few cache sets (and v5, a word per value, took
 /// four times the memory, which the GEMMs narrowed to bytes at every step); v9 lays out whole
 /// blocks of 256 where v8 laid out steps of 32 (runs of 1.5 KiB), so that one `a` tile holds
@@ -208,13 +209,13 @@ fn q8_k(x: &[f32; num_groups() * 256], y: &mut [f32; num_groups() * 256]) {
 /// without a positive magnitude (all zeros, or all NaN) is stored as zeros with `d` 0, as
 /// llama.cpp's `if (!amax)` does. v8: `offsets16` (-32 times the sums per 16, in tile order)
 /// where v7 stored the plain sums row by row.
-#[kernel(name = "act_quant.q8_k_int", version = 9, workgroup = 64)]
+#[kernel(name = "act_quant.q8_k_int", version = 10, workgroup = 64)]
 fn q8_k_int(
     x: &[f32; num_groups() * 256],
-    q: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * k / 4],
+    q: &mut [i32; (num_groups() * 256 / k + 63) / 64 * 64 * k / 4],
     d: &mut [f32; num_groups()],
     sums: &mut [i32; num_groups() * 8],
-    offsets16: &mut [i32; (num_groups() * 256 / k + 47) / 48 * 48 * (k / 16)],
+    offsets16: &mut [i32; (num_groups() * 256 / k + 63) / 64 * 64 * (k / 16)],
     k: u32,
 ) {
     let qt16 = tile::<f32, 16, 16>();
@@ -266,7 +267,7 @@ fn q8_k_int(
     tile_store_packed(
         it,
         q,
-        ((r / 48 * (k / 256) + sb) * 48 + r % 48) * 64,
+        ((r / 64 * (k / 256) + sb) * 64 + r % 64) * 64,
         8,
         8,
         32,
@@ -296,11 +297,11 @@ fn q8_k_int(
 /// `dl` floats of `d`, `sl` floats of `sums` (Q8_0), `s32l` words of `sums32` and `ol` of
 /// `offsets16` (Q8_K); a part of length 0 is not copied. The input rows
 /// must lie inside the input buffers (the caller checks: their lengths depend on how many
-/// rows were quantized). The padding rows of the output's last block of 48 are not written.
+/// rows were quantized). The padding rows of the output's last block of 64 are not written.
 /// One workgroup per output row; grid: x = rows. v2: runs of any length (v1: 8 words) and
 /// `offsets16` row by row, as `q8_k_int` v9 lays them out. v3: a row's last run may be
-/// partial (`q8_0_int` v4).
-#[kernel(name = "act_quant.gather_rows", version = 3, workgroup = 64)]
+/// partial (`q8_0_int` v4). v4: blocks of 64 rows (`q8_0_int` v5, `q8_k_int` v10).
+#[kernel(name = "act_quant.gather_rows", version = 4, workgroup = 64)]
 fn gather_rows(
     q: &[i32],
     d: &[f32],
@@ -308,11 +309,11 @@ fn gather_rows(
     sums32: &[i32],
     offsets16: &[i32],
     rows: &[u32; num_groups()],
-    gq: &mut [i32; (num_groups() + 47) / 48 * 48 * k / 4],
+    gq: &mut [i32; (num_groups() + 63) / 64 * 64 * k / 4],
     gd: &mut [f32; num_groups() * dl],
     gsums: &mut [f32; num_groups() * sl],
     gsums32: &mut [i32; num_groups() * s32l],
-    goffsets16: &mut [i32; (num_groups() + 47) / 48 * 48 * ol],
+    goffsets16: &mut [i32; (num_groups() + 63) / 64 * 64 * ol],
     k: u32,
     qw_log2: u32,
     dl: u32,
@@ -324,8 +325,8 @@ fn gather_rows(
     let i = group_id();
     let l = local_id();
     let s = rows[i];
-    // Word `j` of row `r` is word `j % qw` of its run `j / qw`, at `((r / 48 · runs + j / qw)
-    // · 48 + r % 48) · qw`.
+    // Word `j` of row `r` is word `j % qw` of its run `j / qw`, at `((r / 64 · runs + j / qw)
+    // · 64 + r % 64) · qw`.
     let qw = 1u32 << qw_log2;
     let runs = (k / 4 + qw - 1) / qw;
     for c in 0..(k / 4 + WG - 1) / WG {
@@ -333,8 +334,8 @@ fn gather_rows(
         if j < k / 4 {
             let run = j >> qw_log2;
             let at = j & (qw - 1);
-            gq[((i / 48 * runs + run) * 48 + i % 48) * qw + at] =
-                q[((s / 48 * runs + run) * 48 + s % 48) * qw + at];
+            gq[((i / 64 * runs + run) * 64 + i % 64) * qw + at] =
+                q[((s / 64 * runs + run) * 64 + s % 64) * qw + at];
         }
     }
     for c in 0..(dl + WG - 1) / WG {

@@ -25,7 +25,7 @@
 //! `-32 ·` the sum of its activations over it (`tile_dot_scaled`'s row offsets). At the end
 //! of each block of 256 one `tile_dequant` takes `isum` into the f32 `acc` (zeroing `isum` as
 //! it reads it, on the host), and the minimum term is one `tile_dot_dequant` of the
-//! activations' sums per 32 (`[48, 8]`, i16) by the minimums
+//! activations' sums per 32 (`[64, 8]`, i16) by the minimums
 //! (`[8, 64]`) into `acc_min`: where v4 ran ten statements over the block's 48 x 64 f32
 //! tiles (the minimum term an f32 dot), each a pass through memory. As in llama.cpp (its
 //! `ggml_vec_dot_q4_K_q8_K` and its repacked Q4_K GEMM), the two terms gather in their own
@@ -41,7 +41,7 @@
 //! block).
 //!
 //! The activations come in `act_quant.q8_k_int`'s layout: four 8-bit values to a word, a
-//! block of 256 values of the workgroup's 48 rows one after another (a run of 12 KiB), so
+//! block of 256 values of the workgroup's 64 rows one after another (a run of 16 KiB), so
 //! each `a` tile is a window of it at a row stride of 64 words, which `tile_load_packed`
 //! reads in place on the host (v5 held a word per value, and each step narrowed its 6 KiB
 //! to bytes in a copy). The Q4_K and Q5_K GEMMs (v10) read 32 values of each row per
@@ -54,23 +54,28 @@
 //! every block, a fifth of the GEMM's samples (`--kernel-times`, ctx 512 x 4, alternated
 //! runs, the same perplexity bits: the 0.8B-shaped Q8_0 file's Q8_0 GEMM 2,901 and 2,758 ms
 //! against 2,439 and 2,392; its Q4_0 file's Q4_0 GEMM 1,902 and 2,001 against 1,777 and
-//! 1,719). The `a` windows take all 48
+//! 1,719). The `a` windows take all 64
 //! rows of a block, also the last block's rows past `m` (the buffer holds whole blocks, zeros
 //! past `m` as the op allocates it; whatever they held, their sums stay in their own rows of
 //! `isum`, which meet a `d_x` loaded as 0 and which the store leaves out): v6 (Q8_0 v3) cut
 //! the last block's window at `m`, which the host copied through gathers, one vector gather
-//! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (three row
-//! blocks, the last of 32 rows).
+//! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (then three
+//! row blocks of 48, the last of 32 rows).
 //!
-//! Each kernel comes in two instances (`consts = [48, 16]`, LOOM.md): `_bm48` computes 48
+//! Each kernel comes in two instances (`consts = [64, 16]`, LOOM.md): `_bm64` computes 64
 //! rows of `y` per workgroup, `_bm16` 16. The weight's words and their unpacking are the
-//! same for any number of rows, so the 48-row instance shares them among three times the
+//! same for any number of rows, so the 64-row instance shares them among four times the
 //! rows; the 16-row one serves products of few rows, above all a mixture of experts' routed
 //! products (16 rows per expert on average in Qwen3.5-35B-A3B at a pass of 512 tokens),
-//! where 48-row blocks computed three times the rows. Both read the activations in
-//! `act_quant`'s blocks of 48 rows (`XB`): the 16-row instance a window of 16 rows inside
+//! where 64-row blocks computed four times the rows. Both read the activations in
+//! `act_quant`'s blocks of 64 rows (`XB`): the 16-row instance a window of 16 rows inside
 //! one, which is whole where the block is. The products and their order per element are the
-//! same in both, so are the results.
+//! same in both, so are the results. Until Q4_K v12, Q5_K v12, Q6_K v13, Q8_0 v9, Q4_0 v4 and
+//! Q5_0 v4 the larger instance took 48 rows (`_bm48`): M = 512 took 11 row blocks (528 rows)
+//! and the LM head's 128 or 127 rows three (144), each unpacking the weight once, where 64
+//! rows take 8 and 2 (`--kernel-times`, ctx 512 x 4, alternated runs, the same perplexity
+//! bits: the MoE model's Q6_K head at M = 127 about 12% faster, its Q4_K products at M = 512
+//! 4%; the 0.8B-shaped model's Q4_0 and Q8_0 GEMMs 5 to 10%).
 //!
 //! Block `b` of rows multiplies the matrix at word `experts[b] · w_stride` of `w`: an expert's
 //! of a stacked or fused `[E, n', k]` tensor interleaved matrix by matrix (`w_stride` its
@@ -83,11 +88,12 @@
 //! (a variable read in several regions lives per work-item, and a read through it was a
 //! gather).
 //!
-//! Grid: the 48-row instances x = ceil(m / 48) row blocks of `y`, y = ceil(n / 64) column
-//! blocks (the groups of 64 weight rows); a workgroup owns 48 x 64 of `y` (48 rows: the tiles
-//! of 64 x 64 did not fit a GPU's 64 KiB of shared memory). Row blocks run fastest, so
+//! Grid: the 64-row instances x = ceil(m / 64) row blocks of `y`, y = ceil(n / 64) column
+//! blocks (the groups of 64 weight rows); a workgroup owns 64 x 64 of `y` (its tiles and
+//! shared arrays within a GPU's 64 KiB of shared memory: Q6_K's takes 62 KiB, its scales
+//! unpacked per half block). Row blocks run fastest, so
 //! consecutive workgroups read the same column block of the weight, which comes from memory
-//! once and then from cache, while the activations (48 KiB a row block at K = 1024) come from
+//! once and then from cache, while the activations (64 KiB a row block at K = 1024) come from
 //! L2 or L3. v8 (Q8_0 v5) turned the grid so: v7 ran column blocks fastest and streamed the
 //! whole weight from memory once per row block, three times for the LM head at M = 128 (208 MB
 //! of Q6_K each time), which ran 30% slower than now; at M = 512 and 8192 the two orders are
@@ -113,9 +119,9 @@ use loom::kernel;
 /// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
 /// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
 /// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 11, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 12, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q4_k_q8_k<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 63) / 64 * 64 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
     w: &[u32],
@@ -127,7 +133,7 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
@@ -233,9 +239,9 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
 /// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
 /// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
 /// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 11, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 12, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q5_k_q8_k<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 63) / 64 * 64 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
     w: &[u32],
@@ -247,7 +253,7 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     const BK: u32 = 32;
     let a = tile::<i8, BM, BK>();
@@ -361,12 +367,14 @@ fn gemm_xwt_q5_k_q8_k<const BM: u32>(
 /// whole blocks (`[256, 64]` weight tiles) would take 77 KiB of a GPU's 64 KiB of shared
 /// memory. v9: the offsets as the dots' start (a broadcast per row of a register block),
 /// where v8 took them off with an i16 dot per block of the sums per 16 (`[48, 16]`) by
-/// `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head.
-#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 12, workgroup = 64, consts = [48, 16])]
+/// `-32 · sc_j` (`[16, 64]`), 8% of its time on the LM head. v13: 64 rows (the module
+/// doc), the scales unpacked per half block (8 of them) so that the tiles and shared arrays
+/// take 62 KiB, within a GPU's 64.
+#[kernel(name = "gemm.xwt_q6_k_q8_k", version = 13, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q6_k_q8_k<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * k / 4],
+    xq: &[i32; (m + 63) / 64 * 64 * k / 4],
     xd: &[f32; m * (k / 256)],
-    xo16: &[i32; (m + 47) / 48 * 48 * (k / 16)],
+    xo16: &[i32; (m + 63) / 64 * 64 * (k / 16)],
     w: &[u32],
     experts: &[u32],
     y: &mut [f32; m * n],
@@ -376,7 +384,7 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     // Values per half block (`ql`'s and `qh`'s halves), and per sub-block (per scale).
     const HK: u32 = 128;
@@ -391,7 +399,7 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     let dx = tile::<f32, BM, 1>();
     // The half block's 128 quants, four to a word (`b`'s quads), and the block's 16 scales.
     let wq = shared::<i32>(HK / 4 * BN);
-    let ws = shared::<i32>(16 * BN);
+    let ws = shared::<i32>(8 * BN);
     let wf = shared::<f32>(BN);
     // The block of rows and the block of columns (see the module doc for the grid).
     let rb = if BM < XB { group_id_y() } else { group_id() };
@@ -409,14 +417,16 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
         wf[local_id()] = f16_to_f32(f16_from_bits(
             w[experts[rb] * w_stride + (at + 52) * BN + local_id()],
         ));
-        // The scales: signed bytes 192..207, in words 48..51.
-        for t in 0..4u32 {
-            let sw = w[experts[rb] * w_stride + (at + 48 + t) * BN + local_id()];
-            for j in 0..4u32 {
-                ws[(4 * t + j) * BN + local_id()] = ((sw << (24 - 8 * j)) as i32) >> 24;
-            }
-        }
         for half in 0..2u32 {
+            // The half's 8 scales: signed bytes 192 + 8 half.., in words 48 + 2 half...
+            for t in 0..2u32 {
+                let sw = w[experts[rb] * w_stride
+                    + ((cb * (k / 256) + sb) * 53 + 48 + 2 * half + t) * BN
+                    + local_id()];
+                for j in 0..4u32 {
+                    ws[(4 * t + j) * BN + local_id()] = ((sw << (24 - 8 * j)) as i32) >> 24;
+                }
+            }
             for sub in 0..8u32 {
                 // A sixteenth of the next block's words per sub-block (see Q4_K).
                 prefetch(
@@ -454,7 +464,7 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
                 BM,
                 HK,
             );
-            tile_load(sc, ws, half * 8 * BN, BN, 8, BN);
+            tile_load(sc, ws, 0, BN, 8, BN);
             tile_load(
                 offset,
                 xo16,
@@ -484,9 +494,9 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
 /// `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1 took seven tile
 /// statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
 /// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 8, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 9, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q8_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
+    xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -498,7 +508,7 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     // Four blocks of 32 a step, `G` groups of K for the dot.
     const G: u32 = 4;
@@ -596,9 +606,9 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
 /// `8 · Σ q_x` comes off before the scales, in the same `tile_dot_dequant` as Q8_0's
 /// `128 · Σ q_x`. Interleaved by 64 rows: 5 words per block, so the quants' words straddle
 /// two stored words (bytes 2..18).
-#[kernel(name = "gemm.xwt_q4_0_q8_0", version = 3, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q4_0_q8_0", version = 4, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q4_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
+    xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -610,7 +620,7 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     // Four blocks of 32 a step, `G` groups of K for the dot.
     const G: u32 = 4;
@@ -709,9 +719,9 @@ fn gemm_xwt_q4_0_q8_0<const BM: u32>(
 /// `ggml_vec_dot_q5_0_q8_0`: `gemm.xwt_q4_0_q8_0` with each value's fifth bit put in as bit 4
 /// of its byte and `16 · Σ q_x` taken off. Interleaved by 64 rows: 6 words per block, `qh` in
 /// bytes 2..6 and the nibbles in bytes 6..22.
-#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 3, workgroup = 64, consts = [48, 16])]
+#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 4, workgroup = 64, consts = [64, 16])]
 fn gemm_xwt_q5_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 47) / 48 * 48 * ((k + 127) / 128 * 32)],
+    xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
     w: &[u32],
@@ -723,7 +733,7 @@ fn gemm_xwt_q5_0_q8_0<const BM: u32>(
     w_stride: u32,
     accumulate: u32,
 ) {
-    const XB: u32 = 48;
+    const XB: u32 = 64;
     const BN: u32 = 64;
     // Four blocks of 32 a step, `G` groups of K for the dot.
     const G: u32 = 4;

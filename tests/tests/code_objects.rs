@@ -311,7 +311,7 @@ fn gemm_host_levels_use_their_matrix_instructions() {
     }
 }
 
-/// The integer GEMMs' instances of 48 and 16 rows per workgroup (`gemm.xwt_<q>_q8_k_bm*`,
+/// The integer GEMMs' instances of 64 and 16 rows per workgroup (`gemm.xwt_<q>_q8_k_bm*`,
 /// `gemm.xwt_q8_0_q8_0_bm*`) multiply bytes with `vpdpbusd` on the host levels with
 /// AVX512-VNNI, and on no host level read the weight through vector gathers: each access
 /// reads the expert's index from the table where it forms the address, so consecutive
@@ -320,13 +320,13 @@ fn gemm_host_levels_use_their_matrix_instructions() {
 fn integer_gemm_instances_take_byte_dots_and_no_gathers() {
     use lse_kernels::gemm_int::*;
     for k in [
-        &gemm_xwt_q4_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q4_k_q8_k_bm64::KERNEL,
         &gemm_xwt_q4_k_q8_k_bm16::KERNEL,
-        &gemm_xwt_q5_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q5_k_q8_k_bm64::KERNEL,
         &gemm_xwt_q5_k_q8_k_bm16::KERNEL,
-        &gemm_xwt_q6_k_q8_k_bm48::KERNEL,
+        &gemm_xwt_q6_k_q8_k_bm64::KERNEL,
         &gemm_xwt_q6_k_q8_k_bm16::KERNEL,
-        &gemm_xwt_q8_0_q8_0_bm48::KERNEL,
+        &gemm_xwt_q8_0_q8_0_bm64::KERNEL,
         &gemm_xwt_q8_0_q8_0_bm16::KERNEL,
     ] {
         for v in k.host {

@@ -8,10 +8,10 @@
 
 use lse_kernels::act_quant::{gather_rows, q8_0_int, q8_k_int};
 use lse_kernels::gemm_int::{
-    gemm_xwt_q4_0_q8_0_bm16, gemm_xwt_q4_0_q8_0_bm48, gemm_xwt_q4_k_q8_k_bm16,
-    gemm_xwt_q4_k_q8_k_bm48, gemm_xwt_q5_0_q8_0_bm16, gemm_xwt_q5_0_q8_0_bm48,
-    gemm_xwt_q5_k_q8_k_bm16, gemm_xwt_q5_k_q8_k_bm48, gemm_xwt_q6_k_q8_k_bm16,
-    gemm_xwt_q6_k_q8_k_bm48, gemm_xwt_q8_0_q8_0_bm16, gemm_xwt_q8_0_q8_0_bm48,
+    gemm_xwt_q4_0_q8_0_bm16, gemm_xwt_q4_0_q8_0_bm64, gemm_xwt_q4_k_q8_k_bm16,
+    gemm_xwt_q4_k_q8_k_bm64, gemm_xwt_q5_0_q8_0_bm16, gemm_xwt_q5_0_q8_0_bm64,
+    gemm_xwt_q5_k_q8_k_bm16, gemm_xwt_q5_k_q8_k_bm64, gemm_xwt_q6_k_q8_k_bm16,
+    gemm_xwt_q6_k_q8_k_bm64, gemm_xwt_q8_0_q8_0_bm16, gemm_xwt_q8_0_q8_0_bm64,
 };
 
 use rayon::prelude::*;
@@ -23,7 +23,7 @@ use crate::device::{DevSlice, DevSliceMut, Device, Scratch};
 
 /// Rows and columns of `y` per workgroup of the integer GEMMs (their `BM` and `BN`); the
 /// weight's rows are interleaved in groups of `COLS`.
-const ROWS: u32 = 48;
+const ROWS: u32 = 64;
 const COLS: u32 = 64;
 
 /// The activations `format`'s integer GEMM takes (Q8_K for the K-quants, Q8_0 for Q4_0, Q5_0
@@ -303,7 +303,7 @@ pub(super) enum RowWeights<'e> {
 /// (`[n, x.k]`, or each expert's when `rows` names them), `y` `[x.m, n]`, on shapes the caller
 /// checked; `x` must be quantized as [`integer_gemm_activations`] says for `format`. The
 /// experts' products take the kernels' instance of 16 rows per workgroup (`_bm16`), a product
-/// of one weight the one of 48 (`_bm48`): on few rows of one weight (`--ubatch-size 32`) the
+/// of one weight the one of 64 (`_bm64`): on few rows of one weight (`--ubatch-size 32`) the
 /// 16-row instance, which streams the weight once per 16 rows, was no faster (the weight's
 /// unpacking, not the byte dots, takes most of such a product).
 #[allow(clippy::too_many_arguments)]
@@ -328,7 +328,7 @@ pub(super) fn launch_quantized(
             (false, &one_weight[..], 0)
         }
     };
-    // The 16-row instances run column blocks fastest (grid x), the 48-row ones row blocks.
+    // The 16-row instances run column blocks fastest (grid x), the 64-row ones row blocks.
     let grid = match narrow {
         true => [n.div_ceil(COLS), m.div_ceil(NARROW_ROWS as u32), 1],
         false => [m.div_ceil(ROWS), n.div_ceil(COLS), 1],
@@ -352,21 +352,21 @@ pub(super) fn launch_quantized(
         };
     }
     match (format, narrow) {
-        (QuantFormat::Q4_K, false) => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k_bm48, xs: sums32)),
+        (QuantFormat::Q4_K, false) => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k_bm64, xs: sums32)),
         (QuantFormat::Q4_K, true) => dev.launch(grid, args!(gemm_xwt_q4_k_q8_k_bm16, xs: sums32)),
-        (QuantFormat::Q5_K, false) => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k_bm48, xs: sums32)),
+        (QuantFormat::Q5_K, false) => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k_bm64, xs: sums32)),
         (QuantFormat::Q5_K, true) => dev.launch(grid, args!(gemm_xwt_q5_k_q8_k_bm16, xs: sums32)),
         (QuantFormat::Q6_K, false) => {
-            dev.launch(grid, args!(gemm_xwt_q6_k_q8_k_bm48, xo16: offsets16))
+            dev.launch(grid, args!(gemm_xwt_q6_k_q8_k_bm64, xo16: offsets16))
         }
         (QuantFormat::Q6_K, true) => {
             dev.launch(grid, args!(gemm_xwt_q6_k_q8_k_bm16, xo16: offsets16))
         }
-        (QuantFormat::Q4_0, false) => dev.launch(grid, args!(gemm_xwt_q4_0_q8_0_bm48, xs: sums)),
+        (QuantFormat::Q4_0, false) => dev.launch(grid, args!(gemm_xwt_q4_0_q8_0_bm64, xs: sums)),
         (QuantFormat::Q4_0, true) => dev.launch(grid, args!(gemm_xwt_q4_0_q8_0_bm16, xs: sums)),
-        (QuantFormat::Q5_0, false) => dev.launch(grid, args!(gemm_xwt_q5_0_q8_0_bm48, xs: sums)),
+        (QuantFormat::Q5_0, false) => dev.launch(grid, args!(gemm_xwt_q5_0_q8_0_bm64, xs: sums)),
         (QuantFormat::Q5_0, true) => dev.launch(grid, args!(gemm_xwt_q5_0_q8_0_bm16, xs: sums)),
-        (QuantFormat::Q8_0, false) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm48, xs: sums)),
+        (QuantFormat::Q8_0, false) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm64, xs: sums)),
         (QuantFormat::Q8_0, true) => dev.launch(grid, args!(gemm_xwt_q8_0_q8_0_bm16, xs: sums)),
         (other, _) => {
             return Err(OpError::Invalid {
@@ -499,7 +499,7 @@ mod tests {
     /// The integer GEMMs (K-quants, Q8_0) give the same bits on every device (their integer
     /// parts are exact and their f32 epilogues have one order), and, up to f32 rounding, the
     /// f32 GEMM on the dequantized weight and the same quantized activations; for shapes the blocking does not
-    /// divide (one row; rows past 48; columns past 64; several blocks per row, so Q6_K blocks
+    /// divide (one row; rows past 64; columns past 64; several blocks per row, so Q6_K blocks
     /// start at half-words), overwriting and accumulating.
     #[test]
     fn integer_gemms_are_the_quantized_product_on_every_device() {
@@ -508,8 +508,8 @@ mod tests {
             let act = integer_gemm_activations(format).unwrap();
             // Q8_0's rows of 160 end in a run of one block of 32 (the GEMMs' last step of
             // four blocks has three past the row).
-            let ragged = (act == Activations::Q8_0).then_some((2 * 48 + 5, 70, 160));
-            for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 48 + 5, 129, 512)]
+            let ragged = (act == Activations::Q8_0).then_some((2 * 64 + 5, 70, 160));
+            for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 64 + 5, 129, 512)]
                 .into_iter()
                 .chain(ragged)
             {
@@ -551,7 +551,7 @@ mod tests {
     }
 
     /// `gemm_experts` on quantized experts multiplies each block of 16 rows by its expert's
-    /// matrix with the integer GEMM's 16-row instance, giving the bits of the 48-row instance
+    /// matrix with the integer GEMM's 16-row instance, giving the bits of the 64-row instance
     /// (`gemm`) on all rows and that expert and on the block alone, on every CPU-side device,
     /// for each integer format: a
     /// stacked tensor of three experts of 70 rows (each matrix padded to 128 interleaved
@@ -600,7 +600,7 @@ mod tests {
 
     /// `gemm_experts_gathered` (the tokens' rows quantized once, the quantized rows gathered
     /// by `act_quant.gather_rows`) gives the bits of `moe_gather` then `gemm_experts` on every
-    /// CPU-side device, for each integer format: 70 tokens (two blocks of 48 rows, the last
+    /// CPU-side device, for each integer format: 70 tokens (two blocks of 64 rows, the last
     /// partial), 3 of 5 experts per token, one expert no token chooses, padding rows. Token
     /// rows of another count than the routing's are refused, naming them.
     #[test]
@@ -1139,13 +1139,13 @@ mod tests {
 
     /// The 8-bit values of `len` activations (rows of `k`) read back from the activation
     /// kernels' tile order with runs of `run` values (128 for Q8_0, 256 for Q8_K): value `c`
-    /// of row `r` at byte `((r / 48 · ceil(k / run) + c / run) · 48 + r % 48) · run + c % run`
+    /// of row `r` at byte `((r / 64 · ceil(k / run) + c / run) · 64 + r % 64) · run + c % run`
     /// of `laid`.
     fn from_tile_order(laid: &[i32], len: usize, k: usize, run: usize) -> Vec<i32> {
         (0..len)
             .map(|i| {
                 let (r, c) = (i / k, i % k);
-                let at = ((r / 48 * k.div_ceil(run) + c / run) * 48 + r % 48) * run + c % run;
+                let at = ((r / 64 * k.div_ceil(run) + c / run) * 64 + r % 64) * run + c % run;
                 i32::from((laid[at / 4] >> (8 * (at % 4))) as i8)
             })
             .collect()
@@ -1258,10 +1258,10 @@ mod tests {
         let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
-            let mut q = dev.alloc::<i32>(48 * k / 4).unwrap();
+            let mut q = dev.alloc::<i32>(64 * k / 4).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<i32>(blocks * 8).unwrap();
-            let mut offsets16 = dev.alloc::<i32>(48 * k / 16).unwrap();
+            let mut offsets16 = dev.alloc::<i32>(64 * k / 16).unwrap();
             let args = q8_k_int::Args {
                 x: xd.view(),
                 q: q.view_mut(),
