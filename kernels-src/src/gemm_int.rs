@@ -75,7 +75,7 @@
 //! and the LM head's 128 or 127 rows three (144), each unpacking the weight once, where 64
 //! rows take 8 and 2 (`--kernel-times`, ctx 512 x 4, alternated runs, the same perplexity
 //! bits: the MoE model's Q6_K head at M = 127 about 12% faster, its Q4_K products at M = 512
-//! 4%; the 0.8B-shaped model's Q4_0 and Q8_0 GEMMs 5 to 10%).
+//! 4%; the 0.8B-shaped model's Q4_0 and Q8_0 GEMMs 4 to 10%).
 //!
 //! Block `b` of rows multiplies the matrix at word `experts[b] · w_stride` of `w`: an expert's
 //! of a stacked or fused `[E, n', k]` tensor interleaved matrix by matrix (`w_stride` its
