@@ -498,9 +498,10 @@ mod tests {
 
     /// The integer GEMMs (K-quants, Q8_0) give the same bits on every device (their integer
     /// parts are exact and their f32 epilogues have one order), and, up to f32 rounding, the
-    /// f32 GEMM on the dequantized weight and the same quantized activations; for shapes the blocking does not
-    /// divide (one row; rows past 64; columns past 64; several blocks per row, so Q6_K blocks
-    /// start at half-words), overwriting and accumulating.
+    /// f32 GEMM on the dequantized weight and the same quantized activations; for shapes the
+    /// blocking does not divide (one row; rows past 64; columns past 64; several blocks per
+    /// row, so Q6_K blocks start at half-words) and one it divides (two whole blocks of 64
+    /// rows, one of 64 columns), overwriting and accumulating.
     #[test]
     fn integer_gemms_are_the_quantized_product_on_every_device() {
         let devs = cpu_side_devices();
@@ -509,9 +510,14 @@ mod tests {
             // Q8_0's rows of 160 end in a run of one block of 32 (the GEMMs' last step of
             // four blocks has three past the row).
             let ragged = (act == Activations::Q8_0).then_some((2 * 64 + 5, 70, 160));
-            for (m, n, k) in [(1, 1, 256), (3, 70, 768), (2 * 64 + 5, 129, 512)]
-                .into_iter()
-                .chain(ragged)
+            for (m, n, k) in [
+                (1, 1, 256),
+                (3, 70, 768),
+                (2 * 64 + 5, 129, 512),
+                (128, 64, 256),
+            ]
+            .into_iter()
+            .chain(ragged)
             {
                 let b = blocks(format, n, k, (m * n + k) as u64);
                 let w: Vec<u32> = bytemuck::pod_collect_to_vec(&b);
