@@ -397,7 +397,7 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     let acc = tile::<f32, BM, BN>();
     let dw = tile::<f32, 1, BN>();
     let dx = tile::<f32, BM, 1>();
-    // The half block's 128 quants, four to a word (`b`'s quads), and the block's 16 scales.
+    // The half block's 128 quants, four to a word (`b`'s quads), and its 8 scales.
     let wq = shared::<i32>(HK / 4 * BN);
     let ws = shared::<i32>(8 * BN);
     let wf = shared::<f32>(BN);
@@ -418,7 +418,8 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
             w[experts[rb] * w_stride + (at + 52) * BN + local_id()],
         ));
         for half in 0..2u32 {
-            // The half's 8 scales: signed bytes 192 + 8 half.., in words 48 + 2 half...
+            // The half's 8 scales: signed bytes 192 + 8 half.., in words 48 + 2 half.. (`at`
+            // written out, as below).
             for t in 0..2u32 {
                 let sw = w[experts[rb] * w_stride
                     + ((cb * (k / 256) + sb) * 53 + 48 + 2 * half + t) * BN
