@@ -28,10 +28,10 @@
 //!   once more (in `benches/gemm_quant.rs` the K-quant GEMMs at 512 x 3584 x 1024 ran 8 to 10%
 //!   faster relative to the f32 path without it). An f32 `a` operand of such dots loaded only
 //!   from plain windows of a read-only bf16 (or f16) buffer is stored in that type
-//!   ([`narrowed`]) and read in place too, each element widened (exactly) as the dot broadcasts it: the f32-activation
-//!   GEMM's weight rows. A whole pairs window loaded into any other
-//!   16-bit tile (or one widened to f32), or stored from one, moves two rows per vector load
-//!   or store.
+//!   ([`narrowed`]) and read in place too, each element widened (exactly) as the dot
+//!   broadcasts it: the f32-activation GEMM's weight rows. A whole pairs window loaded into
+//!   any other 16-bit tile (or one widened to f32), or stored from one, moves two rows per
+//!   vector load or store.
 //! - A load of a whole buffer window inside a uniform loop also prefetches, into L2, the window it
 //!   will load at the loop's next step (its offset evaluated with the loop variable advanced,
 //!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
