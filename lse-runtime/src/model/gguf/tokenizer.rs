@@ -660,6 +660,22 @@ mod tests {
         assert_eq!(qwen35.decode(&encode(&qwen35, text), false).unwrap(), text);
     }
 
+    /// The file's tokenizer, with either pre-tokenizer, may encode a text in pieces cut at line
+    /// starts, and every such cut keeps the ids.
+    #[test]
+    fn line_cuts_keep_the_ids() {
+        use crate::model::tokenizer::{cuts_keep_ids, tests::assert_every_cut_keeps_ids};
+        for pre in ["qwen35", "qwen2"] {
+            let tok = variant(|k, v| {
+                if k == KEY_PRE {
+                    *v = GgufValue::Str(pre.into());
+                }
+            });
+            assert!(cuts_keep_ids(&tok), "{pre}");
+            assert_every_cut_keeps_ids(&tok);
+        }
+    }
+
     /// On plain text, the Hugging Face tokenizer.json of Qwen3.5 gives the same ids.
     #[test]
     fn plain_text_ids_equal_tokenizer_json() {
