@@ -85,7 +85,7 @@ pub(super) fn cuts_keep_ids(tok: &tokenizers::Tokenizer) -> bool {
 /// four per thread, none shorter than [`PIECE_MIN`] but the last, each cut at the first place
 /// past its length where a line (after a `\n`) starts with a printable ASCII character, or a
 /// space and one. A text with no such place is one piece.
-pub(super) fn line_pieces(text: &str, threads: usize) -> Vec<&str> {
+fn line_pieces(text: &str, threads: usize) -> Vec<&str> {
     let size = (text.len() / (4 * threads.max(1))).max(PIECE_MIN);
     let mut pieces = Vec::new();
     let mut start = 0;
