@@ -271,7 +271,7 @@ pub(crate) mod tests {
     /// Text whose line starts hold every case the cut rule weighs: CR LF, blank lines, one and
     /// two spaces, tabs and no-break spaces, combining marks, digits, contractions, punctuation
     /// runs with line breaks, emoji and Hangul jamo that NFC composes.
-    pub(crate) fn hostile_text(bytes: usize) -> String {
+    fn hostile_text(bytes: usize) -> String {
         const PARTS: [&str; 24] = [
             "\n",
             "\r\n",
