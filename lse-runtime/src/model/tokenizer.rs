@@ -4,9 +4,9 @@
 //! A BOS token is prepended only when `tokenizer_config.json` sets `add_bos_token: true`
 //! (Qwen3.5 does not).
 //!
-//! A long text is encoded in pieces on all threads ([`line_pieces`]), cut where a line starts
+//! A long text is encoded in pieces on all threads (`line_pieces`), cut where a line starts
 //! with a printable ASCII character (or a space and one) after a newline: with the byte-level
-//! BPE tokenizers of the Qwen family (checked when the tokenizer loads, [`cuts_keep_ids`])
+//! BPE tokenizers of the Qwen family (checked when the tokenizer loads, `cuts_keep_ids`)
 //! every such place ends a pre-token, and nothing before it is normalized or matched together
 //! with anything after it, so the pieces' ids are the whole text's. Encoding wiki.test.raw
 //! (1.3 MB) in one piece took 0.5 to 0.85 s inside `lse perplexity`, a fifth to a third of a
