@@ -1144,14 +1144,15 @@ mod tests {
     }
 
     /// The 8-bit values of `len` activations (rows of `k`) read back from the activation
-    /// kernels' tile order with runs of `run` values (128 for Q8_0, 256 for Q8_K): value `c`
-    /// of row `r` at byte `((r / 64 · ceil(k / run) + c / run) · 64 + r % 64) · run + c % run`
-    /// of `laid`.
+    /// kernels' tile order with runs of `run` values (128 for Q8_0, 256 for Q8_K) in blocks of
+    /// `B` = [`ROWS`] rows: value `c` of row `r` at byte
+    /// `((r / B · ceil(k / run) + c / run) · B + r % B) · run + c % run` of `laid`.
     fn from_tile_order(laid: &[i32], len: usize, k: usize, run: usize) -> Vec<i32> {
+        let b = ROWS as usize;
         (0..len)
             .map(|i| {
                 let (r, c) = (i / k, i % k);
-                let at = ((r / 64 * k.div_ceil(run) + c / run) * 64 + r % 64) * run + c % run;
+                let at = ((r / b * k.div_ceil(run) + c / run) * b + r % b) * run + c % run;
                 i32::from((laid[at / 4] >> (8 * (at % 4))) as i8)
             })
             .collect()
@@ -1264,10 +1265,10 @@ mod tests {
         let mut first: Option<Parts> = None;
         for dev in cpu_side_devices() {
             let xd = dev.buffer_from(&x).unwrap();
-            let mut q = dev.alloc::<i32>(64 * k / 4).unwrap();
+            let mut q = dev.alloc::<i32>(ROWS as usize * k / 4).unwrap();
             let mut d = dev.alloc::<f32>(blocks).unwrap();
             let mut sums = dev.alloc::<i32>(blocks * 8).unwrap();
-            let mut offsets16 = dev.alloc::<i32>(64 * k / 16).unwrap();
+            let mut offsets16 = dev.alloc::<i32>(ROWS as usize * k / 16).unwrap();
             let args = q8_k_int::Args {
                 x: xd.view(),
                 q: q.view_mut(),
