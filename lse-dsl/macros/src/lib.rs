@@ -15,7 +15,8 @@
 //!
 //! A generic kernel `fn k<W>(..)` with `elem = [bf16, f16, f32]` expands to one such module
 //! per element type, `k_bf16`, `k_f16` and `k_f32`, each complete; a kernel
-//! `fn k<const BM: u32>(..)` with `consts = [48, 16]` to one per value, `k_bm48` and `k_bm16`.
+//! `fn k<const BM: u32>(..)` with `consts = [48, 16]` to one per value, `k_bm48` and `k_bm16`
+//! (or per labelled entry, `consts = [q8_0 = (32, 34)]` giving `k_q8_0`).
 //!
 //! The LLVM artifacts (host code and AMDGPU code objects) come from the crate's build script,
 //! which writes them under `$OUT_DIR/loom/<fn_name>/`; the expansion embeds them with

@@ -64,6 +64,33 @@ fn constant_instances_each_take_their_value() {
     }
 }
 
+/// Labelled instances of two constants: `pairs_even` and `pairs_odd`.
+#[loom::kernel(
+    name = "test.pairs",
+    version = 1,
+    workgroup = 8,
+    consts = [even = (2, 0), odd = (3, 1)]
+)]
+fn pairs<const STEP: u32, const START: u32>(y: &mut [u32]) {
+    let i = group_id() * 8 + local_id();
+    y[i] = START + i * STEP;
+}
+
+#[test]
+fn labelled_instances_each_take_their_values() {
+    assert_eq!(pairs_even::KERNEL.id, "test.pairs_even.v1");
+    assert_eq!(pairs_odd::KERNEL.id, "test.pairs_odd.v1");
+    for (cpu, step, start) in [
+        (pairs_even::KERNEL.cpu, 2u32, 0u32),
+        (pairs_odd::KERNEL.cpu, 3, 1),
+    ] {
+        let mut y = vec![0u32; 16];
+        cpu(&[raw(&mut y)], &[], [2, 1, 1], 0, 2);
+        let want: Vec<u32> = (0..16).map(|i| start + i * step).collect();
+        assert_eq!(y, want, "step {step}");
+    }
+}
+
 #[test]
 fn elementwise_kernel_follows_ir_semantics() {
     let n = 70u32;

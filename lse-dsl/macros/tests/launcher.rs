@@ -32,6 +32,21 @@ fn steps(x: &[f32; rows * d], out: &mut [f32; rows - 1], rows: u32, d: u32) {
     }
 }
 
+/// Labelled instances of two constants, which the input's declared length reads: `x` holds
+/// `BYTES` words per `QK` outputs.
+#[loom::kernel(
+    name = "test.launcher_blocks",
+    version = 1,
+    workgroup = 32,
+    consts = [small = (2, 3), large = (4, 5)]
+)]
+fn blocks<const QK: u32, const BYTES: u32>(x: &[u32; n / QK * BYTES], out: &mut [f32; n], n: u32) {
+    let i = group_id() * group_size() + local_id();
+    if i < n {
+        out[i] = x[i / QK * BYTES] as f32;
+    }
+}
+
 /// Each workgroup row `r` of the grid writes `out[r * d .. r * d + d]`: the output's length
 /// follows the grid, not a scalar.
 #[loom::kernel(name = "test.launcher_grid_lengths", version = 1, workgroup = 32)]
@@ -190,6 +205,40 @@ fn a_buffer_shorter_than_its_declared_length_fails_the_check() {
     };
     let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
     assert_eq!((err.param, err.declared, err.len), ("out", "rows - 1", 1));
+}
+
+#[test]
+fn a_length_reads_each_instances_constants() {
+    assert_eq!(blocks_small::KERNEL.id, "test.launcher_blocks_small.v1");
+    assert_eq!(blocks_large::KERNEL.id, "test.launcher_blocks_large.v1");
+    let mut out = vec![0.0f32; 16];
+    // 16 outputs take 8 blocks of 3 words in `small`, 4 blocks of 5 words in `large`.
+    let x = vec![0u32; 23];
+    let args = blocks_small::Args {
+        x: &x,
+        out: &mut out,
+        n: 16,
+    };
+    let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
+    assert_eq!((err.param, err.declared, err.len), ("x", "n / 2 * 3", 23));
+    assert_eq!(err.problem, ShapeProblem::TooShort { need: 24 });
+    let args = blocks_large::Args {
+        x: &x,
+        out: &mut out,
+        n: 16,
+    };
+    assert_eq!(Launch::<Seen>::check_lengths(&args, [1, 1, 1]), Ok(()));
+    let x = vec![0u32; 19];
+    let args = blocks_large::Args {
+        x: &x,
+        out: &mut out,
+        n: 16,
+    };
+    let err = Launch::<Seen>::check_lengths(&args, [1, 1, 1]).unwrap_err();
+    assert_eq!(
+        (err.declared, err.problem),
+        ("n / 4 * 5", ShapeProblem::TooShort { need: 20 })
+    );
 }
 
 #[test]

@@ -25,16 +25,30 @@ pub(super) struct KernelAttr {
     pub consts: Option<ConstList>,
 }
 
-/// The `consts` list, in source order, and where it was written. Equality ignores the span.
+/// The `consts` list, in source order, and where it was written. Equality ignores the spans.
 #[derive(Debug)]
 pub(super) struct ConstList {
+    pub instances: Vec<ConstInstance>,
+    pub span: Span,
+}
+
+/// One entry of `consts`: `48`, `(32, 34)`, or either labelled, `q8_0 = (32, 34)`.
+#[derive(Debug)]
+pub(super) struct ConstInstance {
+    /// The instance's name suffix, if the entry gives one.
+    pub label: Option<String>,
+    /// One value per const parameter, in their order.
     pub values: Vec<u32>,
     pub span: Span,
 }
 
 impl PartialEq for ConstList {
     fn eq(&self, other: &ConstList) -> bool {
-        self.values == other.values
+        let key = |i: &ConstInstance| (i.label.clone(), i.values.clone());
+        self.instances
+            .iter()
+            .map(key)
+            .eq(other.instances.iter().map(key))
     }
 }
 
@@ -140,12 +154,14 @@ pub(super) fn parse_attr(attr: TokenStream, at: Span) -> syn::Result<KernelAttr>
     })
 }
 
-/// `[48, 16]`: a non-empty list of distinct u32 literals.
+/// `[48, 16]`, `[(32, 34), (256, 144)]` or the same labelled, `[q8_0 = (32, 34), ...]`: a
+/// non-empty list of distinct entries, each a u32 literal or a tuple of them, labelled all or
+/// none with distinct lower-case names.
 fn parse_consts(e: &Expr) -> syn::Result<ConstList> {
     let Expr::Array(arr) = e else {
         return Err(syn::Error::new(
             e.span(),
-            "`consts` must be a list of u32 literals, like [48, 16]",
+            "`consts` must be a list of u32 literals, like [48, 16], or of labelled tuples, like [q8_0 = (32, 34), q4_k = (256, 144)]",
         ));
     };
     if arr.elems.is_empty() {
@@ -154,37 +170,105 @@ fn parse_consts(e: &Expr) -> syn::Result<ConstList> {
             "`consts` must list at least one value",
         ));
     }
-    let mut values = Vec::new();
+    let mut instances: Vec<ConstInstance> = Vec::new();
     for el in &arr.elems {
-        let v = match lit(el) {
-            Some(Lit::Int(i)) if i.suffix().is_empty() || i.suffix() == "u32" => {
-                i.base10_parse::<u32>().map_err(|_| {
-                    syn::Error::new(
-                        i.span(),
-                        format!("`consts` value {i} does not fit in a u32"),
-                    )
-                })?
-            }
-            _ => {
-                let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(el));
+        let inst = parse_const_instance(el)?;
+        if let Some(first) = instances.first() {
+            if first.label.is_some() != inst.label.is_some() {
                 return Err(syn::Error::new(
                     el.span(),
-                    format!("bad value `{shown}` in `consts`: expected a u32 literal"),
+                    "label every entry of `consts` (`q8_0 = 34`) or none",
                 ));
             }
-        };
-        if values.contains(&v) {
+        }
+        if let Some(label) = &inst.label {
+            if instances.iter().any(|i| i.label.as_ref() == Some(label)) {
+                return Err(syn::Error::new(
+                    el.span(),
+                    format!("the label `{label}` is given twice in `consts`"),
+                ));
+            }
+        }
+        if instances.iter().any(|i| i.values == inst.values) {
+            let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(el));
             return Err(syn::Error::new(
                 el.span(),
-                format!("{v} is listed twice in `consts`"),
+                format!("`{shown}`: these values are listed twice in `consts`"),
             ));
         }
-        values.push(v);
+        instances.push(inst);
     }
     Ok(ConstList {
-        values,
+        instances,
         span: e.span(),
     })
+}
+
+/// One entry of `consts` (see [`parse_consts`]).
+fn parse_const_instance(el: &Expr) -> syn::Result<ConstInstance> {
+    let (label, value) = match el {
+        Expr::Assign(a) => (Some(const_label(&a.left)?), &*a.right),
+        _ => (None, el),
+    };
+    let values = match value {
+        Expr::Tuple(t) if !t.elems.is_empty() => t
+            .elems
+            .iter()
+            .map(const_value)
+            .collect::<syn::Result<_>>()?,
+        Expr::Paren(p) => vec![const_value(&p.expr)?],
+        _ => vec![const_value(value)?],
+    };
+    Ok(ConstInstance {
+        label,
+        values,
+        span: el.span(),
+    })
+}
+
+/// A `consts` label: a lower-case identifier (letters, digits, `_`), which names the instance
+/// (`<fn>_<label>`, kernel `<name>_<label>`).
+fn const_label(e: &Expr) -> syn::Result<String> {
+    let ident = match e {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
+        _ => None,
+    };
+    let label = ident.map(|i| i.to_string()).unwrap_or_default();
+    let ok = label.starts_with(|c: char| c.is_ascii_lowercase())
+        && label
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(e));
+        return Err(syn::Error::new(
+            e.span(),
+            format!(
+                "bad label `{shown}` in `consts`: expected a lower-case name such as `q8_0`, which names the instance"
+            ),
+        ));
+    }
+    Ok(label)
+}
+
+/// A u32 literal of `consts`.
+fn const_value(el: &Expr) -> syn::Result<u32> {
+    match lit(el) {
+        Some(Lit::Int(i)) if i.suffix().is_empty() || i.suffix() == "u32" => {
+            i.base10_parse::<u32>().map_err(|_| {
+                syn::Error::new(
+                    i.span(),
+                    format!("`consts` value {i} does not fit in a u32"),
+                )
+            })
+        }
+        _ => {
+            let shown = super::render::tokens_text(&quote::ToTokens::to_token_stream(el));
+            Err(syn::Error::new(
+                el.span(),
+                format!("bad value `{shown}` in `consts`: expected a u32 literal"),
+            ))
+        }
+    }
 }
 
 /// `[bf16, f16, f32]`: a non-empty list of distinct element types.
@@ -484,7 +568,31 @@ mod tests {
             consts = [48, 16u32]
         ))
         .unwrap();
-        assert_eq!(a.consts.map(|l| l.values), Some(vec![48, 16]));
+        let values = |a: KernelAttr| {
+            a.consts
+                .unwrap()
+                .instances
+                .into_iter()
+                .map(|i| (i.label, i.values))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(a), [(None, vec![48]), (None, vec![16])]);
+        let a = parse(quote!(
+            name = "a",
+            version = 1,
+            workgroup = 4,
+            consts = [q8_0 = (32, 34), q6_k = (256, 210u32), one = 7, two = (8)]
+        ))
+        .unwrap();
+        assert_eq!(
+            values(a),
+            [
+                (Some("q8_0".to_string()), vec![32, 34]),
+                (Some("q6_k".to_string()), vec![256, 210]),
+                (Some("one".to_string()), vec![7]),
+                (Some("two".to_string()), vec![8]),
+            ]
+        );
         let bad = |ts: TokenStream| {
             parse(quote!(name = "a", version = 1, workgroup = 4, #ts)).unwrap_err()
         };
@@ -494,7 +602,36 @@ mod tests {
         );
         assert_eq!(
             bad(quote!(consts = [16, 48, 16])),
-            "16 is listed twice in `consts`"
+            "`16`: these values are listed twice in `consts`"
+        );
+        assert_eq!(
+            bad(quote!(consts = [a = (1, 2), b = (1, 2)])),
+            "`b = (1, 2)`: these values are listed twice in `consts`"
+        );
+        assert_eq!(
+            bad(quote!(consts = [a = 1, a = 2])),
+            "the label `a` is given twice in `consts`"
+        );
+        assert_eq!(
+            bad(quote!(consts = [a = 1, 2])),
+            "label every entry of `consts` (`q8_0 = 34`) or none"
+        );
+        for label in [
+            quote!(Q8 = 1),
+            quote!(a::b = 1),
+            quote!(_a = 1),
+            quote!(1 = 1),
+        ] {
+            let e = bad(quote!(consts = [#label]));
+            assert!(e.starts_with("bad label `"), "{e}");
+        }
+        assert_eq!(
+            bad(quote!(consts = [(1, -2)])),
+            "bad value `-2` in `consts`: expected a u32 literal"
+        );
+        assert_eq!(
+            bad(quote!(consts = [()])),
+            "bad value `()` in `consts`: expected a u32 literal"
         );
         assert_eq!(
             bad(quote!(consts = [16, -1])),

@@ -31,6 +31,16 @@ impl Cx {
                 other => return err(other.span(), "expected `else { ... }` or `else if`"),
             },
         };
+        // A condition that folded to a constant (`if BM < 64`, `if BYTES == 34` in a constant
+        // instance) keeps only its live branch: both were lowered and checked above, but the
+        // dead one is dropped before the checks that follow and codegen, so an instance's IR
+        // and machine code are those of a kernel written with its branch alone. (The branches
+        // keep their places, so the source sites of the live one stay where they were.)
+        let (then_body, else_body) = match (cond.ty, &cond.kind) {
+            (Ty::Bool, ExprKind::Const(0)) => (Block::new(), else_body),
+            (Ty::Bool, ExprKind::Const(_)) => (then_body, Block::new()),
+            _ => (then_body, else_body),
+        };
         let site = Site {
             span: i.cond.span(),
             text: text(&i.cond),

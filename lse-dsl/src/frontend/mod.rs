@@ -60,18 +60,16 @@ fn parse_kernels_at(
 ) -> syn::Result<Vec<ir::Kernel>> {
     let a = attr::parse_attr(attr, attr_span)?;
     params::check_signature(&item.sig)?;
-    if let Some(c) = const_param::const_param(&item.sig, &a)? {
-        let values = a
-            .consts
-            .as_ref()
-            .map(|l| l.values.clone())
-            .unwrap_or_default();
-        return values
-            .into_iter()
-            .map(|v| {
-                let inst = const_param::instantiate(item, &c, v);
-                let name = format!("{}_{}", a.name, const_param::suffix(&c, v));
-                lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, &format!("{c} = {v}")))
+    let consts = const_param::const_params(&item.sig, &a)?;
+    if let Some(list) = &a.consts {
+        return list
+            .instances
+            .iter()
+            .map(|i| {
+                let inst = const_param::instantiate(item, &consts, i);
+                let name = format!("{}_{}", a.name, const_param::suffix(&consts, i));
+                lower(&a, &inst, &name)
+                    .map_err(|e| generic::in_instance(e, &const_param::describe(&consts, i)))
             })
             .collect();
     }
