@@ -15,13 +15,14 @@
 //! even offset `o` are `w[o / 4]`, or the two halves of `w[o / 4]` and `w[o / 4 + 1]` when
 //! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word).
 //!
-//! One kernel per format: a shared kernel with a uniform `format` argument, measured, ran
-//! the 0.8B-shaped Q8_0 and Q4_K_M files at 0.8 of these (its per-work-item code lost the
-//! straight lanes of a kernel that has one format); LOOM has no way to share the blocking
-//! between kernels (no functions; generics over float element types only), so the eight
-//! repeat it.
+//! One body, one kernel per format: the formats are constant instances (`consts`, LOOM.md)
+//! labelled by format, `gemm.xwt_q8_0` to `gemm.xwt_q6_k`, and each instance keeps only its
+//! own format's dequantization (the `if BYTES == ..` chain folds to one branch). A kernel
+//! with a uniform `format` argument instead, measured, ran the 0.8B-shaped Q8_0 and Q4_K_M
+//! files at 0.8 of one kernel per format (its per-work-item code lost the straight lanes of
+//! a kernel that has one format). Until v2 the eight were written out one by one.
 //!
-//! Grid (all eight): x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32) column blocks; a
+//! Grid (every format): x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32) column blocks; a
 //! workgroup owns 256 x 32 of `y` (four 64 x 32 accumulators sharing each dequantized block,
 //! so a prefill of 512 rows dequantizes each weight value twice) and work-item `c`
 //! dequantizes weight row `col0 + c` into
@@ -30,11 +31,27 @@
 
 use loom::kernel;
 
-/// Q8_0 (34-byte blocks of 32: f16 `d`, 32 signed bytes `q`; `x = q · d`).
-#[kernel(name = "gemm.xwt_q8_0", version = 1, workgroup = 32)]
-fn gemm_xwt_q8_0(
+/// `y = x · wᵀ` (+ `y`) for a weight in one of the block formats (see the module doc): one
+/// instance per format, named by it, with the format's elements per block `QK` and bytes
+/// per block `BYTES`.
+#[kernel(
+    name = "gemm.xwt",
+    version = 2,
+    workgroup = 32,
+    consts = [
+        q8_0 = (32, 34),
+        q4_0 = (32, 18),
+        q4_1 = (32, 20),
+        q5_0 = (32, 22),
+        q5_1 = (32, 24),
+        q4_k = (256, 144),
+        q5_k = (256, 176),
+        q6_k = (256, 210)
+    ]
+)]
+fn gemm_xwt<const QK: u32, const BYTES: u32>(
     x: &[f32; m * k],
-    w: &[u32; (n * (k / 32) * 34 + 3) / 4],
+    w: &[u32; (n * (k / QK) * BYTES + 3) / 4],
     y: &mut [f32; m * n],
     m: u32,
     n: u32,
@@ -59,7 +76,6 @@ fn gemm_xwt_q8_0(
     // Rows past the weight's last dequantize the last row again: their columns of `y` are
     // not stored, and every work-item takes the same path.
     let wrow = min(col0 + local_id(), n - 1);
-    let row_bytes = k / 32 * 34;
     if accumulate == 1 {
         tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
         if row1 < m {
@@ -73,687 +89,189 @@ fn gemm_xwt_q8_0(
         }
     }
     for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_bytes + k0 / 32 * 34;
-        let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
-        for j in 0..8u32 {
-            let o = at + 2 + 4 * j;
-            let word = if o % 4 == 0 {
-                w[o / 4]
-            } else {
-                (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-            };
-            for i in 0..4u32 {
-                let q = ((word << (24 - 8 * i)) as i32) >> 24;
-                wq[(4 * j + i) * BN + local_id()] = q as f32 * d;
+        // The byte where the block holding `k0` starts in weight row `wrow`.
+        let at = wrow * (k / QK * BYTES) + k0 / QK * BYTES;
+        // The format's dequantization into `wq` (the others' branches fold away).
+        if BYTES == 34 {
+            // Q8_0 (34-byte blocks of 32: f16 `d`, 32 signed bytes `q`; `x = q · d`).
+            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            for j in 0..8u32 {
+                let o = at + 2 + 4 * j;
+                let word = if o % 4 == 0 {
+                    w[o / 4]
+                } else {
+                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+                };
+                for i in 0..4u32 {
+                    let q = ((word << (24 - 8 * i)) as i32) >> 24;
+                    wq[(4 * j + i) * BN + local_id()] = q as f32 * d;
+                }
             }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q4_0 (18-byte blocks of 32: f16 `d`, 16 bytes `qs`; element `l < 16` is the low nibble of
-/// `qs[l]`, element `l + 16` its high one; `x = (q - 8) · d`). Blocks start at a word or a
-/// half-word.
-#[kernel(name = "gemm.xwt_q4_0", version = 1, workgroup = 32)]
-fn gemm_xwt_q4_0(
-    x: &[f32; m * k],
-    w: &[u32; (n * (k / 32) * 18 + 3) / 4],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_bytes = k / 32 * 18;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_bytes + k0 / 32 * 18;
-        let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
-        for t in 0..4u32 {
-            let o = at + 2 + 4 * t;
-            let word = if o % 4 == 0 {
-                w[o / 4]
-            } else {
-                (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-            };
-            for i in 0..4u32 {
-                let lo = ((word >> (8 * i)) & 15) as i32 - 8;
-                let hi = ((word >> (8 * i + 4)) & 15) as i32 - 8;
-                wq[(4 * t + i) * BN + local_id()] = lo as f32 * d;
-                wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d;
+        } else if BYTES == 18 {
+            // Q4_0 (18-byte blocks of 32: f16 `d`, 16 bytes `qs`; element `l < 16` is the low
+            // nibble of `qs[l]`, element `l + 16` its high one; `x = (q - 8) · d`). Blocks start at
+            // a word or a half-word.
+            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            for t in 0..4u32 {
+                let o = at + 2 + 4 * t;
+                let word = if o % 4 == 0 {
+                    w[o / 4]
+                } else {
+                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+                };
+                for i in 0..4u32 {
+                    let lo = ((word >> (8 * i)) & 15) as i32 - 8;
+                    let hi = ((word >> (8 * i + 4)) & 15) as i32 - 8;
+                    wq[(4 * t + i) * BN + local_id()] = lo as f32 * d;
+                    wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d;
+                }
             }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q4_1 (20-byte blocks of 32: f16 `d` and `m`, 16 bytes `qs` as Q4_0's; `x = q · d + m`).
-/// Blocks start at a word.
-#[kernel(name = "gemm.xwt_q4_1", version = 1, workgroup = 32)]
-fn gemm_xwt_q4_1(
-    x: &[f32; m * k],
-    w: &[u32; n * (k / 32) * 5],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 32 * 5;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 32 * 5;
-        let dm = w[at];
-        let d = f16_to_f32(f16_from_bits(dm));
-        let mn = f16_to_f32(f16_from_bits(dm >> 16));
-        for t in 0..4u32 {
-            let word = w[at + 1 + t];
-            for i in 0..4u32 {
-                let lo = (word >> (8 * i)) & 15;
-                let hi = (word >> (8 * i + 4)) & 15;
-                wq[(4 * t + i) * BN + local_id()] = lo as f32 * d + mn;
-                wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d + mn;
+        } else if BYTES == 20 {
+            // Q4_1 (20-byte blocks of 32: f16 `d` and `m`, 16 bytes `qs` as Q4_0's;
+            // `x = q · d + m`). Blocks start at a word.
+            let aw = at / 4;
+            let dm = w[aw];
+            let d = f16_to_f32(f16_from_bits(dm));
+            let mn = f16_to_f32(f16_from_bits(dm >> 16));
+            for t in 0..4u32 {
+                let word = w[aw + 1 + t];
+                for i in 0..4u32 {
+                    let lo = (word >> (8 * i)) & 15;
+                    let hi = (word >> (8 * i + 4)) & 15;
+                    wq[(4 * t + i) * BN + local_id()] = lo as f32 * d + mn;
+                    wq[(4 * t + i + 16) * BN + local_id()] = hi as f32 * d + mn;
+                }
             }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q5_0 (22-byte blocks of 32: f16 `d`, 32 bits `qh` whose bit `l` is the fifth bit of
-/// element `l`, 16 bytes `qs` as Q4_0's; `x = (q - 16) · d`). Blocks start at a word or a
-/// half-word.
-#[kernel(name = "gemm.xwt_q5_0", version = 1, workgroup = 32)]
-fn gemm_xwt_q5_0(
-    x: &[f32; m * k],
-    w: &[u32; (n * (k / 32) * 22 + 3) / 4],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_bytes = k / 32 * 22;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_bytes + k0 / 32 * 22;
-        let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
-        let oh = at + 2;
-        let qh = if oh % 4 == 0 {
-            w[oh / 4]
-        } else {
-            (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
-        };
-        for t in 0..4u32 {
-            let o = at + 6 + 4 * t;
-            let word = if o % 4 == 0 {
-                w[o / 4]
-            } else {
-                (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-            };
-            for i in 0..4u32 {
-                let l = 4 * t + i;
-                let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
-                let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
-                wq[l * BN + local_id()] = (lo as i32 - 16) as f32 * d;
-                wq[(l + 16) * BN + local_id()] = (hi as i32 - 16) as f32 * d;
-            }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q5_1 (24-byte blocks of 32: f16 `d` and `m`, 32 bits `qh` and 16 bytes `qs` as Q5_0's;
-/// `x = q · d + m`). Blocks start at a word.
-#[kernel(name = "gemm.xwt_q5_1", version = 1, workgroup = 32)]
-fn gemm_xwt_q5_1(
-    x: &[f32; m * k],
-    w: &[u32; n * (k / 32) * 6],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 32 * 6;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 32 * 6;
-        let dm = w[at];
-        let d = f16_to_f32(f16_from_bits(dm));
-        let mn = f16_to_f32(f16_from_bits(dm >> 16));
-        let qh = w[at + 1];
-        for t in 0..4u32 {
-            let word = w[at + 2 + t];
-            for i in 0..4u32 {
-                let l = 4 * t + i;
-                let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
-                let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
-                wq[l * BN + local_id()] = lo as f32 * d + mn;
-                wq[(l + 16) * BN + local_id()] = hi as f32 * d + mn;
-            }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q4_K (144-byte blocks of 256: f16 `d` and `dmin`, 12 bytes of 6-bit scales and minimums,
-/// 128 bytes of 4-bit quants; sub-block `j` of 32 is `(d · sc_j) · q - dmin · m_j`, its quants
-/// the low (even `j`) or high (odd `j`) nibbles of bytes `32 (j / 2) ..`). Blocks start at a
-/// word: 144 is a multiple of 4.
-#[kernel(name = "gemm.xwt_q4_k", version = 1, workgroup = 32)]
-fn gemm_xwt_q4_k(
-    x: &[f32; m * k],
-    w: &[u32; n * (k / 256) * 36],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 256 * 36;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 256 * 36;
-        let j = k0 % 256 / 32;
-        let dm = w[at];
-        let d = f16_to_f32(f16_from_bits(dm));
-        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-        // Scale byte t of the block's 12 is byte t % 4 of word at + 1 + t / 4.
-        let s_j = (w[at + 1 + j / 4] >> (j % 4 * 8)) & 255;
-        let s_j4 = (w[at + 2 + j / 4] >> (j % 4 * 8)) & 255;
-        let sc = if j < 4 {
-            s_j & 63
-        } else {
-            (s_j4 & 15) | ((((w[at + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
-        };
-        let mn = if j < 4 {
-            s_j4 & 63
-        } else {
-            (s_j4 >> 4) | ((s_j >> 6) << 4)
-        };
-        let d1 = d * sc as f32;
-        let m1 = dmin * mn as f32;
-        let shift = j % 2 * 4;
-        let qs = at + 4 + j / 2 * 8;
-        for t in 0..8u32 {
-            let word = w[qs + t];
-            for i in 0..4u32 {
-                let q = (word >> (8 * i + shift)) & 15;
-                wq[(4 * t + i) * BN + local_id()] = d1 * q as f32 - m1;
-            }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q5_K (176-byte blocks of 256: as Q4_K, with 32 bytes `qh` before the quants whose bit `j`
-/// of byte `l` is the fifth bit of element `l` of sub-block `j`). Blocks start at a word.
-#[kernel(name = "gemm.xwt_q5_k", version = 1, workgroup = 32)]
-fn gemm_xwt_q5_k(
-    x: &[f32; m * k],
-    w: &[u32; n * (k / 256) * 44],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 256 * 44;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 256 * 44;
-        let j = k0 % 256 / 32;
-        let dm = w[at];
-        let d = f16_to_f32(f16_from_bits(dm));
-        let dmin = f16_to_f32(f16_from_bits(dm >> 16));
-        let s_j = (w[at + 1 + j / 4] >> (j % 4 * 8)) & 255;
-        let s_j4 = (w[at + 2 + j / 4] >> (j % 4 * 8)) & 255;
-        let sc = if j < 4 {
-            s_j & 63
-        } else {
-            (s_j4 & 15) | ((((w[at + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
-        };
-        let mn = if j < 4 {
-            s_j4 & 63
-        } else {
-            (s_j4 >> 4) | ((s_j >> 6) << 4)
-        };
-        let d1 = d * sc as f32;
-        let m1 = dmin * mn as f32;
-        let shift = j % 2 * 4;
-        let qs = at + 12 + j / 2 * 8;
-        for t in 0..8u32 {
-            let word = w[qs + t];
-            let high = w[at + 4 + t];
-            for i in 0..4u32 {
-                let q = ((word >> (8 * i + shift)) & 15) + ((high >> (8 * i + j)) & 1) * 16;
-                wq[(4 * t + i) * BN + local_id()] = d1 * q as f32 - m1;
-            }
-        }
-        tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// Q6_K (210-byte blocks of 256: 128 bytes `ql`, 64 bytes `qh`, 16 signed scales, f16 `d`).
-/// In each half of 128, element `l + 32 kq` (`l < 32`) has its low four bits in
-/// `ql[64 h + l + 32 (kq % 2)]` (the high nibble for `kq >= 2`), its top two in
-/// `qh[32 h + l]` bits `2 kq ..`, and scale `8 h + 2 kq + l / 16`; `x = (d · scale) · (q - 32)`.
-#[kernel(name = "gemm.xwt_q6_k", version = 1, workgroup = 32)]
-fn gemm_xwt_q6_k(
-    x: &[f32; m * k],
-    w: &[u32; (n * (k / 256) * 210 + 3) / 4],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_bytes = k / 256 * 210;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_bytes + k0 / 256 * 210;
-        let half = k0 % 256 / 128;
-        let kq = k0 % 128 / 32;
-        let od = at + 208;
-        let d = f16_to_f32(f16_from_bits(w[od / 4] >> (od % 4 * 8)));
-        let os = at + 192 + 8 * half + 2 * kq;
-        let s0 = (((w[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
-        let s1 = (((w[(os + 1) / 4] >> ((os + 1) % 4 * 8)) << 24) as i32) >> 24;
-        let ds0 = d * s0 as f32;
-        let ds1 = d * s1 as f32;
-        let low_shift = kq / 2 * 4;
-        let ql = at + 64 * half + 32 * (kq % 2);
-        let qh = at + 128 + 32 * half;
-        for t in 0..8u32 {
-            let ol = ql + 4 * t;
-            let oh = qh + 4 * t;
-            let wl = if ol % 4 == 0 {
-                w[ol / 4]
-            } else {
-                (w[ol / 4] >> 16) | (w[ol / 4 + 1] << 16)
-            };
-            let wh = if oh % 4 == 0 {
+        } else if BYTES == 22 {
+            // Q5_0 (22-byte blocks of 32: f16 `d`, 32 bits `qh` whose bit `l` is the fifth bit of
+            // element `l`, 16 bytes `qs` as Q4_0's; `x = (q - 16) · d`). Blocks start at a word or
+            // a half-word.
+            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            let oh = at + 2;
+            let qh = if oh % 4 == 0 {
                 w[oh / 4]
             } else {
                 (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
             };
-            let ds = if t < 4 { ds0 } else { ds1 };
-            for i in 0..4u32 {
-                let lo = (wl >> (8 * i + low_shift)) & 15;
-                let hi = (wh >> (8 * i + 2 * kq)) & 3;
-                let q = (lo | (hi << 4)) as i32 - 32;
-                wq[(4 * t + i) * BN + local_id()] = ds * q as f32;
+            for t in 0..4u32 {
+                let o = at + 6 + 4 * t;
+                let word = if o % 4 == 0 {
+                    w[o / 4]
+                } else {
+                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+                };
+                for i in 0..4u32 {
+                    let l = 4 * t + i;
+                    let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
+                    let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
+                    wq[l * BN + local_id()] = (lo as i32 - 16) as f32 * d;
+                    wq[(l + 16) * BN + local_id()] = (hi as i32 - 16) as f32 * d;
+                }
+            }
+        } else if BYTES == 24 {
+            // Q5_1 (24-byte blocks of 32: f16 `d` and `m`, 32 bits `qh` and 16 bytes `qs` as
+            // Q5_0's; `x = q · d + m`). Blocks start at a word.
+            let aw = at / 4;
+            let dm = w[aw];
+            let d = f16_to_f32(f16_from_bits(dm));
+            let mn = f16_to_f32(f16_from_bits(dm >> 16));
+            let qh = w[aw + 1];
+            for t in 0..4u32 {
+                let word = w[aw + 2 + t];
+                for i in 0..4u32 {
+                    let l = 4 * t + i;
+                    let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
+                    let hi = ((word >> (8 * i + 4)) & 15) | (((qh >> (l + 16)) & 1) << 4);
+                    wq[l * BN + local_id()] = lo as f32 * d + mn;
+                    wq[(l + 16) * BN + local_id()] = hi as f32 * d + mn;
+                }
+            }
+        } else if BYTES == 144 || BYTES == 176 {
+            // Q4_K (144-byte blocks of 256: f16 `d` and `dmin`, 12 bytes of 6-bit scales and
+            // minimums, 128 bytes of 4-bit quants; sub-block `j` of 32 is
+            // `(d · sc_j) · q - dmin · m_j`, its quants the low (even `j`) or high (odd `j`)
+            // nibbles of bytes `32 (j / 2) ..`). Q5_K (176-byte blocks) has 32 bytes `qh`
+            // before the quants whose bit `j` of byte `l` is the fifth bit of element `l` of
+            // sub-block `j`. Blocks start at a word: 144 and 176 are multiples of 4.
+            let aw = at / 4;
+            let j = k0 % 256 / 32;
+            let dm = w[aw];
+            let d = f16_to_f32(f16_from_bits(dm));
+            let dmin = f16_to_f32(f16_from_bits(dm >> 16));
+            // Scale byte t of the block's 12 is byte t % 4 of word aw + 1 + t / 4.
+            let s_j = (w[aw + 1 + j / 4] >> (j % 4 * 8)) & 255;
+            let s_j4 = (w[aw + 2 + j / 4] >> (j % 4 * 8)) & 255;
+            let sc = if j < 4 {
+                s_j & 63
+            } else {
+                (s_j4 & 15) | ((((w[aw + j / 4] >> (j % 4 * 8)) & 255) >> 6) << 4)
+            };
+            let mn = if j < 4 {
+                s_j4 & 63
+            } else {
+                (s_j4 >> 4) | ((s_j >> 6) << 4)
+            };
+            let d1 = d * sc as f32;
+            let m1 = dmin * mn as f32;
+            let shift = j % 2 * 4;
+            if BYTES == 144 {
+                let qs = aw + 4 + j / 2 * 8;
+                for t in 0..8u32 {
+                    let word = w[qs + t];
+                    for i in 0..4u32 {
+                        let q = (word >> (8 * i + shift)) & 15;
+                        wq[(4 * t + i) * BN + local_id()] = d1 * q as f32 - m1;
+                    }
+                }
+            } else {
+                let qs = aw + 12 + j / 2 * 8;
+                for t in 0..8u32 {
+                    let word = w[qs + t];
+                    let high = w[aw + 4 + t];
+                    for i in 0..4u32 {
+                        let q = ((word >> (8 * i + shift)) & 15) + ((high >> (8 * i + j)) & 1) * 16;
+                        wq[(4 * t + i) * BN + local_id()] = d1 * q as f32 - m1;
+                    }
+                }
+            }
+        } else if BYTES == 210 {
+            // Q6_K (210-byte blocks of 256: 128 bytes `ql`, 64 bytes `qh`, 16 signed scales, f16
+            // `d`). In each half of 128, element `l + 32 kq` (`l < 32`) has its low four bits in
+            // `ql[64 h + l + 32 (kq % 2)]` (the high nibble for `kq >= 2`), its top two in
+            // `qh[32 h + l]` bits `2 kq ..`, and scale `8 h + 2 kq + l / 16`;
+            // `x = (d · scale) · (q - 32)`.
+            let half = k0 % 256 / 128;
+            let kq = k0 % 128 / 32;
+            let od = at + 208;
+            let d = f16_to_f32(f16_from_bits(w[od / 4] >> (od % 4 * 8)));
+            let os = at + 192 + 8 * half + 2 * kq;
+            let s0 = (((w[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
+            let s1 = (((w[(os + 1) / 4] >> ((os + 1) % 4 * 8)) << 24) as i32) >> 24;
+            let ds0 = d * s0 as f32;
+            let ds1 = d * s1 as f32;
+            let low_shift = kq / 2 * 4;
+            let ql = at + 64 * half + 32 * (kq % 2);
+            let qh = at + 128 + 32 * half;
+            for t in 0..8u32 {
+                let ol = ql + 4 * t;
+                let oh = qh + 4 * t;
+                let wl = if ol % 4 == 0 {
+                    w[ol / 4]
+                } else {
+                    (w[ol / 4] >> 16) | (w[ol / 4 + 1] << 16)
+                };
+                let wh = if oh % 4 == 0 {
+                    w[oh / 4]
+                } else {
+                    (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
+                };
+                let ds = if t < 4 { ds0 } else { ds1 };
+                for i in 0..4u32 {
+                    let lo = (wl >> (8 * i + low_shift)) & 15;
+                    let hi = (wh >> (8 * i + 2 * kq)) & 3;
+                    let q = (lo | (hi << 4)) as i32 - 32;
+                    wq[(4 * t + i) * BN + local_id()] = ds * q as f32;
+                }
             }
         }
         tile_load(b, wq, 0, BN, BK, BN);
