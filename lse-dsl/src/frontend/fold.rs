@@ -45,8 +45,19 @@ pub(super) fn eval(e: &Expr, workgroup: u32) -> Result<u32, NotConst> {
     }
 }
 
-/// `e` itself, or a constant when all its operands are constants and folding is exact.
+/// `e` itself, a constant when all its operands are constants and folding is exact, or the
+/// other operand of an integer `x + 0`, `0 + x`, `x - 0`, `x * 1` or `1 * x` (what a
+/// constant instance's `t + (WORDS - 5)` becomes where `WORDS` is 5: the expression written
+/// without it).
 pub(super) fn fold(e: Expr, workgroup: u32) -> Expr {
+    let e = match e.kind {
+        ExprKind::Binary(op, a, b) if e.ty.is_int() => match (op, const_of(&a), const_of(&b)) {
+            (BinOp::Add | BinOp::Sub, _, Some(0)) | (BinOp::Mul, _, Some(1)) => return *a,
+            (BinOp::Add, Some(0), _) | (BinOp::Mul, Some(1), _) => return *b,
+            _ => Expr::new(ExprKind::Binary(op, a, b), e.ty),
+        },
+        kind => Expr::new(kind, e.ty),
+    };
     let operands_const = match &e.kind {
         ExprKind::Unary(_, a) | ExprKind::Cast(a) => is_const(a),
         ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
@@ -64,6 +75,14 @@ pub(super) fn fold(e: Expr, workgroup: u32) -> Expr {
 
 fn is_const(e: &Expr) -> bool {
     matches!(e.kind, ExprKind::Const(_))
+}
+
+/// The bits of a constant.
+fn const_of(e: &Expr) -> Option<u32> {
+    match e.kind {
+        ExprKind::Const(bits) => Some(bits),
+        _ => None,
+    }
 }
 
 /// Why bf16 and f16 arithmetic is left to run time: the targets define it (f32, then one
@@ -213,6 +232,29 @@ mod tests {
             Ty::I32,
         );
         assert_eq!(eval(&e, 64), Ok(-2i32 as u32));
+    }
+
+    #[test]
+    fn integer_identities_leave_the_other_operand() {
+        let x = || Expr::new(ExprKind::Builtin(Builtin::GroupId(0)), Ty::U32);
+        let zero = || Expr::const_u32(0);
+        let one = || Expr::const_u32(1);
+        for e in [
+            bin(BinOp::Add, x(), zero(), Ty::U32),
+            bin(BinOp::Add, zero(), x(), Ty::U32),
+            bin(BinOp::Sub, x(), zero(), Ty::U32),
+            bin(BinOp::Mul, x(), one(), Ty::U32),
+            bin(BinOp::Mul, one(), x(), Ty::U32),
+        ] {
+            assert_eq!(fold(e, 64), x());
+        }
+        // Not identities: `0 - x`, and f32 `x + 0.0` (`-0.0 + 0.0` is `+0.0`).
+        let e = bin(BinOp::Sub, zero(), x(), Ty::U32);
+        assert_eq!(fold(e.clone(), 64), e);
+        let y = Expr::new(ExprKind::Builtin(Builtin::GroupId(0)), Ty::U32);
+        let yf = Expr::new(ExprKind::Cast(Box::new(y)), Ty::F32);
+        let e = bin(BinOp::Add, yf, Expr::const_f32(0.0), Ty::F32);
+        assert_eq!(fold(e.clone(), 64), e);
     }
 
     #[test]

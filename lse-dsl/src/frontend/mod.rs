@@ -108,6 +108,10 @@ fn lower(a: &attr::KernelAttr, item: &syn::ItemFn, name: &str) -> syn::Result<ir
         body,
     };
     uniformity::check(&kernel, &cx.sites)?;
+    let kernel = ir::Kernel {
+        body: control::splice_constant_ifs(kernel.body),
+        ..kernel
+    };
     Ok(kernel)
 }
 
