@@ -116,11 +116,27 @@
 
 use loom::kernel;
 
-/// Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
-/// minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
-/// `d · sc_j · q - dmin · m_j`), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q4_k_q8_k", version = 12, workgroup = 64, consts = [64, 16])]
-fn gemm_xwt_q4_k_q8_k<const BM: u32>(
+/// Q4_K and Q5_K, interleaved by 64 rows in `WORDS` words per block:
+/// - Q4_K (144-byte blocks of 256: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales `sc_j` and
+///   minimums `m_j` for the 8 sub-blocks of 32, 128 bytes of 4-bit quants `q`; the value is
+///   `d · sc_j · q - dmin · m_j`): 36 words.
+/// - Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
+///   bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
+///   `j`'s fifth bit): 44 words.
+///
+/// Until v13 the two were written out one by one (v12 each).
+#[kernel(
+    name = "gemm.xwt",
+    version = 13,
+    workgroup = 64,
+    consts = [
+        q4_k_q8_k_bm64 = (36, 64),
+        q4_k_q8_k_bm16 = (36, 16),
+        q5_k_q8_k_bm64 = (44, 64),
+        q5_k_q8_k_bm16 = (44, 16)
+    ]
+)]
+fn gemm_xwt<const WORDS: u32, const BM: u32>(
     xq: &[i32; (m + 63) / 64 * 64 * k / 4],
     xd: &[f32; m * (k / 256)],
     xs: &[i32; m * (k / 32)],
@@ -170,7 +186,7 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
         // load, not a gather. A variable used in several regions lives per work-item, and a
         // read through it was a gather; `rb` and `cb`, a group id each, are written out where
         // they are read.)
-        let at = (cb * (k / 256) + sb) * 36;
+        let at = (cb * (k / 256) + sb) * WORDS;
         let dm = w[experts[rb] * w_stride + at * BN + local_id()];
         wf[local_id()] = f16_to_f32(f16_from_bits(dm));
         wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
@@ -193,134 +209,26 @@ fn gemm_xwt_q4_k_q8_k<const BM: u32>(
             // while the step's dot runs.
             prefetch(
                 w,
-                experts[rb] * w_stride + ((cb * (k / 256) + sb) * 36 + 36) * BN + j * (36 * BN / 8),
-                36 * BN / 8,
+                experts[rb] * w_stride
+                    + ((cb * (k / 256) + sb) * WORDS + WORDS) * BN
+                    + j * (WORDS * BN / 8),
+                WORDS * BN / 8,
             );
             let shift = j % 2 * 4;
-            let qs = (cb * (k / 256) + sb) * 36 + 4 + j / 2 * 8;
+            // `at` again, formed in this region (read through `at`, a gather: see above). The
+            // quants follow the scales (and Q5_K's 32 bytes of fifth bits).
+            let blk = (cb * (k / 256) + sb) * WORDS;
+            let qs = blk + (WORDS - 32) + j / 2 * 8;
             // Word t holds values 4t..4t + 3 of the sub-block, one per byte: `b`'s four rows.
             for t in 0..8u32 {
                 let word = w[experts[rb] * w_stride + (qs + t) * BN + local_id()];
-                wq[t * BN + local_id()] = ((word >> shift) & 0x0F0F_0F0F) as i32;
-            }
-            tile_load_quads(b, wq, 0, BN, BK, BN);
-            tile_load_packed(
-                a,
-                xq,
-                ((row0 / XB * blocks + sb) * XB + row0 % XB) * 64 + j * (BK / 4),
-                64,
-                BM,
-                BK,
-            );
-            tile_load(sc, ws, j * BN, BN, 1, BN);
-            tile_dot_scaled(isum, a, b, sc);
-        }
-        // The block's integer sum times `d_x · d_w` (formed first, as llama.cpp scales it)
-        // into `acc`; the minimum term, the integer `Σ_j s_j · m_j` times `d_x · -dmin`, into
-        // `acc_min`.
-        tile_load(dw, wf, 0, BN, 1, BN);
-        tile_load(dmin, wf, BN, BN, 1, BN);
-        tile_load(dx, xd, row0 * blocks + sb, blocks, m - row0, 1);
-        tile_dequant(acc, isum, dx, dw);
-        tile_zero(isum);
-        tile_load(xsum, xs, row0 * (k / 32) + sb * 8, k / 32, m - row0, 8);
-        tile_load(mins, ws, 8 * BN, BN, 8, BN);
-        tile_dot_dequant(acc_min, xsum, mins, no_offset, dx, dmin);
-    }
-    // The two sums meet at the end, as in llama.cpp; then `y`'s own value, if kept.
-    tile_add(acc, acc_min);
-    if accumulate == 1 {
-        tile_load(acc_min, y, row0 * n + col0, n, m - row0, n - col0);
-        tile_add(acc, acc_min);
-    }
-    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
-}
-
-/// Q5_K (176-byte blocks of 256: Q4_K's `d`, `dmin` and scales, then 32 bytes `qh` of fifth
-/// bits, then the 128 bytes of low nibbles; bit `j` of `qh[l]` is value `l` of sub-block
-/// `j`'s fifth bit), interleaved by 64 rows.
-#[kernel(name = "gemm.xwt_q5_k_q8_k", version = 12, workgroup = 64, consts = [64, 16])]
-fn gemm_xwt_q5_k_q8_k<const BM: u32>(
-    xq: &[i32; (m + 63) / 64 * 64 * k / 4],
-    xd: &[f32; m * (k / 256)],
-    xs: &[i32; m * (k / 32)],
-    w: &[u32],
-    experts: &[u32],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    w_stride: u32,
-    accumulate: u32,
-) {
-    const XB: u32 = 64;
-    const BN: u32 = 64;
-    const BK: u32 = 32;
-    let a = tile::<i8, BM, BK>();
-    let b = tile::<u8, BK, BN>();
-    let sc = tile::<i32, 1, BN>();
-    let isum = tile::<i32, BM, BN>();
-    let acc = tile::<f32, BM, BN>();
-    let acc_min = tile::<f32, BM, BN>();
-    let xsum = tile::<i16, BM, 8>();
-    let mins = tile::<i16, 8, BN>();
-    let dw = tile::<f32, 1, BN>();
-    let dmin = tile::<f32, 1, BN>();
-    let dx = tile::<f32, BM, 1>();
-    let no_offset = tile::<f32, BM, 1>();
-    // The sub-block's quants, four to a word (`b`'s quads).
-    let wq = shared::<i32>(BK / 4 * BN);
-    let wf = shared::<f32>(2 * BN);
-    let ws = shared::<i32>(16 * BN);
-    // The block of rows and the block of columns (see the module doc for the grid).
-    let rb = if BM < XB { group_id_y() } else { group_id() };
-    let cb = if BM < XB { group_id() } else { group_id_y() };
-    let row0 = rb * BM;
-    let col0 = cb * BN;
-    let blocks = k / 256;
-    tile_zero(acc);
-    tile_zero(acc_min);
-    tile_zero(no_offset);
-    for sb in 0..blocks {
-        // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-        // local_id()]. (Written so, and with `at` formed from uniform values in each region
-        // that reads it, the host sees consecutive work-items read consecutive words: a vector
-        // load, not a gather. A variable used in several regions lives per work-item, and a
-        // read through it was a gather; `rb` and `cb`, a group id each, are written out where
-        // they are read.)
-        let at = (cb * (k / 256) + sb) * 44;
-        let dm = w[experts[rb] * w_stride + at * BN + local_id()];
-        wf[local_id()] = f16_to_f32(f16_from_bits(dm));
-        wf[BN + local_id()] = -f16_to_f32(f16_from_bits(dm >> 16));
-        // The 12 scale bytes, read once: byte t is byte t % 4 of word 1 + t / 4.
-        let s0 = w[experts[rb] * w_stride + (at + 1) * BN + local_id()];
-        let s4 = w[experts[rb] * w_stride + (at + 2) * BN + local_id()];
-        let s8 = w[experts[rb] * w_stride + (at + 3) * BN + local_id()];
-        for j in 0..4u32 {
-            let lo = (s0 >> (8 * j)) & 255;
-            let mid = (s4 >> (8 * j)) & 255;
-            let hi = (s8 >> (8 * j)) & 255;
-            ws[j * BN + local_id()] = (lo & 63) as i32;
-            ws[(j + 4) * BN + local_id()] = ((hi & 15) | ((lo >> 6) << 4)) as i32;
-            ws[(j + 8) * BN + local_id()] = (mid & 63) as i32;
-            ws[(j + 12) * BN + local_id()] = ((hi >> 4) | ((mid >> 6) << 4)) as i32;
-        }
-        for j in 0..8u32 {
-            // An eighth of the next block's words per step (see Q4_K).
-            prefetch(
-                w,
-                experts[rb] * w_stride + ((cb * (k / 256) + sb) * 44 + 44) * BN + j * (44 * BN / 8),
-                44 * BN / 8,
-            );
-            let shift = j % 2 * 4;
-            // `at` again, formed in this region (see Q4_K: read through `at`, a gather).
-            let blk = (cb * (k / 256) + sb) * 44;
-            let qs = blk + 12 + j / 2 * 8;
-            for t in 0..8u32 {
-                let word = w[experts[rb] * w_stride + (qs + t) * BN + local_id()];
-                let high = w[experts[rb] * w_stride + (blk + 4 + t) * BN + local_id()];
-                let q = ((word >> shift) & 0x0F0F_0F0F) | (((high >> j) & 0x0101_0101) << 4);
-                wq[t * BN + local_id()] = q as i32;
+                if WORDS == 36 {
+                    wq[t * BN + local_id()] = ((word >> shift) & 0x0F0F_0F0F) as i32;
+                } else {
+                    let high = w[experts[rb] * w_stride + (blk + 4 + t) * BN + local_id()];
+                    let q = ((word >> shift) & 0x0F0F_0F0F) | (((high >> j) & 0x0101_0101) << 4);
+                    wq[t * BN + local_id()] = q as i32;
+                }
             }
             tile_load_quads(b, wq, 0, BN, BK, BN);
             tile_load_packed(
@@ -485,18 +393,42 @@ fn gemm_xwt_q6_k_q8_k<const BM: u32>(
     tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
 }
 
-/// Q8_0 (34-byte blocks of 32: f16 `d`, then 32 signed bytes `q`; the value is `d · q`)
-/// against Q8_0 activations (`act_quant.q8_0_int`), as llama.cpp's `ggml_vec_dot_q8_0_q8_0`:
-/// per block the exact integer `Σ q_x · q_w`, then `· d_w · d_x` in f32. The byte dot takes
-/// one unsigned operand, so the weight's bytes go in as `q_w + 128` (the sign bit flipped)
-/// and the block's `128 · Σ q_x` comes off before the scales (exact: both are integers below
-/// 2^24). One `tile_dot_dequant` per four blocks (one group of K each) does all of that on
-/// the sums where they are (in registers on the host): per block
-/// `y += (Σ q_x (q_w + 128) - 128 · Σ q_x) · (d_x · d_w)`, where v1 took seven tile
-/// statements over the 48 x 64 block. Interleaved by 64 rows: 9 words per
-/// block, so `q`'s words straddle two stored words.
-#[kernel(name = "gemm.xwt_q8_0_q8_0", version = 9, workgroup = 64, consts = [64, 16])]
-fn gemm_xwt_q8_0_q8_0<const BM: u32>(
+/// The Q8_0 family against Q8_0 activations (`act_quant.q8_0_int`), as llama.cpp's
+/// `ggml_vec_dot_q8_0_q8_0`, `_q4_0_q8_0` and `_q5_0_q8_0`: per block the exact integer
+/// `Σ q_x · q_w` (`q_w` the weight's signed value), then `· d_w · d_x` in f32 (`d_x · d_w`
+/// formed first, as llama.cpp scales a block's integer sum). The byte dot takes one unsigned
+/// operand, so each format's quants go in as unsigned bytes `q_w + o` and the block's
+/// `o · Σ q_x` comes off before the scales (exact: both are integers below 2^24). One
+/// `tile_dot_dequant` per four blocks (one group of K each) does all of that on the sums
+/// where they are (in registers on the host): per block
+/// `y += (Σ q_x (q_w + o) - o · Σ q_x) · (d_x · d_w)`, where Q8_0 v1 took seven tile
+/// statements over the 48 x 64 block. Interleaved by 64 rows, `WORDS` words per block, so the
+/// quants' words straddle two stored words:
+/// - Q8_0 (34-byte blocks of 32: f16 `d`, then 32 signed bytes `q`; the value is `d · q`):
+///   9 words; the bytes go in with their sign bit flipped, `o = 128`.
+/// - Q4_0 (18-byte blocks of 32: f16 `d`, then 16 bytes whose low nibbles are values 0..15
+///   and high nibbles values 16..31, `q` in 0..15; the value is `d · (q - 8)`): 5 words
+///   (quants in bytes 2..18); the nibbles go in as they are, `o = 8`.
+/// - Q5_0 (22-byte blocks of 32: f16 `d`, 4 bytes `qh` whose bit `j` is value `j`'s fifth
+///   bit, then Q4_0's 16 bytes of nibbles, `q` in 0..31; the value is `d · (q - 16)`):
+///   6 words (`qh` in bytes 2..6, the nibbles in bytes 6..22); Q4_0's bytes with each value's
+///   fifth bit put in as bit 4, `o = 16`.
+///
+/// Until v10 the three were written out one by one (Q8_0 v9, Q4_0 v4, Q5_0 v4).
+#[kernel(
+    name = "gemm.xwt",
+    version = 10,
+    workgroup = 64,
+    consts = [
+        q8_0_q8_0_bm64 = (9, 64),
+        q8_0_q8_0_bm16 = (9, 16),
+        q4_0_q8_0_bm64 = (5, 64),
+        q4_0_q8_0_bm16 = (5, 16),
+        q5_0_q8_0_bm64 = (6, 64),
+        q5_0_q8_0_bm16 = (6, 16)
+    ]
+)]
+fn gemm_xwt<const WORDS: u32, const BM: u32>(
     xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
     xd: &[f32; m * (k / 32)],
     xs: &[f32; m * (k / 32)],
@@ -537,8 +469,8 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
             // too late from memory).
             prefetch(
                 w,
-                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 9 + 4 * 9) * BN,
-                9 * BN,
+                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * WORDS + 4 * WORDS) * BN,
+                WORDS * BN,
             );
             // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
             // block again, its words zeroed (they meet the activations' padding) and `d` 0.
@@ -552,18 +484,60 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
             };
             wf[h * BN + local_id()] = if s4 * G + h < blocks {
                 f16_to_f32(f16_from_bits(
-                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 9 * BN + local_id()],
+                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * WORDS * BN + local_id()],
                 ))
             } else {
                 0.0
             };
-            for t in 0..8u32 {
-                let lo =
-                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + t) * BN + local_id()];
-                let hi = w
-                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + t + 1) * BN + local_id()];
-                wq[(h * 8 + t) * BN + local_id()] =
-                    ((((lo >> 16) | (hi << 16)) ^ 0x8080_8080) & keep) as i32;
+            if WORDS == 9 {
+                // Q8_0: quant bytes 4t..4t + 3, sign bits flipped.
+                for t in 0..8u32 {
+                    let lo = w
+                        [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 9 + t) * BN + local_id()];
+                    let hi = w[experts[rb] * w_stride
+                        + ((cb * (k / 32) + sb) * 9 + t + 1) * BN
+                        + local_id()];
+                    wq[(h * 8 + t) * BN + local_id()] =
+                        ((((lo >> 16) | (hi << 16)) ^ 0x8080_8080) & keep) as i32;
+                }
+            } else {
+                for t in 0..4u32 {
+                    // Quant bytes 4t..4t + 3 (after Q5_0's `qh`): values 4t.. in their low
+                    // nibbles, 16 + 4t.. in the high.
+                    let lo = w[experts[rb] * w_stride
+                        + ((cb * (k / 32) + sb) * WORDS + t + (WORDS - 5)) * BN
+                        + local_id()];
+                    let hi = w[experts[rb] * w_stride
+                        + ((cb * (k / 32) + sb) * WORDS + t + (WORDS - 4)) * BN
+                        + local_id()];
+                    let q = ((lo >> 16) | (hi << 16)) & keep;
+                    if WORDS == 5 {
+                        wq[(h * 8 + t) * BN + local_id()] = (q & 0x0F0F_0F0F) as i32;
+                        wq[(h * 8 + t + 4) * BN + local_id()] = ((q >> 4) & 0x0F0F_0F0F) as i32;
+                    } else {
+                        // Q5_0: each value's fifth bit (of `qh`) spread to bit 4 of its byte.
+                        let w0 = w[experts[rb] * w_stride
+                            + ((cb * (k / 32) + sb) * 6 + 0) * BN
+                            + local_id()];
+                        let w1 = w[experts[rb] * w_stride
+                            + ((cb * (k / 32) + sb) * 6 + 1) * BN
+                            + local_id()];
+                        let qh = ((w0 >> 16) | (w1 << 16)) & keep;
+                        let h0 = qh >> (4 * t);
+                        let h1 = qh >> (16 + 4 * t);
+                        let spread0 = ((h0 & 1) << 4)
+                            | ((h0 & 2) << 11)
+                            | ((h0 & 4) << 18)
+                            | ((h0 & 8) << 25);
+                        let spread1 = ((h1 & 1) << 4)
+                            | ((h1 & 2) << 11)
+                            | ((h1 & 4) << 18)
+                            | ((h1 & 8) << 25);
+                        wq[(h * 8 + t) * BN + local_id()] = ((q & 0x0F0F_0F0F) | spread0) as i32;
+                        wq[(h * 8 + t + 4) * BN + local_id()] =
+                            (((q >> 4) & 0x0F0F_0F0F) | spread1) as i32;
+                    }
+                }
             }
         }
         tile_load_quads(b, wq, 0, BN, BK, BN);
@@ -583,246 +557,14 @@ fn gemm_xwt_q8_0_q8_0<const BM: u32>(
             m - row0,
             blocks - s4 * G,
         );
-        tile_scale(offset, -128.0);
-        tile_load(dw, wf, 0, BN, G, BN);
-        tile_load(
-            dx,
-            xd,
-            row0 * blocks + s4 * G,
-            blocks,
-            m - row0,
-            blocks - s4 * G,
-        );
-        // Per block, `d_x · d_w` first, as llama.cpp scales a block's integer sum.
-        tile_dot_dequant(acc, a, b, offset, dx, dw);
-    }
-    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
-}
-
-/// Q4_0 (18-byte blocks of 32: f16 `d`, then 16 bytes whose low nibbles are values 0..15 and
-/// high nibbles values 16..31, `q` in 0..15; the value is `d · (q - 8)`) against Q8_0
-/// activations, as llama.cpp's `ggml_vec_dot_q4_0_q8_0`: per block the exact integer
-/// `Σ q_x · (q_w - 8)`, then `· d_w · d_x` in f32 (`d_x · d_w` formed first, as its AVX
-/// code scales a block). The nibbles go into the byte dot as they are (u8), and the block's
-/// `8 · Σ q_x` comes off before the scales, in the same `tile_dot_dequant` as Q8_0's
-/// `128 · Σ q_x`. Interleaved by 64 rows: 5 words per block, so the quants' words straddle
-/// two stored words (bytes 2..18).
-#[kernel(name = "gemm.xwt_q4_0_q8_0", version = 4, workgroup = 64, consts = [64, 16])]
-fn gemm_xwt_q4_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
-    xd: &[f32; m * (k / 32)],
-    xs: &[f32; m * (k / 32)],
-    w: &[u32],
-    experts: &[u32],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    w_stride: u32,
-    accumulate: u32,
-) {
-    const XB: u32 = 64;
-    const BN: u32 = 64;
-    // Four blocks of 32 a step, `G` groups of K for the dot.
-    const G: u32 = 4;
-    const BK: u32 = 32 * G;
-    let a = tile::<i8, BM, BK>();
-    let b = tile::<u8, BK, BN>();
-    let acc = tile::<f32, BM, BN>();
-    let offset = tile::<f32, BM, G>();
-    let dw = tile::<f32, G, BN>();
-    let dx = tile::<f32, BM, G>();
-    let wq = shared::<i32>(BK / 4 * BN);
-    let wf = shared::<f32>(G * BN);
-    // The block of rows and the block of columns (see the module doc for the grid).
-    let rb = if BM < XB { group_id_y() } else { group_id() };
-    let cb = if BM < XB { group_id() } else { group_id_y() };
-    let row0 = rb * BM;
-    let col0 = cb * BN;
-    let blocks = k / 32;
-    if accumulate == 1 {
-        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
-    }
-    for s4 in 0..(blocks + G - 1) / G {
-        for h in 0..G {
-            // The block 4 blocks ahead, this one's in the next step (one block of 32 ahead came
-            // too late from memory).
-            prefetch(
-                w,
-                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 5 + 4 * 5) * BN,
-                5 * BN,
-            );
-            // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
-            // block again, its words zeroed (they meet the activations' padding) and `d` 0.
-            // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-            // local_id()], with `at` written out in each read (see Q4_K).
-            let sb = min(s4 * G + h, blocks - 1);
-            let keep = if s4 * G + h < blocks {
-                0xFFFF_FFFFu32
-            } else {
-                0u32
-            };
-            wf[h * BN + local_id()] = if s4 * G + h < blocks {
-                f16_to_f32(f16_from_bits(
-                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 5 * BN + local_id()],
-                ))
-            } else {
-                0.0
-            };
-            for t in 0..4u32 {
-                let lo =
-                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 5 + t) * BN + local_id()];
-                let hi = w
-                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 5 + t + 1) * BN + local_id()];
-                // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the
-                // high.
-                let q = ((lo >> 16) | (hi << 16)) & keep;
-                wq[(h * 8 + t) * BN + local_id()] = (q & 0x0F0F_0F0F) as i32;
-                wq[(h * 8 + t + 4) * BN + local_id()] = ((q >> 4) & 0x0F0F_0F0F) as i32;
-            }
+        // The quants' offset `o` (see above).
+        if WORDS == 9 {
+            tile_scale(offset, -128.0);
+        } else if WORDS == 5 {
+            tile_scale(offset, -8.0);
+        } else {
+            tile_scale(offset, -16.0);
         }
-        tile_load_quads(b, wq, 0, BN, BK, BN);
-        tile_load_packed(
-            a,
-            xq,
-            ((row0 / XB * ((k + 127) / 128) + s4) * XB + row0 % XB) * (BK / 4),
-            BK / 4,
-            BM,
-            BK,
-        );
-        tile_load(
-            offset,
-            xs,
-            row0 * blocks + s4 * G,
-            blocks,
-            m - row0,
-            blocks - s4 * G,
-        );
-        tile_scale(offset, -8.0);
-        tile_load(dw, wf, 0, BN, G, BN);
-        tile_load(
-            dx,
-            xd,
-            row0 * blocks + s4 * G,
-            blocks,
-            m - row0,
-            blocks - s4 * G,
-        );
-        // Per block, `d_x · d_w` first, as llama.cpp scales a block's integer sum.
-        tile_dot_dequant(acc, a, b, offset, dx, dw);
-    }
-    tile_store(acc, y, row0 * n + col0, n, m - row0, n - col0);
-}
-
-/// Q5_0 (22-byte blocks of 32: f16 `d`, 4 bytes `qh` whose bit `j` is value `j`'s fifth bit,
-/// then 16 bytes whose low nibbles are values 0..15 and high nibbles values 16..31, `q` in
-/// 0..31; the value is `d · (q - 16)`) against Q8_0 activations, as llama.cpp's
-/// `ggml_vec_dot_q5_0_q8_0`: `gemm.xwt_q4_0_q8_0` with each value's fifth bit put in as bit 4
-/// of its byte and `16 · Σ q_x` taken off. Interleaved by 64 rows: 6 words per block, `qh` in
-/// bytes 2..6 and the nibbles in bytes 6..22.
-#[kernel(name = "gemm.xwt_q5_0_q8_0", version = 4, workgroup = 64, consts = [64, 16])]
-fn gemm_xwt_q5_0_q8_0<const BM: u32>(
-    xq: &[i32; (m + 63) / 64 * 64 * ((k + 127) / 128 * 32)],
-    xd: &[f32; m * (k / 32)],
-    xs: &[f32; m * (k / 32)],
-    w: &[u32],
-    experts: &[u32],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    w_stride: u32,
-    accumulate: u32,
-) {
-    const XB: u32 = 64;
-    const BN: u32 = 64;
-    // Four blocks of 32 a step, `G` groups of K for the dot.
-    const G: u32 = 4;
-    const BK: u32 = 32 * G;
-    let a = tile::<i8, BM, BK>();
-    let b = tile::<u8, BK, BN>();
-    let acc = tile::<f32, BM, BN>();
-    let offset = tile::<f32, BM, G>();
-    let dw = tile::<f32, G, BN>();
-    let dx = tile::<f32, BM, G>();
-    let wq = shared::<i32>(BK / 4 * BN);
-    let wf = shared::<f32>(G * BN);
-    // The block of rows and the block of columns (see the module doc for the grid).
-    let rb = if BM < XB { group_id_y() } else { group_id() };
-    let cb = if BM < XB { group_id() } else { group_id_y() };
-    let row0 = rb * BM;
-    let col0 = cb * BN;
-    let blocks = k / 32;
-    if accumulate == 1 {
-        tile_load(acc, y, row0 * n + col0, n, m - row0, n - col0);
-    }
-    for s4 in 0..(blocks + G - 1) / G {
-        for h in 0..G {
-            // The block 4 blocks ahead, this one's in the next step (one block of 32 ahead came
-            // too late from memory).
-            prefetch(
-                w,
-                experts[rb] * w_stride + ((cb * (k / 32) + s4 * G + h) * 6 + 4 * 6) * BN,
-                6 * BN,
-            );
-            // Block `s4 · G + h` into rows `h · 32 ..` of `b`; past the row's last block that
-            // block again, its words zeroed (they meet the activations' padding) and `d` 0.
-            // Word t of this work-item's block: w[experts[rb] * w_stride + (at + t) * 64 +
-            // local_id()], with `at` written out in each read (see Q4_K).
-            let sb = min(s4 * G + h, blocks - 1);
-            let keep = if s4 * G + h < blocks {
-                0xFFFF_FFFFu32
-            } else {
-                0u32
-            };
-            wf[h * BN + local_id()] = if s4 * G + h < blocks {
-                f16_to_f32(f16_from_bits(
-                    w[experts[rb] * w_stride + (cb * (k / 32) + sb) * 6 * BN + local_id()],
-                ))
-            } else {
-                0.0
-            };
-            for t in 0..4u32 {
-                let w0 =
-                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + 0) * BN + local_id()];
-                let w1 =
-                    w[experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + 1) * BN + local_id()];
-                let qh = ((w0 >> 16) | (w1 << 16)) & keep;
-                let lo = w
-                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + t + 1) * BN + local_id()];
-                let hi = w
-                    [experts[rb] * w_stride + ((cb * (k / 32) + sb) * 6 + t + 2) * BN + local_id()];
-                // Quant bytes 4t..4t + 3: values 4t.. in their low nibbles, 16 + 4t.. in the
-                // high; each value's fifth bit (of `qh`) spread to bit 4 of its byte.
-                let q = ((lo >> 16) | (hi << 16)) & keep;
-                let h0 = qh >> (4 * t);
-                let h1 = qh >> (16 + 4 * t);
-                let spread0 =
-                    ((h0 & 1) << 4) | ((h0 & 2) << 11) | ((h0 & 4) << 18) | ((h0 & 8) << 25);
-                let spread1 =
-                    ((h1 & 1) << 4) | ((h1 & 2) << 11) | ((h1 & 4) << 18) | ((h1 & 8) << 25);
-                wq[(h * 8 + t) * BN + local_id()] = ((q & 0x0F0F_0F0F) | spread0) as i32;
-                wq[(h * 8 + t + 4) * BN + local_id()] = (((q >> 4) & 0x0F0F_0F0F) | spread1) as i32;
-            }
-        }
-        tile_load_quads(b, wq, 0, BN, BK, BN);
-        tile_load_packed(
-            a,
-            xq,
-            ((row0 / XB * ((k + 127) / 128) + s4) * XB + row0 % XB) * (BK / 4),
-            BK / 4,
-            BM,
-            BK,
-        );
-        tile_load(
-            offset,
-            xs,
-            row0 * blocks + s4 * G,
-            blocks,
-            m - row0,
-            blocks - s4 * G,
-        );
-        tile_scale(offset, -16.0);
         tile_load(dw, wf, 0, BN, G, BN);
         tile_load(
             dx,
