@@ -17,15 +17,24 @@
 //! Blocking (both): as `gemm_quant.rs`: x = ceil(m / 256) row blocks of `y`, y = ceil(n / 32)
 //! column blocks; a workgroup owns 256 x 32 of `y` (four 64 x 32 accumulators sharing each
 //! dequantized block) and work-item `c` dequantizes weight row `col0 + c` into column `c` of
-//! `wq`. One kernel per bit width, so that the unpacking has constant shifts.
+//! `wq`. One kernel per bit width (the constant instances `mlx4` and `mlx8`), so that the
+//! unpacking has constant shifts.
 
 use loom::kernel;
 
-/// 4 bits: a K step's 32 values are 4 words, 8 values each.
-#[kernel(name = "gemm.xwt_mlx4", version = 1, workgroup = 32, elem = [bf16, f16, f32])]
-fn gemm_xwt_mlx4<W>(
+/// `BITS`-bit values: a K step's 32 values are `32 / PER_WORD` words of `PER_WORD` values
+/// (4 bits: 4 words of 8; 8 bits: 8 words of 4). Until v2 the two widths were written out
+/// one by one.
+#[kernel(
+    name = "gemm.xwt",
+    version = 2,
+    workgroup = 32,
+    elem = [bf16, f16, f32],
+    consts = [mlx4 = 4, mlx8 = 8]
+)]
+fn gemm_xwt<W, const BITS: u32>(
     x: &[f32; m * k],
-    w: &[u32; n * (k / 8)],
+    w: &[u32; n * (k / (32 / BITS))],
     scales: &[W; n * (k / group)],
     biases: &[W; n * (k / group)],
     y: &mut [f32; m * n],
@@ -38,6 +47,8 @@ fn gemm_xwt_mlx4<W>(
     const BM: u32 = 64;
     const BN: u32 = 32;
     const BK: u32 = 32;
+    const PER_WORD: u32 = 32 / BITS;
+    const MASK: u32 = (1 << BITS) - 1;
     let a = tile::<f32, BM, BK>();
     let b = tile::<f32, BK, BN>();
     let rounded = tile::<W, BK, BN>();
@@ -56,7 +67,7 @@ fn gemm_xwt_mlx4<W>(
     // Rows past the weight's last dequantize the last row again: their columns of `y` are
     // not stored, and every work-item takes the same path.
     let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 8;
+    let row_words = k / PER_WORD;
     let groups = k / group;
     if accumulate == 1 {
         tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
@@ -71,108 +82,14 @@ fn gemm_xwt_mlx4<W>(
         }
     }
     for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 8;
+        let at = wrow * row_words + k0 / PER_WORD;
         let g = wrow * groups + k0 / group;
         let s = to_f32(scales[g]);
         bq[local_id()] = to_f32(biases[g]);
-        for t in 0..4u32 {
+        for t in 0..BK / PER_WORD {
             let word = w[at + t];
-            for i in 0..8u32 {
-                wq[(8 * t + i) * BN + local_id()] = s * ((word >> (4 * i)) & 15) as f32;
-            }
-        }
-        // W(W(s · q) + b), the bias broadcast down each column (one weight row).
-        tile_load(rounded, wq, 0, BN, BK, BN);
-        tile_copy(b, rounded);
-        tile_load(bias, bq, 0, BN, 1, BN);
-        tile_add(b, bias);
-        tile_copy(rounded, b);
-        tile_copy(b, rounded);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
-    }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
-}
-
-/// 8 bits: a K step's 32 values are 8 words, 4 values each.
-#[kernel(name = "gemm.xwt_mlx8", version = 1, workgroup = 32, elem = [bf16, f16, f32])]
-fn gemm_xwt_mlx8<W>(
-    x: &[f32; m * k],
-    w: &[u32; n * (k / 4)],
-    scales: &[W; n * (k / group)],
-    biases: &[W; n * (k / group)],
-    y: &mut [f32; m * n],
-    m: u32,
-    n: u32,
-    k: u32,
-    group: u32,
-    accumulate: u32,
-) {
-    const BM: u32 = 64;
-    const BN: u32 = 32;
-    const BK: u32 = 32;
-    let a = tile::<f32, BM, BK>();
-    let b = tile::<f32, BK, BN>();
-    let rounded = tile::<W, BK, BN>();
-    let bias = tile::<f32, 1, BN>();
-    let acc0 = tile::<f32, BM, BN>();
-    let acc1 = tile::<f32, BM, BN>();
-    let acc2 = tile::<f32, BM, BN>();
-    let acc3 = tile::<f32, BM, BN>();
-    let wq = shared::<f32>(BK * BN);
-    let bq = shared::<f32>(BN);
-    let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
-    let col0 = group_id_y() * BN;
-    // Rows past the weight's last dequantize the last row again: their columns of `y` are
-    // not stored, and every work-item takes the same path.
-    let wrow = min(col0 + local_id(), n - 1);
-    let row_words = k / 4;
-    let groups = k / group;
-    if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
-    }
-    for k0 in (0..k).step_by(BK) {
-        let at = wrow * row_words + k0 / 4;
-        let g = wrow * groups + k0 / group;
-        let s = to_f32(scales[g]);
-        bq[local_id()] = to_f32(biases[g]);
-        for t in 0..8u32 {
-            let word = w[at + t];
-            for i in 0..4u32 {
-                wq[(4 * t + i) * BN + local_id()] = s * ((word >> (8 * i)) & 255) as f32;
+            for i in 0..PER_WORD {
+                wq[(PER_WORD * t + i) * BN + local_id()] = s * ((word >> (BITS * i)) & MASK) as f32;
             }
         }
         // W(W(s · q) + b), the bias broadcast down each column (one weight row).

@@ -15,9 +15,9 @@ use super::attr::{ConstInstance, KernelAttr};
 
 /// The const parameters of `sig`, checked against the attribute's `consts`: none for a kernel
 /// without either, else one `const C: u32` each, in order, with every entry of `consts`
-/// giving one value per parameter. Any other combination (const parameters without `consts`
-/// or beside `elem`, `consts` without them, another type, a default, an entry of another
-/// length) is an error.
+/// giving one value per parameter (a type parameter beside them is `elem`'s, checked by
+/// `generic`). Any other combination (const parameters without `consts`, `consts` without
+/// them, another type, a default, an entry of another length) is an error.
 pub(super) fn const_params(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<Vec<syn::Ident>> {
     let consts: Vec<&syn::ConstParam> = sig.generics.const_params().collect();
     let Some(list) = &a.consts else {
@@ -32,12 +32,6 @@ pub(super) fn const_params(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<
             None => Ok(Vec::new()),
         };
     };
-    if let Some(e) = &a.elem {
-        return Err(syn::Error::new(
-            e.span,
-            "a LOOM kernel takes `elem` or `consts`, not both",
-        ));
-    }
     if consts.is_empty() {
         return Err(syn::Error::new(
             list.span,
@@ -45,17 +39,6 @@ pub(super) fn const_params(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<
                 "`consts` needs a kernel with const parameters to instantiate, like `fn {}<const BM: u32>(...)`",
                 sig.ident
             ),
-        ));
-    }
-    if let Some(p) = sig
-        .generics
-        .params
-        .iter()
-        .find(|p| !matches!(p, syn::GenericParam::Const(_)))
-    {
-        return Err(syn::Error::new(
-            p.span(),
-            "a LOOM kernel with `consts` has no other generic parameters",
         ));
     }
     for c in &consts {
@@ -120,15 +103,19 @@ pub(super) fn describe(params: &[syn::Ident], inst: &ConstInstance) -> String {
     }
 }
 
-/// `item` without its generics, named `<fn>_<suffix>`, its body starting with
-/// `const C: u32 = value;` for each parameter and its buffer lengths reading the values.
+/// `item` without its const parameters, named `<fn>_<suffix>`, its body starting with
+/// `const C: u32 = value;` for each and its buffer lengths reading the values.
 pub(super) fn instantiate(
     item: &syn::ItemFn,
     params: &[syn::Ident],
     inst: &ConstInstance,
 ) -> syn::ItemFn {
     let mut out = item.clone();
-    out.sig.generics = syn::Generics::default();
+    let generics = std::mem::take(&mut out.sig.generics.params);
+    out.sig.generics.params = generics
+        .into_iter()
+        .filter(|p| !matches!(p, syn::GenericParam::Const(_)))
+        .collect();
     out.sig.ident = syn::Ident::new(
         &format!("{}_{}", item.sig.ident, suffix(params, inst)),
         item.sig.ident.span(),
@@ -253,9 +240,9 @@ mod tests {
                 fn k<W, const BM: u32>(x: &[W]) {}
             ),
         );
-        assert_eq!(
-            e,
-            "a LOOM kernel with `consts` has no other generic parameters"
+        assert!(
+            e.starts_with("a generic LOOM kernel needs `elem = [...]`"),
+            "{e}"
         );
         for item in [
             syn::parse_quote!(
@@ -284,7 +271,58 @@ mod tests {
                 fn k<const BM: u32>(x: &[f32]) {}
             ),
         );
-        assert_eq!(e, "a LOOM kernel takes `elem` or `consts`, not both");
+        assert!(
+            e.starts_with("`elem` needs a kernel with one type parameter"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn constant_instances_each_take_every_element_type() {
+        let item: syn::ItemFn = syn::parse_quote! {
+            fn widen<W, const BITS: u32>(x: &[W; n * BITS], y: &mut [f32; n], n: u32) {
+                let i = group_id() * 64 + local_id();
+                y[i] = to_f32(x[i * BITS]);
+            }
+        };
+        let attr = quote!(
+            name = "t.widen",
+            version = 1,
+            workgroup = 64,
+            elem = [bf16, f32],
+            consts = [four = 4, eight = 8]
+        );
+        let ks = parse_kernels(attr, &item).unwrap();
+        let names: Vec<(String, String)> = ks.iter().map(|k| (k.fn_name.clone(), k.id())).collect();
+        let want = [
+            ("widen_four_bf16", "t.widen_four_bf16.v1"),
+            ("widen_four_f32", "t.widen_four_f32.v1"),
+            ("widen_eight_bf16", "t.widen_eight_bf16.v1"),
+            ("widen_eight_f32", "t.widen_eight_f32.v1"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(f, i)| (f.to_string(), i.to_string()))
+            .collect();
+        assert_eq!(names, want);
+        let text = crate::text::ir_text(&ks[2]);
+        assert!(text.contains("x: &[bf16; n * 8]"), "{text}");
+        // An error in one instance names both its constants and its type.
+        let item: syn::ItemFn = syn::parse_quote! {
+            fn k<W, const R: u32>(x: &[W], y: &mut [f32]) {
+                let t = tile::<W, R, 8>();
+                tile_zero(t);
+            }
+        };
+        let attr = quote!(
+            name = "t.k",
+            version = 1,
+            workgroup = 64,
+            elem = [f32],
+            consts = [16, 0]
+        );
+        let e = err(attr, item);
+        assert!(e.ends_with("(in the `R = 0, f32` instance)"), "{e}");
     }
 
     #[test]

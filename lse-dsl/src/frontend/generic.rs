@@ -33,12 +33,8 @@ pub(super) fn elem_param(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<Op
                     "a LOOM kernel cannot have lifetime parameters",
                 ));
             }
-            syn::GenericParam::Const(c) => {
-                return Err(syn::Error::new(
-                    c.span(),
-                    "a generic LOOM kernel has one type parameter (listed by `elem = [...]`) or one const parameter (listed by `consts = [...]`), not both",
-                ));
-            }
+            // Checked with `consts` (`const_param`).
+            syn::GenericParam::Const(_) => {}
             syn::GenericParam::Type(t) => {
                 if type_param.is_some() {
                     return Err(syn::Error::new(

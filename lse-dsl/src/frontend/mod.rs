@@ -46,7 +46,9 @@ pub const DEFAULT_TARGETS: [&str; 3] = ["gfx1201", "gfx1100", "gfx942"];
 
 /// Parses and checks one kernel attribute's kernels: one [`ir::Kernel`] for a plain `fn`, one
 /// per listed element type, in `elem` order, for a generic `fn k<W>` with `elem = [...]`
-/// (instance fn `k_<ty>`, name `<name>_<ty>`). `attr` = the tokens inside
+/// (instance fn `k_<ty>`, name `<name>_<ty>`), one per entry of `consts = [...]` for a
+/// `fn k<const C: u32, ..>` (`k_<suffix>`, `const_param`), and with both, each constant
+/// instance per element type (`k_<suffix>_<ty>`). `attr` = the tokens inside
 /// `#[loom::kernel(...)]`; `item` = the annotated fn (its own attributes are ignored).
 pub fn parse_kernels(attr: TokenStream, item: &syn::ItemFn) -> Result<Vec<ir::Kernel>, syn::Error> {
     parse_kernels_at(attr, item, Span::call_site())
@@ -61,30 +63,48 @@ fn parse_kernels_at(
     let a = attr::parse_attr(attr, attr_span)?;
     params::check_signature(&item.sig)?;
     let consts = const_param::const_params(&item.sig, &a)?;
-    if let Some(list) = &a.consts {
-        return list
+    let w = generic::elem_param(&item.sig, &a)?;
+    if let Some(w) = &w {
+        generic::check_uses(item, w)?;
+    }
+    // The constant instances (or the fn itself), then each of those per element type:
+    // `k_<suffix>_<ty>`, named `<name>_<suffix>_<ty>`.
+    let by_consts: Vec<(syn::ItemFn, String, Option<String>)> = match &a.consts {
+        Some(list) => list
             .instances
             .iter()
             .map(|i| {
-                let inst = const_param::instantiate(item, &consts, i);
-                let name = format!("{}_{}", a.name, const_param::suffix(&consts, i));
-                lower(&a, &inst, &name)
-                    .map_err(|e| generic::in_instance(e, &const_param::describe(&consts, i)))
+                (
+                    const_param::instantiate(item, &consts, i),
+                    format!("{}_{}", a.name, const_param::suffix(&consts, i)),
+                    Some(const_param::describe(&consts, i)),
+                )
             })
-            .collect();
-    }
-    let Some(w) = generic::elem_param(&item.sig, &a)? else {
-        return Ok(vec![lower(&a, item, &a.name)?]);
+            .collect(),
+        None => vec![(item.clone(), a.name.clone(), None)],
     };
-    generic::check_uses(item, &w)?;
     let tys = a.elem.as_ref().map(|l| l.tys.clone()).unwrap_or_default();
-    tys.into_iter()
-        .map(|ty| {
-            let inst = generic::instantiate(item, &w, ty);
-            let name = format!("{}_{}", a.name, ty.rust_name());
-            lower(&a, &inst, &name).map_err(|e| generic::in_instance(e, ty.rust_name()))
-        })
-        .collect()
+    let mut kernels = Vec::new();
+    for (inst, name, described) in by_consts {
+        let Some(w) = &w else {
+            let k = lower(&a, &inst, &name);
+            kernels.push(match &described {
+                Some(d) => k.map_err(|e| generic::in_instance(e, d))?,
+                None => k?,
+            });
+            continue;
+        };
+        for &ty in &tys {
+            let typed = generic::instantiate(&inst, w, ty);
+            let instance = match &described {
+                Some(d) => format!("{d}, {}", ty.rust_name()),
+                None => ty.rust_name().to_string(),
+            };
+            let name = format!("{name}_{}", ty.rust_name());
+            kernels.push(lower(&a, &typed, &name).map_err(|e| generic::in_instance(e, &instance))?);
+        }
+    }
+    Ok(kernels)
 }
 
 /// Lowers and checks one non-generic kernel `item` called `name`.
