@@ -55,6 +55,23 @@ pub(super) fn const_params(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<
         }
     }
     let names: Vec<syn::Ident> = consts.iter().map(|c| c.ident.clone()).collect();
+    // A parameter of the same name would be ambiguous in the buffer lengths, where the
+    // constant reads as its value.
+    for arg in &sig.inputs {
+        if let syn::FnArg::Typed(pt) = arg {
+            if let syn::Pat::Ident(p) = &*pt.pat {
+                if names.contains(&p.ident) {
+                    return Err(syn::Error::new(
+                        p.ident.span(),
+                        format!(
+                            "the parameter `{}` has the name of a const parameter; rename one",
+                            p.ident
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     if let Some(i) = list
         .instances
         .iter()
@@ -243,6 +260,16 @@ mod tests {
         assert!(
             e.starts_with("a generic LOOM kernel needs `elem = [...]`"),
             "{e}"
+        );
+        let e = err(
+            with.clone(),
+            syn::parse_quote!(
+                fn k<const BM: u32>(x: &[f32; BM], BM: u32) {}
+            ),
+        );
+        assert_eq!(
+            e,
+            "the parameter `BM` has the name of a const parameter; rename one"
         );
         for item in [
             syn::parse_quote!(
