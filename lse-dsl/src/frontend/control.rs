@@ -190,49 +190,27 @@ impl Cx {
 /// after the checks, whose source sites follow the statements' places.
 pub(super) fn splice_constant_ifs(block: Block) -> Block {
     let mut out = Block::with_capacity(block.len());
-    for stmt in block {
-        match stmt {
-            Stmt::If {
-                cond:
-                    Expr {
-                        kind: ExprKind::Const(c),
-                        ty: Ty::Bool,
-                    },
-                then_body,
-                else_body,
-            } => out.extend(splice_constant_ifs(if c != 0 {
-                then_body
-            } else {
-                else_body
-            })),
+    for mut stmt in block {
+        match &mut stmt {
             Stmt::If {
                 cond,
                 then_body,
                 else_body,
-            } => out.push(Stmt::If {
-                cond,
-                then_body: splice_constant_ifs(then_body),
-                else_body: splice_constant_ifs(else_body),
-            }),
-            Stmt::For {
-                var,
-                start,
-                end,
-                step,
-                body,
-            } => out.push(Stmt::For {
-                var,
-                start,
-                end,
-                step,
-                body: splice_constant_ifs(body),
-            }),
-            Stmt::While { cond, body } => out.push(Stmt::While {
-                cond,
-                body: splice_constant_ifs(body),
-            }),
-            other => out.push(other),
+            } => {
+                if let (Ty::Bool, ExprKind::Const(c)) = (cond.ty, &cond.kind) {
+                    let live = if *c != 0 { then_body } else { else_body };
+                    out.extend(splice_constant_ifs(std::mem::take(live)));
+                    continue;
+                }
+                *then_body = splice_constant_ifs(std::mem::take(then_body));
+                *else_body = splice_constant_ifs(std::mem::take(else_body));
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } => {
+                *body = splice_constant_ifs(std::mem::take(body));
+            }
+            _ => {}
         }
+        out.push(stmt);
     }
     out
 }
