@@ -62,7 +62,8 @@
 //! per row and step, an eighth of the Q6_K GEMM's time on the LM head at M = 128 (then three
 //! row blocks of 48, the last of 32 rows).
 //!
-//! Each kernel comes in two instances (`consts = [64, 16]`, LOOM.md): `_bm64` computes 64
+//! Each kernel comes in two instances of its constant `BM` (`consts`, LOOM.md; the formats
+//! that share a body are instances too, labelled by format and `BM`): `_bm64` computes 64
 //! rows of `y` per workgroup, `_bm16` 16. The weight's words and their unpacking are the
 //! same for any number of rows, so the 64-row instance shares them among four times the
 //! rows; the 16-row one serves products of few rows, above all a mixture of experts' routed
