@@ -36,10 +36,10 @@ impl Cx {
         // above, but the dead one is dropped before the checks that follow. The branches keep
         // their places here, so the source sites of the live one stay where they were; after
         // the checks, `splice_constant_ifs` puts its statements in the `if`'s place.
-        let (then_body, else_body) = match (cond.ty, &cond.kind) {
-            (Ty::Bool, ExprKind::Const(0)) => (Block::new(), else_body),
-            (Ty::Bool, ExprKind::Const(_)) => (then_body, Block::new()),
-            _ => (then_body, else_body),
+        let (then_body, else_body) = match constant_condition(&cond) {
+            Some(false) => (Block::new(), else_body),
+            Some(true) => (then_body, Block::new()),
+            None => (then_body, else_body),
         };
         let site = Site {
             span: i.cond.span(),
@@ -183,6 +183,14 @@ impl Cx {
     }
 }
 
+/// The value of a condition that folded to a constant, `None` for one decided at run time.
+fn constant_condition(cond: &Expr) -> Option<bool> {
+    match (cond.ty, &cond.kind) {
+        (Ty::Bool, ExprKind::Const(c)) => Some(*c != 0),
+        _ => None,
+    }
+}
+
 /// `block` with every `if` whose condition is a constant replaced by the statements of its
 /// live branch, at any depth: the IR of a kernel written with that branch alone, so codegen
 /// sees no trace of the `if` (a constant `if` around a loop had changed how the host lowering
@@ -197,8 +205,8 @@ pub(super) fn splice_constant_ifs(block: Block) -> Block {
                 then_body,
                 else_body,
             } => {
-                if let (Ty::Bool, ExprKind::Const(c)) = (cond.ty, &cond.kind) {
-                    let live = if *c != 0 { then_body } else { else_body };
+                if let Some(taken) = constant_condition(cond) {
+                    let live = if taken { then_body } else { else_body };
                     out.extend(splice_constant_ifs(std::mem::take(live)));
                     continue;
                 }

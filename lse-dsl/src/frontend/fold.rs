@@ -74,7 +74,7 @@ pub(super) fn fold(e: Expr, workgroup: u32) -> Expr {
 }
 
 fn is_const(e: &Expr) -> bool {
-    matches!(e.kind, ExprKind::Const(_))
+    const_of(e).is_some()
 }
 
 /// The bits of a constant.
