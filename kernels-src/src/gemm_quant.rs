@@ -13,7 +13,8 @@
 //!
 //! Bytes are read from the words: byte `o` is `(w[o / 4] >> (o % 4 · 8)) & 255`; 32 bits at an
 //! even offset `o` are `w[o / 4]`, or the two halves of `w[o / 4]` and `w[o / 4 + 1]` when
-//! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word).
+//! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word): the body's
+//! functions `word_at`, `f16_at` and `i8_at` (LOOM.md, "Functions").
 //!
 //! One body, one kernel per format: the formats are constant instances (`consts`, LOOM.md)
 //! labelled by format, `gemm.xwt_q8_0` to `gemm.xwt_q6_k`, and each instance keeps only its
@@ -61,6 +62,22 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
     const BM: u32 = 64;
     const BN: u32 = 32;
     const BK: u32 = 32;
+    /// The f16 at byte `o` (even) of the weight, as f32.
+    fn f16_at(w: &[u32], o: u32) -> f32 {
+        f16_to_f32(f16_from_bits(w[o / 4] >> (o % 4 * 8)))
+    }
+    /// The signed byte at byte `o` of the weight.
+    fn i8_at(w: &[u32], o: u32) -> i32 {
+        (((w[o / 4] >> (o % 4 * 8)) << 24) as i32) >> 24
+    }
+    /// The 32 bits at byte `o` (even) of the weight: one word, or the halves of two.
+    fn word_at(w: &[u32], o: u32) -> u32 {
+        if o % 4 == 0 {
+            w[o / 4]
+        } else {
+            (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+        }
+    }
     let a = tile::<f32, BM, BK>();
     let b = tile::<f32, BK, BN>();
     let acc0 = tile::<f32, BM, BN>();
@@ -94,14 +111,10 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
         // The format's dequantization into `wq` (the others' branches fold away).
         if BYTES == 34 {
             // Q8_0 (34-byte blocks of 32: f16 `d`, 32 signed bytes `q`; `x = q · d`).
-            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            let d = f16_at(w, at);
             for j in 0..8u32 {
                 let o = at + 2 + 4 * j;
-                let word = if o % 4 == 0 {
-                    w[o / 4]
-                } else {
-                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-                };
+                let word = word_at(w, o);
                 for i in 0..4u32 {
                     let q = ((word << (24 - 8 * i)) as i32) >> 24;
                     wq[(4 * j + i) * BN + local_id()] = q as f32 * d;
@@ -111,14 +124,10 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             // Q4_0 (18-byte blocks of 32: f16 `d`, 16 bytes `qs`; element `l < 16` is the low
             // nibble of `qs[l]`, element `l + 16` its high one; `x = (q - 8) · d`). Blocks start at
             // a word or a half-word.
-            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            let d = f16_at(w, at);
             for t in 0..4u32 {
                 let o = at + 2 + 4 * t;
-                let word = if o % 4 == 0 {
-                    w[o / 4]
-                } else {
-                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-                };
+                let word = word_at(w, o);
                 for i in 0..4u32 {
                     let lo = ((word >> (8 * i)) & 15) as i32 - 8;
                     let hi = ((word >> (8 * i + 4)) & 15) as i32 - 8;
@@ -146,20 +155,12 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             // Q5_0 (22-byte blocks of 32: f16 `d`, 32 bits `qh` whose bit `l` is the fifth bit of
             // element `l`, 16 bytes `qs` as Q4_0's; `x = (q - 16) · d`). Blocks start at a word or
             // a half-word.
-            let d = f16_to_f32(f16_from_bits(w[at / 4] >> (at % 4 * 8)));
+            let d = f16_at(w, at);
             let oh = at + 2;
-            let qh = if oh % 4 == 0 {
-                w[oh / 4]
-            } else {
-                (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
-            };
+            let qh = word_at(w, oh);
             for t in 0..4u32 {
                 let o = at + 6 + 4 * t;
-                let word = if o % 4 == 0 {
-                    w[o / 4]
-                } else {
-                    (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-                };
+                let word = word_at(w, o);
                 for i in 0..4u32 {
                     let l = 4 * t + i;
                     let lo = ((word >> (8 * i)) & 15) | (((qh >> l) & 1) << 4);
@@ -243,10 +244,10 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             let half = k0 % 256 / 128;
             let kq = k0 % 128 / 32;
             let od = at + 208;
-            let d = f16_to_f32(f16_from_bits(w[od / 4] >> (od % 4 * 8)));
+            let d = f16_at(w, od);
             let os = at + 192 + 8 * half + 2 * kq;
-            let s0 = (((w[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
-            let s1 = (((w[(os + 1) / 4] >> ((os + 1) % 4 * 8)) << 24) as i32) >> 24;
+            let s0 = i8_at(w, os);
+            let s1 = i8_at(w, os + 1);
             let ds0 = d * s0 as f32;
             let ds1 = d * s1 as f32;
             let low_shift = kq / 2 * 4;
@@ -255,16 +256,8 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             for t in 0..8u32 {
                 let ol = ql + 4 * t;
                 let oh = qh + 4 * t;
-                let wl = if ol % 4 == 0 {
-                    w[ol / 4]
-                } else {
-                    (w[ol / 4] >> 16) | (w[ol / 4 + 1] << 16)
-                };
-                let wh = if oh % 4 == 0 {
-                    w[oh / 4]
-                } else {
-                    (w[oh / 4] >> 16) | (w[oh / 4 + 1] << 16)
-                };
+                let wl = word_at(w, ol);
+                let wh = word_at(w, oh);
                 let ds = if t < 4 { ds0 } else { ds1 };
                 for i in 0..4u32 {
                     let lo = (wl >> (8 * i + low_shift)) & 15;

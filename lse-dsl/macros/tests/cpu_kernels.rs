@@ -91,6 +91,54 @@ fn labelled_instances_each_take_their_values() {
     }
 }
 
+/// LOOM functions, inlined at their calls: 32 bits at even byte offsets of a word buffer
+/// (one word, or the halves of two) and the signed byte at any offset.
+#[loom::kernel(name = "test.fns", version = 1, workgroup = 8)]
+fn read_bytes(w: &[u32], words: &mut [u32], bytes: &mut [i32]) {
+    /// The 32 bits at even byte `o`.
+    fn word_at(w: &[u32], o: u32) -> u32 {
+        if o % 4 == 0 {
+            w[o / 4]
+        } else {
+            (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
+        }
+    }
+    fn i8_at(w: &[u32], o: u32) -> i32 {
+        let shift = o % 4 * 8;
+        (((w[o / 4] >> shift) << 24) as i32) >> 24
+    }
+    let i = local_id();
+    words[i] = word_at(w, 2 * i);
+    bytes[i] = i8_at(w, i) + i8_at(w, i + 8);
+}
+
+#[test]
+fn functions_compute_what_their_bodies_say_at_each_call() {
+    let mut w: Vec<u32> = (0..5u32)
+        .map(|i| 0x8091_a2b3u32.wrapping_mul(i + 7))
+        .collect();
+    let le: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut words = vec![0u32; 8];
+    let mut bytes = vec![0i32; 8];
+    (read_bytes::KERNEL.cpu)(
+        &[raw(&mut w), raw(&mut words), raw(&mut bytes)],
+        &[],
+        [1, 1, 1],
+        0,
+        1,
+    );
+    for i in 0..8 {
+        let o = 2 * i;
+        let want = u32::from_le_bytes([le[o], le[o + 1], le[o + 2], le[o + 3]]);
+        assert_eq!(words[i], want, "word at byte {o}");
+        assert_eq!(
+            bytes[i],
+            le[i] as i8 as i32 + le[i + 8] as i8 as i32,
+            "bytes {i}"
+        );
+    }
+}
+
 #[test]
 fn elementwise_kernel_follows_ir_semantics() {
     let n = 70u32;

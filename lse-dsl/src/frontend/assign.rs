@@ -46,6 +46,9 @@ impl Cx {
                     Some(Binding::Const(_)) => {
                         return err(left.span(), format!("cannot assign to constant `{name}`"))
                     }
+                    Some(Binding::Value(_)) => {
+                        return err(left.span(), format!("cannot assign to `{name}`: a LOOM `fn`'s parameters and `let`s are values"))
+                    }
                     Some(Binding::Tile(_)) => {
                         return err(left.span(), format!("cannot assign to tile `{name}`; change it with the `tile_*` statements"))
                     }

@@ -16,6 +16,11 @@ type Args = Punctuated<syn::Expr, Token![,]>;
 
 const BUILTINS: &str = "local_id, group_id, group_id_y, group_id_z, num_groups, num_groups_y, num_groups_z, group_size, barrier, shared, tile, tile_zero, tile_load, tile_load_t, tile_load_quads, tile_load_packed, tile_load_pairs, tile_store, tile_store_t, tile_store_packed, tile_store_pairs, tile_dot, tile_dot_scaled, tile_dot_dequant, tile_dequant, tile_add, tile_sub, tile_mul, tile_div, tile_max, tile_row_sum, tile_row_max, tile_exp, tile_scale, tile_copy, prefetch, reduce_sum, reduce_max, reduce_min, argmax, broadcast, subgroup_size, subgroup_id, subgroup_lane, subgroup_sum, subgroup_max, subgroup_min, subgroup_shuffle, exp, log, sigmoid, silu, tanh, sqrt, rsqrt, abs, max, min, fma, to_f32, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, f32_from_bits, f16_from_bits, bf16_from_bits";
 
+/// Whether `name` is a LOOM built-in function.
+pub(super) fn is_builtin(name: &str) -> bool {
+    BUILTINS.split(", ").any(|b| b == name)
+}
+
 /// The collective a function name denotes.
 pub(super) fn collective_op(name: &str) -> Option<CollectiveOp> {
     Some(match name {
@@ -176,6 +181,9 @@ impl Cx {
                 ),
             );
         };
+        if let Some(f) = self.fns.get(&name) {
+            return self.call_fn(f.clone(), c);
+        }
         if name == "shared" {
             return err(
                 span,

@@ -7,10 +7,12 @@
 //! statements (branch 0 is a `then` or loop body, 1 an `else`). The checks walk the IR with
 //! the same paths.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use proc_macro2::Span;
 
+use super::fns::LoomFn;
 use crate::ir::{
     Block, Local, Param, ParamId, SharedArray, SharedId, Stmt, TileDecl, TileId, Ty, VarId,
     WORKGROUP_ALIGN,
@@ -28,6 +30,8 @@ pub(super) enum Binding {
     Tile(TileId),
     /// A folded `const` item: always an `ExprKind::Const`.
     Const(crate::ir::Expr),
+    /// A LOOM `fn`'s value parameter or `let`: the expression it names (`fns`).
+    Value(crate::ir::Expr),
 }
 
 /// Where a statement came from: the span errors point at and a short source rendering
@@ -73,6 +77,12 @@ pub(super) struct Cx {
     pub loop_depth: u32,
     /// Whether statements are being lowered at the top level of the body.
     pub top_level: bool,
+    /// The LOOM functions declared in the body, by name.
+    pub fns: HashMap<String, Rc<LoomFn>>,
+    /// The functions called so far.
+    pub called: HashSet<String>,
+    /// The functions being inlined, outermost first.
+    pub inlining: Vec<String>,
 }
 
 impl Cx {
@@ -95,6 +105,9 @@ impl Cx {
             no_hoist: None,
             loop_depth: 0,
             top_level: true,
+            fns: HashMap::new(),
+            called: HashSet::new(),
+            inlining: Vec::new(),
         }
     }
 
@@ -115,6 +128,28 @@ impl Cx {
 
     pub fn lookup(&self, name: &str) -> Option<&Binding> {
         self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    /// Switches to the scopes of a LOOM `fn`'s body: the kernel's top-level constants, the
+    /// parameters `bound`, and a scope for the body's own bindings. Returns the scopes to
+    /// restore with [`Cx::leave_fn`].
+    pub fn enter_fn(&mut self, bound: HashMap<String, Binding>) -> Vec<HashMap<String, Binding>> {
+        // The kernel's top-level scope, or the constants scope of the fn being inlined: the
+        // first two scopes either way.
+        let consts = self
+            .scopes
+            .iter()
+            .take(2)
+            .flat_map(|s| s.iter())
+            .filter(|(_, b)| matches!(b, Binding::Const(_)))
+            .map(|(n, b)| (n.clone(), b.clone()))
+            .collect();
+        std::mem::replace(&mut self.scopes, vec![consts, bound, HashMap::new()])
+    }
+
+    /// Back to the scopes [`Cx::enter_fn`] returned.
+    pub fn leave_fn(&mut self, saved: Vec<HashMap<String, Binding>>) {
+        self.scopes = saved;
     }
 
     /// Bytes of workgroup memory the shared arrays and tiles declared so far take, laid out

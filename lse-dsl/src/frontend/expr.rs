@@ -112,7 +112,7 @@ impl Cx {
                 let var = *var;
                 Ok(Expr::new(ExprKind::Var(var), self.locals[var as usize].ty))
             }
-            Some(Binding::Const(c)) => Ok(c.clone()),
+            Some(Binding::Const(c) | Binding::Value(c)) => Ok(c.clone()),
             Some(Binding::Param(id)) => {
                 let id = *id;
                 match &self.params[id as usize] {
@@ -341,7 +341,9 @@ impl Cx {
                     format!("cannot index `{name}`: it is a {ty} scalar, not a buffer"),
                 );
             }
-            Some(Binding::Local { .. }) | Some(Binding::Const(_)) | Some(Binding::Tile(_)) => {
+            Some(
+                Binding::Local { .. } | Binding::Const(_) | Binding::Value(_) | Binding::Tile(_),
+            ) => {
                 return err(
                     base.span(),
                     format!("cannot index `{name}`: only buffers and shared arrays can be indexed"),

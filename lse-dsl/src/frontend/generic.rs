@@ -75,18 +75,11 @@ pub(super) fn elem_param(sig: &syn::Signature, a: &KernelAttr) -> syn::Result<Op
 }
 
 /// Checks that `w` appears only as a buffer element type (`&[W]`, `&mut [W]`) in the
-/// parameters and as the element type of tile declarations (`tile::<W, R, C>()`) in the
-/// body.
+/// parameters of the kernel and of its LOOM `fn`s, and as the element type of tile
+/// declarations (`tile::<W, R, C>()`) in the body.
 pub(super) fn check_uses(item: &syn::ItemFn, w: &syn::Ident) -> syn::Result<()> {
     let mut finder = Finder { w, found: None };
-    for arg in &item.sig.inputs {
-        if let syn::FnArg::Typed(pt) = arg {
-            if buffer_elem(&pt.ty).is_some_and(|e| is_w(e, w)) {
-                continue;
-            }
-            finder.visit_type(&pt.ty);
-        }
-    }
+    finder.inputs(&item.sig);
     finder.visit_block(&item.block);
     match finder.found {
         None => Ok(()),
@@ -107,7 +100,14 @@ pub(super) fn instantiate(item: &syn::ItemFn, w: &syn::Ident, ty: Ty) -> syn::It
         &format!("{}_{}", item.sig.ident, ty.rust_name()),
         item.sig.ident.span(),
     );
-    for arg in out.sig.inputs.iter_mut() {
+    buffer_elems(&mut out.sig, w, ty);
+    TileElems { w, ty }.visit_block_mut(&mut out.block);
+    out
+}
+
+/// Replaces `W` as the element type of `sig`'s buffer parameters.
+fn buffer_elems(sig: &mut syn::Signature, w: &syn::Ident, ty: Ty) {
+    for arg in sig.inputs.iter_mut() {
         if let syn::FnArg::Typed(pt) = arg {
             if let Some(elem) = buffer_elem_mut(&mut pt.ty) {
                 if is_w(elem, w) {
@@ -116,8 +116,6 @@ pub(super) fn instantiate(item: &syn::ItemFn, w: &syn::Ident, ty: Ty) -> syn::It
             }
         }
     }
-    TileElems { w, ty }.visit_block_mut(&mut out.block);
-    out
 }
 
 /// Replaces type `W` by `ty`, keeping its span.
@@ -139,13 +137,18 @@ fn tile_elem_arg(p: &syn::Path) -> Option<&syn::GenericArgument> {
     }
 }
 
-/// Replaces `W` in tile declarations.
+/// Replaces `W` in tile declarations and in the buffer parameters of LOOM `fn`s.
 struct TileElems<'a> {
     w: &'a syn::Ident,
     ty: Ty,
 }
 
 impl VisitMut for TileElems<'_> {
+    fn visit_item_fn_mut(&mut self, f: &mut syn::ItemFn) {
+        buffer_elems(&mut f.sig, self.w, self.ty);
+        syn::visit_mut::visit_item_fn_mut(self, f);
+    }
+
     fn visit_path_mut(&mut self, p: &mut syn::Path) {
         let is_tile = tile_elem_arg(p).is_some();
         if let (true, Some(seg)) = (is_tile, p.segments.first_mut()) {
@@ -217,7 +220,27 @@ struct Finder<'a> {
     found: Option<Span>,
 }
 
+impl Finder<'_> {
+    /// Visits the parameter types of `sig` but a buffer's element type `W`.
+    fn inputs(&mut self, sig: &syn::Signature) {
+        for arg in &sig.inputs {
+            if let syn::FnArg::Typed(pt) = arg {
+                if buffer_elem(&pt.ty).is_some_and(|e| is_w(e, self.w)) {
+                    continue;
+                }
+                self.visit_type(&pt.ty);
+            }
+        }
+    }
+}
+
 impl<'ast> Visit<'ast> for Finder<'_> {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.inputs(&f.sig);
+        self.visit_return_type(&f.sig.output);
+        self.visit_block(&f.block);
+    }
+
     fn visit_path(&mut self, p: &'ast syn::Path) {
         if let Some(syn::GenericArgument::Type(t)) = tile_elem_arg(p) {
             if is_w(t, self.w) {

@@ -5,7 +5,7 @@
 //! declared buffer lengths in `lengths`),
 //! element-type instances of generic kernels (`generic`), constant instances
 //! (`const_param`), statements (`stmt`, `bindings`,
-//! `assign`, `control`) and expressions with bidirectional type inference (`expr`,
+//! `assign`, `control`), functions inlined at their calls (`fns`) and expressions with bidirectional type inference (`expr`,
 //! `literal`, `builtins`), constant folding (`fold`), then two checks over the finished IR: `break` placement (`breaks`) and uniformity of barriers and
 //! collectives (`uniformity`). `cx` holds the lowering state, `syntax`, `types` and `render`
 //! small shared helpers.
@@ -21,6 +21,7 @@ mod const_param;
 mod control;
 mod cx;
 mod expr;
+mod fns;
 mod fold;
 mod generic;
 mod lengths;

@@ -12,8 +12,10 @@ use crate::ir::{Block, Stmt};
 impl Cx {
     /// Lowers the kernel body.
     pub(super) fn lower_body(&mut self, body: &syn::Block) -> syn::Result<Block> {
+        self.fns = super::fns::collect(&body.stmts)?;
         let mut out = Block::new();
         self.stmts(&body.stmts, &mut out)?;
+        self.check_all_called()?;
         Ok(out)
     }
 
@@ -50,9 +52,15 @@ impl Cx {
         match s {
             syn::Stmt::Local(l) => self.let_stmt(l, out),
             syn::Stmt::Item(syn::Item::Const(c)) => self.const_item(c),
+            // Collected by `lower_body`, inlined at its calls (`fns`).
+            syn::Stmt::Item(syn::Item::Fn(_)) if self.top_level => Ok(()),
+            syn::Stmt::Item(syn::Item::Fn(f)) => err(
+                f.sig.ident.span(),
+                "a LOOM `fn` is declared at the top level of the kernel body",
+            ),
             syn::Stmt::Item(item) => err(
                 item.span(),
-                "items (fn, struct, use, static, ...) are not allowed inside a kernel; only `const`",
+                "items (struct, use, static, ...) are not allowed inside a kernel; only `const` and `fn`",
             ),
             syn::Stmt::Macro(m) => err(m.span(), "LOOM kernels do not support macros"),
             syn::Stmt::Expr(e, _) => self.expr_stmt(e, out),
@@ -173,8 +181,8 @@ mod tests {
             ("unsafe { }", "LOOM kernels do not support `unsafe` blocks"),
             ("if let Some(a) = n { }", "`if let` is not supported"),
             (
-                "fn f() {}",
-                "items (fn, struct, use, static, ...) are not allowed",
+                "struct S;",
+                "items (struct, use, static, ...) are not allowed",
             ),
             (
                 "let a = 1; let b = a.0;",

@@ -1,0 +1,637 @@
+//! LOOM functions: `fn name(a: T, b: &[T], ..) -> R { let ..; value }` items at the top
+//! level of a kernel body, inlined at every call.
+//!
+//! A function computes one value from its arguments, so its body is `let` bindings and
+//! `const` items followed by the value; it cannot store, loop or synchronise. A call lowers
+//! each value argument once, in the caller's scope, then lowers the body with the
+//! parameters naming those expressions (a buffer parameter names the caller's buffer or
+//! shared array itself), so the IR holds the body as if written at the call: nothing of the
+//! function is left to any backend. LOOM expressions have no side effects, so a parameter
+//! used twice reads the same value twice; the backends share the repeated work.
+//!
+//! The body sees its parameters, its own bindings, the kernel's top-level constants (its
+//! `const` items and the const parameters of a constant instance) and the other functions;
+//! not the kernel's parameters or locals (as a nested Rust `fn`). Errors inside the body
+//! point at the body and at the call they were found through.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use syn::spanned::Spanned;
+
+use super::builtins::is_builtin;
+use super::cx::{Binding, Cx};
+use super::syntax::err;
+use super::types::{named_ty, ty_list, type_text};
+use crate::ir::{Param, Ty};
+
+/// Value types a function takes and returns.
+const VALUES: [Ty; 6] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool, Ty::Bf16, Ty::F16];
+/// Element types of a function's buffer parameters (a kernel's buffers and shared arrays).
+const ELEMS: [Ty; 5] = [Ty::F32, Ty::Bf16, Ty::F16, Ty::U32, Ty::I32];
+
+/// One declared function, its signature checked.
+pub(super) struct LoomFn {
+    item: syn::ItemFn,
+    params: Vec<FnParam>,
+    ret: Ty,
+}
+
+struct FnParam {
+    name: String,
+    kind: ParamKind,
+}
+
+#[derive(Clone, Copy)]
+enum ParamKind {
+    /// A value of this type.
+    Value(Ty),
+    /// A read-only buffer or shared array with this element type.
+    Buffer(Ty),
+}
+
+/// The functions declared at the top level of `body`, by name.
+pub(super) fn collect(body: &[syn::Stmt]) -> syn::Result<HashMap<String, Rc<LoomFn>>> {
+    let mut out = HashMap::new();
+    for s in body {
+        let syn::Stmt::Item(syn::Item::Fn(f)) = s else {
+            continue;
+        };
+        let name = f.sig.ident.to_string();
+        if is_builtin(&name) {
+            return err(
+                f.sig.ident.span(),
+                format!("`fn {name}` has the name of a LOOM built-in; choose another name"),
+            );
+        }
+        if out.contains_key(&name) {
+            return err(f.sig.ident.span(), format!("`fn {name}` is declared twice"));
+        }
+        out.insert(name, Rc::new(signature(f)?));
+    }
+    Ok(out)
+}
+
+/// Checks `f`'s signature: plain parameters of a value type or `&[T]`, and a value type
+/// returned.
+fn signature(f: &syn::ItemFn) -> syn::Result<LoomFn> {
+    let sig = &f.sig;
+    let name = &sig.ident;
+    if let Some(a) = f.attrs.iter().find(|a| !a.path().is_ident("doc")) {
+        return err(
+            a.span(),
+            "attributes on a LOOM `fn` are not supported (doc comments are)",
+        );
+    }
+    let qualifier = [
+        sig.constness.map(|c| c.span()),
+        sig.asyncness.map(|a| a.span()),
+        sig.unsafety.map(|u| u.span()),
+        sig.abi.as_ref().map(|a| a.span()),
+        sig.variadic.as_ref().map(|v| v.span()),
+    ];
+    if let Some(span) = qualifier.into_iter().flatten().next() {
+        return err(
+            span,
+            "a LOOM `fn` is a plain `fn` (no `const`, `async`, `unsafe`, `extern` or variadics)",
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        return err(
+            sig.generics.span(),
+            format!("`fn {name}` cannot be generic: a LOOM `fn` is instantiated with its kernel"),
+        );
+    }
+    let mut params: Vec<FnParam> = Vec::new();
+    for arg in &sig.inputs {
+        let syn::FnArg::Typed(pt) = arg else {
+            return err(arg.span(), "a LOOM `fn` cannot take `self`");
+        };
+        let p = param(pt)?;
+        if params.iter().any(|q| q.name == p.name) {
+            return err(
+                pt.pat.span(),
+                format!("parameter `{}` is declared twice", p.name),
+            );
+        }
+        params.push(p);
+    }
+    let syn::ReturnType::Type(_, ret_ty) = &sig.output else {
+        return err(
+            sig.span(),
+            format!(
+                "`fn {name}` must return a value (`-> T`, T in {}): a LOOM `fn` computes one value",
+                ty_list(&VALUES)
+            ),
+        );
+    };
+    let Some(ret) = named_ty(ret_ty).filter(|t| VALUES.contains(t)) else {
+        return err(
+            ret_ty.span(),
+            format!(
+                "bad return type `{}`: expected {}",
+                type_text(ret_ty),
+                ty_list(&VALUES)
+            ),
+        );
+    };
+    Ok(LoomFn {
+        item: f.clone(),
+        params,
+        ret,
+    })
+}
+
+fn param(pt: &syn::PatType) -> syn::Result<FnParam> {
+    if let Some(a) = pt.attrs.first() {
+        return err(a.span(), "attributes on parameters are not supported");
+    }
+    let name = match &*pt.pat {
+        syn::Pat::Ident(pi)
+            if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() =>
+        {
+            pi.ident.to_string()
+        }
+        other => {
+            return err(
+                other.span(),
+                "a parameter must be a plain name (no `mut`, `ref` or patterns)",
+            )
+        }
+    };
+    let bad = || {
+        err(
+            pt.ty.span(),
+            format!(
+                "bad parameter type `{}`: expected a value type ({}) or a read-only buffer `&[T]` (T in {})",
+                type_text(&pt.ty),
+                ty_list(&VALUES),
+                ty_list(&ELEMS)
+            ),
+        )
+    };
+    let kind = match &*pt.ty {
+        syn::Type::Reference(r) => {
+            let syn::Type::Slice(s) = &*r.elem else {
+                return bad();
+            };
+            if r.mutability.is_some() {
+                return err(
+                    pt.ty.span(),
+                    "a LOOM `fn` cannot write memory: its buffer parameters are `&[T]`",
+                );
+            }
+            match named_ty(&s.elem).filter(|t| ELEMS.contains(t)) {
+                Some(t) => ParamKind::Buffer(t),
+                None => return bad(),
+            }
+        }
+        ty => match named_ty(ty).filter(|t| VALUES.contains(t)) {
+            Some(t) => ParamKind::Value(t),
+            None => return bad(),
+        },
+    };
+    Ok(FnParam { name, kind })
+}
+
+impl Cx {
+    /// The value of a call of function `f`, inlined (see the module doc).
+    pub(super) fn call_fn(
+        &mut self,
+        f: Rc<LoomFn>,
+        c: &syn::ExprCall,
+    ) -> syn::Result<crate::ir::Expr> {
+        let name = f.item.sig.ident.to_string();
+        if c.args.len() != f.params.len() {
+            return err(
+                c.span(),
+                format!(
+                    "`{name}` takes {} argument{}, found {}",
+                    f.params.len(),
+                    if f.params.len() == 1 { "" } else { "s" },
+                    c.args.len()
+                ),
+            );
+        }
+        if let Some(at) = self.inlining.iter().position(|n| *n == name) {
+            let through = self.inlining[at + 1..].join("`, `");
+            let via = if through.is_empty() {
+                String::new()
+            } else {
+                format!(" (through `{through}`)")
+            };
+            return err(
+                c.span(),
+                format!("`fn {name}` calls itself{via}: LOOM functions are inlined, so they cannot recurse"),
+            );
+        }
+        let mut bound = HashMap::new();
+        for (p, arg) in f.params.iter().zip(&c.args) {
+            let what = format!("argument `{}` of `{name}`", p.name);
+            let b = match p.kind {
+                ParamKind::Value(ty) => Binding::Value(self.expr_of(arg, ty, &what)?),
+                ParamKind::Buffer(elem) => self.buffer_arg(arg, elem, &what)?,
+            };
+            bound.insert(p.name.clone(), b);
+        }
+        self.called.insert(name.clone());
+        self.inlining.push(name.clone());
+        let saved = self.enter_fn(bound);
+        let r = self.fn_body(&f, &name);
+        self.leave_fn(saved);
+        self.inlining.pop();
+        r.map_err(|mut e| {
+            e.combine(syn::Error::new(
+                c.span(),
+                format!("in this call of `{name}`"),
+            ));
+            e
+        })
+    }
+
+    /// The binding a buffer argument passes: a buffer parameter or shared array of `elem`.
+    fn buffer_arg(&self, arg: &syn::Expr, elem: Ty, what: &str) -> syn::Result<Binding> {
+        let ident = match super::syntax::strip(arg) {
+            syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
+            _ => None,
+        };
+        let found = ident.and_then(|i| self.lookup(&i.to_string()));
+        let got = match found {
+            Some(b @ Binding::Param(id)) => match &self.params[*id as usize] {
+                Param::Buffer { elem: e, .. } if *e == elem => return Ok(b.clone()),
+                Param::Buffer { elem: e, .. } => format!("a buffer of {}", e.rust_name()),
+                Param::Scalar { ty, .. } => format!("a {} scalar", ty.rust_name()),
+            },
+            Some(b @ Binding::Shared(id)) => match self.shared[*id as usize].elem {
+                e if e == elem => return Ok(b.clone()),
+                e => format!("a shared array of {}", e.rust_name()),
+            },
+            Some(_) => "a value".to_string(),
+            None => match ident {
+                Some(i) => format!("nothing named `{i}`"),
+                None => "an expression".to_string(),
+            },
+        };
+        err(
+            arg.span(),
+            format!(
+                "{what} must name a buffer or shared array of {}, found {got}",
+                elem.rust_name()
+            ),
+        )
+    }
+
+    /// Lowers the body of `f` (its parameters bound): `let`s and `const`s, then the value.
+    fn fn_body(&mut self, f: &LoomFn, name: &str) -> syn::Result<crate::ir::Expr> {
+        let stmts = &f.item.block.stmts;
+        let Some((syn::Stmt::Expr(value, None), init)) = stmts.split_last() else {
+            return err(
+                f.item.block.span(),
+                format!("`fn {name}` must end in its value (an expression without `;`)"),
+            );
+        };
+        for s in init {
+            match s {
+                syn::Stmt::Local(l) => self.fn_let(l)?,
+                syn::Stmt::Item(syn::Item::Const(c)) => self.const_item(c)?,
+                _ => {
+                    return err(
+                        s.span(),
+                        "a LOOM `fn` holds `let` bindings and `const` items, then its value; statements that store, loop or synchronise belong in the kernel",
+                    )
+                }
+            }
+        }
+        self.expr_of(value, f.ret, &format!("the value of `fn {name}`"))
+    }
+
+    /// `let x = e;` or `let x: T = e;` in a function body: `x` names the value of `e`.
+    fn fn_let(&mut self, l: &syn::Local) -> syn::Result<()> {
+        let (pat, ann) = match &l.pat {
+            syn::Pat::Type(pt) => (&*pt.pat, Some(&*pt.ty)),
+            p => (p, None),
+        };
+        let (name, mutable) = super::bindings::pat_ident(pat)?;
+        if mutable || !l.attrs.is_empty() {
+            return err(
+                l.span(),
+                "a `let` in a LOOM `fn` binds a name to a value once: no `mut`, no attributes",
+            );
+        }
+        let Some(init) = l.init.as_ref().filter(|i| i.diverge.is_none()) else {
+            return err(l.span(), "a `let` needs an initializer: `let x = ...;`");
+        };
+        let want = match ann {
+            Some(t) => Some(named_ty(t).filter(|t| VALUES.contains(t)).ok_or_else(|| {
+                syn::Error::new(
+                    t.span(),
+                    format!("bad type `{}`: expected {}", type_text(t), ty_list(&VALUES)),
+                )
+            })?),
+            None => None,
+        };
+        let v = match want {
+            Some(t) => self.expr_of(&init.expr, t, &format!("the value of `{name}`"))?,
+            None => self.expr(&init.expr, None)?,
+        };
+        self.bind(&name, Binding::Value(v));
+        Ok(())
+    }
+
+    /// After the body: a declared function that nothing called is an error at its name.
+    pub(super) fn check_all_called(&self) -> syn::Result<()> {
+        let mut unused: Vec<&Rc<LoomFn>> = self
+            .fns
+            .iter()
+            .filter(|(n, _)| !self.called.contains(*n))
+            .map(|(_, f)| f)
+            .collect();
+        unused.sort_by_key(|f| f.item.sig.ident.to_string());
+        match unused.first() {
+            None => Ok(()),
+            Some(f) => err(
+                f.item.sig.ident.span(),
+                format!(
+                    "`fn {}` is never called; remove it (its body is checked at its calls)",
+                    f.item.sig.ident
+                ),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_kernels;
+    use super::super::tests::{e, k};
+    use crate::ir::*;
+    use quote::quote;
+
+    #[test]
+    fn a_call_lowers_to_the_body_written_at_the_call() {
+        let with_fn = k("
+            /// The 32 bits at even byte offset `o`.
+            fn word_at(w: &[u32], o: u32) -> u32 {
+                let lo = w[o / 4] >> 16;
+                if o % 4 == 0 { w[o / 4] } else { lo | (w[o / 4 + 1] << 16) }
+            }
+            let o = local_id() * 2;
+            out[o] = word_at(ids, o) as f32;
+        ");
+        let inline = k("
+            let o = local_id() * 2;
+            out[o] = (if o % 4 == 0 { ids[o / 4] } else { (ids[o / 4] >> 16) | (ids[o / 4 + 1] << 16) }) as f32;
+        ");
+        assert_eq!(with_fn.body, inline.body);
+        assert_eq!(with_fn.locals, inline.locals);
+    }
+
+    #[test]
+    fn the_loom_md_example_compiles() {
+        let doc = include_str!("../../LOOM.md");
+        let section = &doc[doc
+            .find("## Functions")
+            .expect("LOOM.md has a Functions section")..];
+        let start = section.find("```rust\n").expect("with an example") + 8;
+        let len = section[start..].find("```").expect("closed");
+        let ks = super::super::kernels_in_file(&section[start..start + len]).unwrap();
+        assert_eq!(ks[0].name, "example.halves");
+    }
+
+    #[test]
+    fn functions_take_shared_arrays_and_call_each_other_in_any_order() {
+        let with_fn = k("
+            const SCALE: f32 = 0.5;
+            let s = shared::<f32>(64);
+            fn twice(v: f32) -> f32 { half_of(v) * 4.0 }
+            fn half_of(v: f32) -> f32 { v * SCALE }
+            fn at(a: &[f32], i: u32) -> f32 { twice(a[i]) }
+            s[local_id()] = x[local_id()];
+            barrier();
+            out[local_id()] = at(s, 63 - local_id()) + at(x, 0);
+        ");
+        let inline = k("
+            let s = shared::<f32>(64);
+            s[local_id()] = x[local_id()];
+            barrier();
+            out[local_id()] = s[63 - local_id()] * 0.5 * 4.0 + x[0] * 0.5 * 4.0;
+        ");
+        assert_eq!(with_fn.body, inline.body);
+    }
+
+    #[test]
+    fn arguments_take_the_parameter_types_and_the_value_the_return_type() {
+        let kernel = k("
+            fn f(a: u32, b: bool, c: bf16) -> i32 { if b { a as i32 } else { -1 } }
+            let r = f(3, true, h[0]);
+        ");
+        assert_eq!(super::super::tests::local_ty(&kernel, "r"), Ty::I32);
+        let msg = e("fn f(a: u32) -> u32 { a }\nlet r = f(s);");
+        assert!(
+            msg.contains("type mismatch: argument `a` of `f` must be u32, found f32"),
+            "{msg}"
+        );
+        let msg = e("fn f(a: u32) -> f32 { a }\nlet r = f(1);");
+        assert!(
+            msg.contains("type mismatch: the value of `fn f` must be f32, found u32"),
+            "{msg}"
+        );
+        assert!(msg.contains("in this call of `f`"), "{msg}");
+        let msg = e("fn f(a: u32) -> u32 { a }\nlet r = f(1, 2);");
+        assert!(msg.contains("`f` takes 1 argument, found 2"), "{msg}");
+    }
+
+    #[test]
+    fn buffer_arguments_name_a_buffer_or_shared_array_of_the_element_type() {
+        for (arg, found) in [
+            ("x", "a buffer of f32"),
+            ("n", "a u32 scalar"),
+            ("ids[0]", "an expression"),
+            ("s", "a shared array of f32"),
+            ("q", "nothing named `q`"),
+        ] {
+            let msg = e(&format!(
+                "let s = shared::<f32>(4);\nfn f(w: &[u32]) -> u32 {{ w[0] }}\nlet r = f({arg});"
+            ));
+            assert!(
+                msg.contains(&format!(
+                    "argument `w` of `f` must name a buffer or shared array of u32, found {found}"
+                )),
+                "{arg}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_sees_its_parameters_and_the_kernel_constants_only() {
+        let msg = e("let t = 1u32;\nfn f(a: u32) -> u32 { a + t }\nlet r = f(1);");
+        assert!(msg.contains("unknown variable `t`"), "{msg}");
+        let msg = e("fn f(a: u32) -> u32 { a + n }\nlet r = f(1);");
+        assert!(msg.contains("unknown variable `n`"), "{msg}");
+        let msg = e("fn f(a: u32) -> f32 { x[a] }\nlet r = f(1);");
+        assert!(msg.contains("unknown variable `x`"), "{msg}");
+    }
+
+    #[test]
+    fn a_body_binds_values_and_ends_in_one() {
+        let ok = k("fn f(a: u32) -> u32 { const T: u32 = 3; let b: u32 = a * T; let a = b + 1; a }\nlet r = f(2);");
+        assert_eq!(
+            super::super::tests::let_value(&ok, "r").kind,
+            ExprKind::Const(7)
+        );
+        for (body, want) in [
+            ("let mut b = a; b", "no `mut`"),
+            ("out[a] = 1.0; a", "then its value"),
+            ("for i in 0..a { } a", "then its value"),
+            ("barrier(); a", "then its value"),
+            ("a;", "must end in its value"),
+            ("let b = a;", "must end in its value"),
+        ] {
+            let msg = e(&format!("fn f(a: u32) -> u32 {{ {body} }}\nlet r = f(2);"));
+            assert!(msg.contains(want), "{body}: {msg}");
+            assert!(msg.contains("in this call of `f`"), "{body}: {msg}");
+        }
+    }
+
+    #[test]
+    fn signatures_are_checked_at_the_declaration() {
+        for (sig, want) in [
+            ("fn f(a: u32) { a }", "`fn f` must return a value"),
+            ("fn f(a: u32) -> f64 { a }", "bad return type `f64`"),
+            ("fn f<T>(a: u32) -> u32 { a }", "cannot be generic"),
+            ("fn f(a: &mut [f32]) -> u32 { 1 }", "cannot write memory"),
+            (
+                "fn f(a: &[f64]) -> u32 { 1 }",
+                "bad parameter type `&[f64]`",
+            ),
+            (
+                "fn f(a: [u32; 4]) -> u32 { 1 }",
+                "bad parameter type `[u32; 4]`",
+            ),
+            ("fn f(mut a: u32) -> u32 { a }", "must be a plain name"),
+            (
+                "fn f(a: u32, a: u32) -> u32 { a }",
+                "parameter `a` is declared twice",
+            ),
+            (
+                "const fn f(a: u32) -> u32 { a }",
+                "a LOOM `fn` is a plain `fn`",
+            ),
+            (
+                "unsafe fn f(a: u32) -> u32 { a }",
+                "a LOOM `fn` is a plain `fn`",
+            ),
+            (
+                "#[inline] fn f(a: u32) -> u32 { a }",
+                "attributes on a LOOM `fn`",
+            ),
+            (
+                "fn exp(a: u32) -> u32 { a }",
+                "`fn exp` has the name of a LOOM built-in",
+            ),
+            (
+                "fn f(a: u32) -> u32 { a }\nfn f(b: u32) -> u32 { b }",
+                "`fn f` is declared twice",
+            ),
+        ] {
+            let msg = e(&format!("{sig}\nlet r = f(1);"));
+            assert!(msg.contains(want), "{sig}: {msg}");
+        }
+    }
+
+    #[test]
+    fn recursion_unused_functions_and_nested_declarations_are_errors() {
+        let msg = e("fn f(a: u32) -> u32 { f(a) }\nlet r = f(1);");
+        assert!(
+            msg.contains("`fn f` calls itself: LOOM functions are inlined"),
+            "{msg}"
+        );
+        let msg = e("fn f(a: u32) -> u32 { g(a) }\nfn g(a: u32) -> u32 { f(a) }\nlet r = f(1);");
+        assert!(msg.contains("`fn f` calls itself (through `g`)"), "{msg}");
+        let msg = e("fn f(a: u32) -> u32 { a }\nfn g(a: u32) -> u32 { a }\nlet r = f(1);");
+        assert_eq!(
+            msg,
+            "4:4: `fn g` is never called; remove it (its body is checked at its calls)"
+        );
+        let msg = e("if n > 0 {\nfn f(a: u32) -> u32 { a }\n}");
+        assert_eq!(
+            msg,
+            "4:4: a LOOM `fn` is declared at the top level of the kernel body"
+        );
+    }
+
+    #[test]
+    fn an_error_in_a_body_points_at_the_body_and_at_the_call() {
+        let msg = e("fn f(a: u32) -> u32 {\n  a + 1.0\n}\nlet r = f(1);");
+        let lines: Vec<&str> = msg.lines().collect();
+        assert_eq!(lines.len(), 2, "{msg}");
+        assert_eq!(
+            lines[0],
+            "4:7: type mismatch: float literal where u32 is expected"
+        );
+        assert_eq!(lines[1], "6:9: in this call of `f`");
+    }
+
+    #[test]
+    fn collectives_in_a_body_follow_the_rules_of_the_call_site() {
+        let ok =
+            k("fn total(v: f32) -> f32 { reduce_sum(v) * 2.0 }\nlet r = total(x[local_id()]);");
+        assert!(ok.body.iter().any(|s| matches!(
+            s,
+            Stmt::Collective {
+                op: CollectiveOp::ReduceSum,
+                ..
+            }
+        )));
+        let msg = e("fn total(v: f32) -> f32 { reduce_sum(v) }\nlet r = if n > 0 { total(s) } else { 0.0 };");
+        assert!(msg.contains("a branch of an `if` expression"), "{msg}");
+    }
+
+    #[test]
+    fn generic_and_constant_instances_reach_the_functions() {
+        let item: syn::ItemFn = syn::parse_quote! {
+            fn widen<W, const S: u32>(x: &[W], y: &mut [f32], n: u32) {
+                fn load(a: &[W], i: u32) -> f32 { to_f32(a[i * S]) }
+                let i = local_id();
+                if i < n {
+                    y[i] = load(x, i);
+                }
+            }
+        };
+        let attr = quote!(
+            name = "t.widen",
+            version = 1,
+            workgroup = 64,
+            elem = [bf16, f32],
+            consts = [2, 3]
+        );
+        let ks = parse_kernels(attr, &item).unwrap();
+        let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "t.widen_s2_bf16",
+                "t.widen_s2_f32",
+                "t.widen_s3_bf16",
+                "t.widen_s3_f32"
+            ]
+        );
+        let text = crate::text::ir_text(&ks[2]);
+        assert!(text.contains("* 3"), "{text}");
+        assert!(text.contains("bf16"), "{text}");
+        let bad: syn::ItemFn = syn::parse_quote! {
+            fn k<W>(x: &[W], y: &mut [f32]) {
+                fn load(a: &[W], i: u32) -> W { a[i] }
+                y[0] = to_f32(load(x, 0));
+            }
+        };
+        let e = super::super::tests::attr_err(
+            quote!(name = "t.k", version = 1, workgroup = 64, elem = [bf16]),
+            bad,
+        );
+        assert!(
+            e.contains("the element type parameter `W` may only be"),
+            "{e}"
+        );
+    }
+}
