@@ -4,45 +4,22 @@
 
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `dir`, sorted by path.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
-    for entry in entries {
-        let path = entry
-            .map_err(|e| format!("reading {}: {e}", dir.display()))?
-            .path();
-        if path.is_dir() {
-            println!("cargo:rerun-if-changed={}", path.display());
-            rust_files(&path, out)?;
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
-    }
-    out.sort();
-    Ok(())
-}
-
 fn run() -> Result<(), String> {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?;
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let src_dir = Path::new(&manifest).join("src");
     println!("cargo:rerun-if-changed={}", src_dir.display());
     println!("cargo:rerun-if-env-changed=LLVM_SYS_191_PREFIX");
+    let paths = lse_dsl::frontend::rust_files(&src_dir)
+        .map_err(|e| format!("listing {}: {e}", src_dir.display()))?;
     let mut files = Vec::new();
-    rust_files(&src_dir, &mut files)?;
-    let mut kernels = Vec::new();
-    for file in &files {
-        println!("cargo:rerun-if-changed={}", file.display());
-        let src = std::fs::read_to_string(file)
-            .map_err(|e| format!("reading {}: {e}", file.display()))?;
-        let found = lse_dsl::frontend::kernels_in_file(&src).map_err(|e| {
-            e.lines()
-                .map(|l| format!("{}:{l}", file.display()))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })?;
-        kernels.extend(found);
+    for path in paths {
+        println!("cargo:rerun-if-changed={}", path.display());
+        let src = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        files.push((path, src));
     }
+    let kernels = lse_dsl::frontend::kernels_in_crate(&files)?;
     let stats = lse_codegen::build_all(&kernels, &out_dir).map_err(|e| e.to_string())?;
     // Shown by `cargo build -vv`: how much of the codegen an edit cost.
     println!(

@@ -46,12 +46,71 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// Declares a LOOM function that every kernel of the crate may call (`lse-dsl/LOOM.md`,
+/// "Functions"). It is LOOM, not Rust: the expansion checks its signature and leaves nothing;
+/// each kernel that calls it reads it from its file and inlines it.
+#[proc_macro_attribute]
+pub fn function(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if let Some(t) = attr.into_iter().next() {
+        return syn::Error::new(t.span().into(), "`#[loom::function]` takes no arguments")
+            .to_compile_error()
+            .into();
+    }
+    match syn::parse::<syn::ItemFn>(item).and_then(|f| lse_dsl::frontend::check_function(&f)) {
+        Ok(()) => TokenStream::new(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
 fn expand(attr: TokenStream2, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2> {
-    let kernels = lse_dsl::frontend::parse_kernels(attr, item_fn)?;
+    let functions = crate_functions()?;
+    let kernels = lse_dsl::frontend::parse_kernels_with(attr, item_fn, &functions)?;
     kernels
         .iter()
         .map(|k| expand_one(k, item_fn))
         .collect::<syn::Result<TokenStream2>>()
+}
+
+/// The `#[loom::function]`s the kernel being expanded may call: those of its crate's `src/`
+/// files and of its own file (a proc macro sees only its own item, so it reads them from the
+/// files; a file without the text `function]` has none and is not parsed). Their spans are
+/// the attribute's: an error in one is reported at the kernel, naming the function, and at
+/// the call (the build script's error gives its line).
+fn crate_functions() -> syn::Result<Vec<syn::ItemFn>> {
+    let mut paths = Vec::new();
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        let src = std::path::Path::new(&dir).join("src");
+        if src.is_dir() {
+            paths = lse_dsl::frontend::rust_files(&src).map_err(|e| {
+                syn::Error::new(
+                    proc_macro2::Span::call_site(),
+                    format!("listing {} for LOOM functions: {e}", src.display()),
+                )
+            })?;
+        }
+    }
+    if let Some(own) = proc_macro::Span::call_site().local_file() {
+        let canonical = |p: &std::path::Path| p.canonicalize().ok();
+        if !paths.iter().any(|p| canonical(p) == canonical(&own)) {
+            paths.push(own);
+        }
+    }
+    let mut out: Vec<syn::ItemFn> = Vec::new();
+    for path in paths {
+        let fail = |what: String| {
+            syn::Error::new(
+                proc_macro2::Span::call_site(),
+                format!("reading the LOOM functions of {}: {what}", path.display()),
+            )
+        };
+        let src = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+        if !src.contains("function]") {
+            continue;
+        }
+        let file = syn::parse_file(&src).map_err(|e| fail(e.to_string()))?;
+        out.extend(lse_dsl::frontend::module_functions(&file)?);
+    }
+    Ok(out)
 }
 
 /// The `pub mod <instance fn name>` of one kernel (the whole fn, or one element-type instance

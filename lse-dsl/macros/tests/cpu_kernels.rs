@@ -91,8 +91,16 @@ fn labelled_instances_each_take_their_values() {
     }
 }
 
+/// A LOOM function of this file: the signed byte at byte `o` of a word buffer.
+#[loom::function]
+fn i8_at(w: &[u32], o: u32) -> i32 {
+    let shift = o % 4 * 8;
+    (((w[o / 4] >> shift) << 24) as i32) >> 24
+}
+
 /// LOOM functions, inlined at their calls: 32 bits at even byte offsets of a word buffer
-/// (one word, or the halves of two) and the signed byte at any offset.
+/// (one word, or the halves of two; declared in the body) and the signed byte at any offset
+/// (the file's `i8_at`).
 #[loom::kernel(name = "test.fns", version = 1, workgroup = 8)]
 fn read_bytes(w: &[u32], words: &mut [u32], bytes: &mut [i32]) {
     /// The 32 bits at even byte `o`.
@@ -103,13 +111,15 @@ fn read_bytes(w: &[u32], words: &mut [u32], bytes: &mut [i32]) {
             (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
         }
     }
-    fn i8_at(w: &[u32], o: u32) -> i32 {
-        let shift = o % 4 * 8;
-        (((w[o / 4] >> shift) << 24) as i32) >> 24
-    }
     let i = local_id();
     words[i] = word_at(w, 2 * i);
     bytes[i] = i8_at(w, i) + i8_at(w, i + 8);
+}
+
+/// A second kernel calling the file's `i8_at`.
+#[loom::kernel(name = "test.fns_bytes", version = 1, workgroup = 16)]
+fn signed_bytes(w: &[u32], bytes: &mut [i32]) {
+    bytes[local_id()] = i8_at(w, local_id());
 }
 
 #[test]
@@ -137,6 +147,10 @@ fn functions_compute_what_their_bodies_say_at_each_call() {
             "bytes {i}"
         );
     }
+    let mut signed = vec![0i32; 16];
+    (signed_bytes::KERNEL.cpu)(&[raw(&mut w), raw(&mut signed)], &[], [1, 1, 1], 0, 1);
+    let want: Vec<i32> = le[..16].iter().map(|&b| b as i8 as i32).collect();
+    assert_eq!(signed, want);
 }
 
 #[test]

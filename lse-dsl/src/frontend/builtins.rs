@@ -181,8 +181,8 @@ impl Cx {
                 ),
             );
         };
-        if let Some(f) = self.fns.get(&name) {
-            return self.call_fn(f.clone(), c);
+        if let Some(f) = self.fn_named(&name, c)? {
+            return self.call_fn(f, c);
         }
         if name == "shared" {
             return err(

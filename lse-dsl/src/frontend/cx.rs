@@ -77,12 +77,12 @@ pub(super) struct Cx {
     pub loop_depth: u32,
     /// Whether statements are being lowered at the top level of the body.
     pub top_level: bool,
-    /// The LOOM functions declared in the body, by name.
-    pub fns: HashMap<String, Rc<LoomFn>>,
+    /// The LOOM functions the body may call, by name (`fns::collect`).
+    pub fns: HashMap<String, Option<Rc<LoomFn>>>,
     /// The functions called so far.
     pub called: HashSet<String>,
     /// The functions being inlined, outermost first.
-    pub inlining: Vec<String>,
+    pub inlining: Vec<Rc<LoomFn>>,
 }
 
 impl Cx {
@@ -130,16 +130,20 @@ impl Cx {
         self.scopes.iter().rev().find_map(|s| s.get(name))
     }
 
-    /// Switches to the scopes of a LOOM `fn`'s body: the kernel's top-level constants, the
-    /// parameters `bound`, and a scope for the body's own bindings. Returns the scopes to
-    /// restore with [`Cx::leave_fn`].
-    pub fn enter_fn(&mut self, bound: HashMap<String, Binding>) -> Vec<HashMap<String, Binding>> {
+    /// Switches to the scopes of a LOOM `fn`'s body: the kernel's top-level constants (for a
+    /// fn declared in the kernel body, `with_consts`), the parameters `bound`, and a scope for
+    /// the body's own bindings. Returns the scopes to restore with [`Cx::leave_fn`].
+    pub fn enter_fn(
+        &mut self,
+        bound: HashMap<String, Binding>,
+        with_consts: bool,
+    ) -> Vec<HashMap<String, Binding>> {
         // The kernel's top-level scope, or the constants scope of the fn being inlined: the
         // first two scopes either way.
         let consts = self
             .scopes
             .iter()
-            .take(2)
+            .take(if with_consts { 2 } else { 0 })
             .flat_map(|s| s.iter())
             .filter(|(_, b)| matches!(b, Binding::Const(_)))
             .map(|(n, b)| (n.clone(), b.clone()))

@@ -1,5 +1,6 @@
 //! LOOM functions: `fn name(a: T, b: &[T], ..) -> R { let ..; value }` items at the top
-//! level of a kernel body, inlined at every call.
+//! level of a kernel body, or anywhere in the crate's source files under
+//! `#[loom::function]`, inlined at every call.
 //!
 //! A function computes one value from its arguments, so its body is `let` bindings and
 //! `const` items followed by the value; it cannot store, loop or synchronise. A call lowers
@@ -9,10 +10,11 @@
 //! function is left to any backend. LOOM expressions have no side effects, so a parameter
 //! used twice reads the same value twice; the backends share the repeated work.
 //!
-//! The body sees its parameters, its own bindings, the kernel's top-level constants (its
-//! `const` items and the const parameters of a constant instance) and the other functions;
-//! not the kernel's parameters or locals (as a nested Rust `fn`). Errors inside the body
-//! point at the body and at the call they were found through.
+//! A body sees its parameters, its own bindings and the crate's functions; one declared
+//! in the kernel body also sees the kernel's top-level constants (its `const` items and the
+//! const parameters of a constant instance) and the body's other functions; neither sees the
+//! kernel's parameters or locals (as Rust `fn` items). Errors inside a body point at the body
+//! and at the call they were found through.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -21,7 +23,7 @@ use syn::spanned::Spanned;
 
 use super::builtins::is_builtin;
 use super::cx::{Binding, Cx};
-use super::syntax::err;
+use super::syntax::{err, noted};
 use super::types::{named_ty, ty_list, type_text};
 use crate::ir::{Param, Ty};
 
@@ -35,6 +37,8 @@ pub(super) struct LoomFn {
     item: syn::ItemFn,
     params: Vec<FnParam>,
     ret: Ty,
+    /// Declared in the kernel body (else beside the kernels, `#[loom::function]`).
+    local: bool,
 }
 
 struct FnParam {
@@ -50,13 +54,24 @@ enum ParamKind {
     Buffer(Ty),
 }
 
-/// The functions declared at the top level of `body`, by name.
-pub(super) fn collect(body: &[syn::Stmt]) -> syn::Result<HashMap<String, Rc<LoomFn>>> {
+/// The functions a kernel may call, by name: `module`'s (the crate's `#[loom::function]`s,
+/// that attribute removed) and those declared at the top level of `body`. A file function
+/// whose signature is wrong is `None`: its error is reported at its declaration (by its
+/// attribute, or by `kernels_in_file`), and a call of it says so.
+pub(super) fn collect(
+    module: &[syn::ItemFn],
+    body: &[syn::Stmt],
+) -> syn::Result<HashMap<String, Option<Rc<LoomFn>>>> {
     let mut out = HashMap::new();
-    for s in body {
-        let syn::Stmt::Item(syn::Item::Fn(f)) = s else {
-            continue;
-        };
+    let local = body.iter().filter_map(|s| match s {
+        syn::Stmt::Item(syn::Item::Fn(f)) => Some(f),
+        _ => None,
+    });
+    let all = module
+        .iter()
+        .map(|f| (f, false))
+        .chain(local.map(|f| (f, true)));
+    for (f, local) in all {
         let name = f.sig.ident.to_string();
         if is_builtin(&name) {
             return err(
@@ -67,14 +82,19 @@ pub(super) fn collect(body: &[syn::Stmt]) -> syn::Result<HashMap<String, Rc<Loom
         if out.contains_key(&name) {
             return err(f.sig.ident.span(), format!("`fn {name}` is declared twice"));
         }
-        out.insert(name, Rc::new(signature(f)?));
+        let checked = match signature(f, local) {
+            Ok(g) => Some(Rc::new(g)),
+            Err(_) if !local => None,
+            Err(e) => return Err(e),
+        };
+        out.insert(name, checked);
     }
     Ok(out)
 }
 
 /// Checks `f`'s signature: plain parameters of a value type or `&[T]`, and a value type
 /// returned.
-fn signature(f: &syn::ItemFn) -> syn::Result<LoomFn> {
+fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
     let sig = &f.sig;
     let name = &sig.ident;
     if let Some(a) = f.attrs.iter().find(|a| !a.path().is_ident("doc")) {
@@ -139,7 +159,37 @@ fn signature(f: &syn::ItemFn) -> syn::Result<LoomFn> {
         item: f.clone(),
         params,
         ret,
+        local,
     })
+}
+
+/// Checks the signature of a `#[loom::function]` (`f` without that attribute), where its
+/// attribute stands; its body is checked at its calls.
+pub fn check_function(f: &syn::ItemFn) -> syn::Result<()> {
+    signature(f, false).map(|_| ())
+}
+
+impl Cx {
+    /// The function `name` as seen from the code being lowered (a body inlined from a
+    /// `#[loom::function]` sees only the crate's functions), if there is one; an error at the
+    /// call `c` for a file function whose declaration has errors.
+    pub(super) fn fn_named(
+        &self,
+        name: &str,
+        c: &syn::ExprCall,
+    ) -> syn::Result<Option<Rc<LoomFn>>> {
+        let Some(f) = self.fns.get(name) else {
+            return Ok(None);
+        };
+        let Some(f) = f else {
+            return err(
+                c.func.span(),
+                format!("`{name}` is a `#[loom::function]` whose declaration has errors (reported there)"),
+            );
+        };
+        let from_module = self.inlining.last().is_some_and(|g| !g.local);
+        Ok((!(f.local && from_module)).then(|| f.clone()))
+    }
 }
 
 fn param(pt: &syn::PatType) -> syn::Result<FnParam> {
@@ -213,8 +263,12 @@ impl Cx {
                 ),
             );
         }
-        if let Some(at) = self.inlining.iter().position(|n| *n == name) {
-            let through = self.inlining[at + 1..].join("`, `");
+        if let Some(at) = self.inlining.iter().position(|g| Rc::ptr_eq(g, &f)) {
+            let through: Vec<String> = self.inlining[at + 1..]
+                .iter()
+                .map(|g| g.item.sig.ident.to_string())
+                .collect();
+            let through = through.join("`, `");
             let via = if through.is_empty() {
                 String::new()
             } else {
@@ -235,12 +289,19 @@ impl Cx {
             bound.insert(p.name.clone(), b);
         }
         self.called.insert(name.clone());
-        self.inlining.push(name.clone());
-        let saved = self.enter_fn(bound);
+        self.inlining.push(f.clone());
+        let saved = self.enter_fn(bound, f.local);
         let r = self.fn_body(&f, &name);
         self.leave_fn(saved);
         self.inlining.pop();
-        r.map_err(|mut e| {
+        r.map_err(|e| {
+            // A file function's tokens carry no position of their own in the proc macro:
+            // name the function.
+            let mut e = if f.local {
+                e
+            } else {
+                noted(e, &format!("in `#[loom::function]` `{name}`"))
+            };
             e.combine(syn::Error::new(
                 c.span(),
                 format!("in this call of `{name}`"),
@@ -338,13 +399,12 @@ impl Cx {
         Ok(())
     }
 
-    /// After the body: a declared function that nothing called is an error at its name.
+    /// After the body: a function declared in it that nothing called is an error at its name.
     pub(super) fn check_all_called(&self) -> syn::Result<()> {
         let mut unused: Vec<&Rc<LoomFn>> = self
             .fns
             .iter()
-            .filter(|(n, _)| !self.called.contains(*n))
-            .map(|(_, f)| f)
+            .filter_map(|(n, f)| f.as_ref().filter(|f| f.local && !self.called.contains(n)))
             .collect();
         unused.sort_by_key(|f| f.item.sig.ident.to_string());
         match unused.first() {
@@ -585,6 +645,96 @@ mod tests {
         )));
         let msg = e("fn total(v: f32) -> f32 { reduce_sum(v) }\nlet r = if n > 0 { total(s) } else { 0.0 };");
         assert!(msg.contains("a branch of an `if` expression"), "{msg}");
+    }
+
+    /// The kernels of a file whose `#[loom::function]`s are `functions`, and two kernels
+    /// `a` and `b` with bodies `a` and `b`.
+    fn file(functions: &str, a: &str, b: &str) -> Result<Vec<Kernel>, String> {
+        let sig = |n: &str| {
+            format!("#[loom::kernel(name = \"t.{n}\", version = 1, workgroup = 64)]\nfn {n}(x: &[f32], w: &[u32], out: &mut [f32], n: u32)")
+        };
+        super::super::kernels_in_file(&format!(
+            "{functions}\n{} {{\n{a}\n}}\n{} {{\n{b}\n}}\n",
+            sig("a"),
+            sig("b")
+        ))
+    }
+
+    #[test]
+    fn file_functions_serve_every_kernel_of_the_file() {
+        let functions = "
+            #[loom::function]
+            fn low(w: &[u32], i: u32) -> u32 { w[i] & 65535 }
+            mod inner {
+                /// Scaled.
+                #[function]
+                fn scaled(v: u32, s: f32) -> f32 { v as f32 * s }
+            }
+        ";
+        let ks = file(
+            functions,
+            "out[0] = scaled(low(w, 1), 2.0);",
+            "fn twice(v: f32) -> f32 { v * 2.0 }\nout[1] = twice(scaled(low(w, n), x[0]));",
+        )
+        .unwrap();
+        let inline = file(
+            "",
+            "out[0] = (w[1] & 65535) as f32 * 2.0;",
+            "out[1] = (w[n] & 65535) as f32 * x[0] * 2.0;",
+        )
+        .unwrap();
+        assert_eq!(ks.len(), 2);
+        for (k, want) in ks.iter().zip(&inline) {
+            assert_eq!(k.body, want.body, "{}", k.name);
+        }
+    }
+
+    #[test]
+    fn file_functions_see_neither_the_kernel_constants_nor_its_functions() {
+        let f = "#[loom::function]\nfn g(v: u32) -> u32 { v + C }";
+        let msg = file(
+            f,
+            "const C: u32 = 1;\nout[0] = g(1) as f32;",
+            "out[0] = g(2) as f32;",
+        )
+        .unwrap_err();
+        assert!(msg.contains("unknown variable `C`"), "{msg}");
+        let f = "#[loom::function]\nfn g(v: u32) -> u32 { h(v) }";
+        let msg = file(
+            f,
+            "fn h(v: u32) -> u32 { v }\nout[0] = (g(1) + h(1)) as f32;",
+            "out[0] = g(2) as f32;",
+        )
+        .unwrap_err();
+        assert!(msg.contains("unknown function `h`"), "{msg}");
+    }
+
+    #[test]
+    fn file_functions_are_checked_for_names_arguments_and_calls() {
+        let f = "#[loom::function]\nfn g(v: u32) -> u32 { v }";
+        let msg = file(f, "fn g(v: u32) -> u32 { v }\nout[0] = g(1) as f32;", "").unwrap_err();
+        assert!(msg.contains("`fn g` is declared twice"), "{msg}");
+        let msg = file(f, "", "").unwrap_err();
+        assert_eq!(
+            msg,
+            "2:4: `#[loom::function]` `g` is never called by a kernel; remove it (its body is checked at its calls)"
+        );
+        let called_by_another = "#[loom::function]\nfn g(v: u32) -> u32 { v }\n#[loom::function]\nfn h(v: u32) -> u32 { g(v) }";
+        assert!(file(called_by_another, "out[0] = h(1) as f32;", "").is_ok());
+        let msg = file(
+            "#[loom::function(inline)]\nfn g(v: u32) -> u32 { v }",
+            "",
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(msg, "1:1: `#[loom::function]` takes no arguments");
+        let item: syn::ItemFn = syn::parse_quote!(
+            fn g(v: &mut [f32]) -> u32 {
+                1
+            }
+        );
+        let e = super::check_function(&item).unwrap_err().to_string();
+        assert!(e.contains("cannot write memory"), "{e}");
     }
 
     #[test]

@@ -167,15 +167,7 @@ impl VisitMut for TileElems<'_> {
 /// Adds "(in the `<instance>` instance)" (an element type, or `C = value`) to each of `e`'s messages, keeping their spans: an error
 /// that only one instance has must say which.
 pub(super) fn in_instance(e: syn::Error, instance: &str) -> syn::Error {
-    let mut out: Option<syn::Error> = None;
-    for one in e {
-        let one = syn::Error::new(one.span(), format!("{one} (in the `{instance}` instance)"));
-        match &mut out {
-            None => out = Some(one),
-            Some(o) => o.combine(one),
-        }
-    }
-    out.unwrap_or_else(|| syn::Error::new(Span::call_site(), "error in a kernel instance"))
+    super::syntax::noted(e, &format!("in the `{instance}` instance"))
 }
 
 /// The element type of a buffer type `&[T]` / `&mut [T]`, or `&[T; len]` / `&mut [T; len]`

@@ -10,9 +10,14 @@ use super::syntax::{compound_op, err, strip, unsupported_kind};
 use crate::ir::{Block, Stmt};
 
 impl Cx {
-    /// Lowers the kernel body.
-    pub(super) fn lower_body(&mut self, body: &syn::Block) -> syn::Result<Block> {
-        self.fns = super::fns::collect(&body.stmts)?;
+    /// Lowers the kernel body; it may call `functions` (the file's `#[loom::function]`s) and
+    /// the functions it declares.
+    pub(super) fn lower_body(
+        &mut self,
+        body: &syn::Block,
+        functions: &[syn::ItemFn],
+    ) -> syn::Result<Block> {
+        self.fns = super::fns::collect(functions, &body.stmts)?;
         let mut out = Block::new();
         self.stmts(&body.stmts, &mut out)?;
         self.check_all_called()?;

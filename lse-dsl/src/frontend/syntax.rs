@@ -10,6 +10,19 @@ pub(super) fn err<T>(span: Span, msg: impl std::fmt::Display) -> syn::Result<T> 
     Err(syn::Error::new(span, msg))
 }
 
+/// `e` with ` (<note>)` after each of its messages, spans kept.
+pub(super) fn noted(e: syn::Error, note: &str) -> syn::Error {
+    let mut out: Option<syn::Error> = None;
+    for one in e {
+        let one = syn::Error::new(one.span(), format!("{one} ({note})"));
+        match &mut out {
+            None => out = Some(one),
+            Some(o) => o.combine(one),
+        }
+    }
+    out.unwrap_or_else(|| syn::Error::new(Span::call_site(), note))
+}
+
 /// Source text of an expression, for messages.
 pub(super) fn text(e: &impl quote::ToTokens) -> String {
     tokens_text(&e.to_token_stream())
