@@ -41,7 +41,7 @@ fn embed_tokens_q(
         if e < hidden {
             if format == 0 {
                 let at = id * (hidden / 32 * 34) + e / 32 * 34;
-                let d = f16_to_f32(f16_from_bits(table[at / 4] >> (at % 4 * 8)));
+                let d = f16_at(table, at);
                 let o = at + 2 + e % 32;
                 let q = ((table[o / 4] << (24 - o % 4 * 8)) as i32) >> 24;
                 x[group_id() * hidden + e] = q as f32 * d;
@@ -82,9 +82,9 @@ fn embed_tokens_q(
                 let kq = e % 128 / 32;
                 let l = e % 32;
                 let od = at + 208;
-                let d = f16_to_f32(f16_from_bits(table[od / 4] >> (od % 4 * 8)));
+                let d = f16_at(table, od);
                 let os = at + 192 + 8 * half + 2 * kq + l / 16;
-                let s = (((table[os / 4] >> (os % 4 * 8)) << 24) as i32) >> 24;
+                let s = i8_at(table, os);
                 let ol = at + 64 * half + 32 * (kq % 2) + l;
                 let oh = at + 128 + 32 * half + l;
                 let lo = (table[ol / 4] >> (ol % 4 * 8 + kq / 2 * 4)) & 15;
@@ -101,7 +101,7 @@ fn embed_tokens_q(
                 let five = format >= 6;
                 let at = id * (hidden / 32 * block) + e / 32 * block;
                 let l = e % 32;
-                let d = f16_to_f32(f16_from_bits(table[at / 4] >> (at % 4 * 8)));
+                let d = f16_at(table, at);
                 let oh = if with_min { at + 4 } else { at + 2 };
                 let qs = if five { oh + 4 } else { oh };
                 let oq = qs + l % 16;
@@ -115,7 +115,7 @@ fn embed_tokens_q(
                 let q = low | (high << 4);
                 if with_min {
                     let om = at + 2;
-                    let mn = f16_to_f32(f16_from_bits(table[om / 4] >> (om % 4 * 8)));
+                    let mn = f16_at(table, om);
                     x[group_id() * hidden + e] = q as f32 * d + mn;
                 } else {
                     let offset = if five { 16 } else { 8 };

@@ -41,8 +41,9 @@ use loom::kernel;
 /// host's fused K loop takes. v7: the groups of 8 row blocks. v8: `xp`'s blocks read whole
 /// (64 rows of `x`, the last one's padding zeros from `transpose_x` v3), so a ragged M no
 /// longer takes the unfused K loop in its last row block (M = 127 ran at 45% of the
-/// `vdpbf16ps` peak against 92% at M = 128).
-#[kernel(name = "gemm.xwt", version = 8, workgroup = 64, elem = [bf16, f16])]
+/// `vdpbf16ps` peak against 92% at M = 128). v9: the group order through the crate's
+/// functions (`group_order.rs`), the same machine code.
+#[kernel(name = "gemm.xwt", version = 9, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt<W>(
     xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     w: &[W; n * k],
@@ -58,18 +59,9 @@ fn gemm_xwt<W>(
     let a = tile::<W, BN, BK>();
     let b = tile::<W, BK, BM>();
     let acc = tile::<f32, BN, BM>();
-    // Workgroups in groups of 8 row blocks: each group runs all its workgroups of one column
-    // block before the next column block, so a column block's weight rows serve 8 row blocks
-    // from cache while the group's activations stay in L3 (rows fastest through the whole
-    // matrix streamed all of `x` from memory once per column block at M = 8192; up to 8 row
-    // blocks, as at M = 512, it is the grid's own order).
-    let linear = group_id() + num_groups() * group_id_y();
-    let span = 8 * num_groups_y();
-    let group = linear / span;
-    let in_group = linear - group * span;
-    let rows_here = min(8, num_groups() - group * 8);
-    let row0 = (group * 8 + in_group % rows_here) * BM;
-    let col0 = in_group / rows_here * BN;
+    // Workgroups in groups of 8 row blocks (`group_order.rs`).
+    let row0 = grouped_row_block() * BM;
+    let col0 = grouped_col_block() * BN;
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
@@ -134,8 +126,9 @@ fn transpose_x_f32(x: &[f32; m * k], xt: &mut [f32; (m + 63) / 64 * k * 64], m: 
 /// transposed the weight block into a tile every step, and loaded and stored its register
 /// blocks' accumulators around every step. Grid: x = ceil(m / 128) row blocks, y = ceil(n /
 /// 64) column blocks (in groups of 8 row blocks, row blocks fastest inside a group, as in
-/// `gemm_xwt`). v7: `xt`'s blocks read whole, as `gemm_xwt` v8 reads `xp`'s.
-#[kernel(name = "gemm.xwt_exact", version = 7, workgroup = 64, elem = [bf16, f16, f32])]
+/// `gemm_xwt`). v7: `xt`'s blocks read whole, as `gemm_xwt` v8 reads `xp`'s. v8: the group
+/// order through the crate's functions, as `gemm_xwt` v9.
+#[kernel(name = "gemm.xwt_exact", version = 8, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact<W>(
     xt: &[f32; (m + 63) / 64 * k * 64],
     w: &[W; n * k],
@@ -152,15 +145,10 @@ fn gemm_xwt_exact<W>(
     let b = tile::<f32, BK, BM>();
     let acc0 = tile::<f32, BN, BM>();
     let acc1 = tile::<f32, BN, BM>();
-    // Workgroups in groups of 8 row blocks, as in `gemm_xwt` (LOOM has no shared helpers).
-    let linear = group_id() + num_groups() * group_id_y();
-    let span = 8 * num_groups_y();
-    let group = linear / span;
-    let in_group = linear - group * span;
-    let rows_here = min(8, num_groups() - group * 8);
-    let row0 = (group * 8 + in_group % rows_here) * (2 * BM);
+    // Workgroups in groups of 8 row blocks (`group_order.rs`), each of 2 · BM rows.
+    let row0 = grouped_row_block() * (2 * BM);
     let row1 = row0 + BM;
-    let col0 = in_group / rows_here * BN;
+    let col0 = grouped_col_block() * BN;
     if accumulate == 1 {
         tile_load_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
         if row1 < m {

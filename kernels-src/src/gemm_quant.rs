@@ -13,8 +13,8 @@
 //!
 //! Bytes are read from the words: byte `o` is `(w[o / 4] >> (o % 4 · 8)) & 255`; 32 bits at an
 //! even offset `o` are `w[o / 4]`, or the two halves of `w[o / 4]` and `w[o / 4 + 1]` when
-//! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word): the body's
-//! functions `word_at`, `f16_at` and `i8_at` (LOOM.md, "Functions").
+//! `o % 4 == 2` (Q4_0, Q5_0, Q8_0 and Q6_K blocks need not start at a word): the crate's
+//! LOOM functions `word_at`, `f16_at` and `i8_at` (`ggml_words.rs`).
 //!
 //! One body, one kernel per format: the formats are constant instances (`consts`, LOOM.md)
 //! labelled by format, `gemm.xwt_q8_0` to `gemm.xwt_q6_k`, and each instance keeps only its
@@ -62,22 +62,6 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
     const BM: u32 = 64;
     const BN: u32 = 32;
     const BK: u32 = 32;
-    /// The f16 at byte `o` (even) of the weight, as f32.
-    fn f16_at(w: &[u32], o: u32) -> f32 {
-        f16_to_f32(f16_from_bits(w[o / 4] >> (o % 4 * 8)))
-    }
-    /// The signed byte at byte `o` of the weight.
-    fn i8_at(w: &[u32], o: u32) -> i32 {
-        (((w[o / 4] >> (o % 4 * 8)) << 24) as i32) >> 24
-    }
-    /// The 32 bits at byte `o` (even) of the weight: one word, or the halves of two.
-    fn word_at(w: &[u32], o: u32) -> u32 {
-        if o % 4 == 0 {
-            w[o / 4]
-        } else {
-            (w[o / 4] >> 16) | (w[o / 4 + 1] << 16)
-        }
-    }
     let a = tile::<f32, BM, BK>();
     let b = tile::<f32, BK, BN>();
     let acc0 = tile::<f32, BM, BN>();

@@ -25,8 +25,9 @@ use loom::kernel;
 /// (`[ceil(m / 64), ceil(n / 2), 64, 2]`, a last block of fewer than 64 rows written out to
 /// 64 with zeros), from `xp` = `xᵀ` in that layout for `[m, k]` (`gemm.xwt`'s activations);
 /// `ones`: 64 values of 1.0. Grid: x = ceil(m / 64) row blocks, y = ceil(n / 64) column
-/// blocks, in `gemm.xwt`'s groups of 8 row blocks.
-#[kernel(name = "gemm.xwt_swiglu", version = 1, workgroup = 64, elem = [bf16, f16])]
+/// blocks, in `gemm.xwt`'s groups of 8 row blocks. v2: the group order through the crate's
+/// functions (`group_order.rs`), as `gemm.xwt` v9.
+#[kernel(name = "gemm.xwt_swiglu", version = 2, workgroup = 64, elem = [bf16, f16])]
 fn gemm_xwt_swiglu<W>(
     xp: &[W; (m + 63) / 64 * ((k + 1) / 2) * 128],
     gate: &[W; n * k],
@@ -46,14 +47,9 @@ fn gemm_xwt_swiglu<W>(
     let u = tile::<f32, BN, BM>();
     let s = tile::<f32, BN, BM>();
     let o = tile::<W, BN, BM>();
-    // Workgroups in groups of 8 row blocks, as in `gemm.xwt` (LOOM has no shared helpers).
-    let linear = group_id() + num_groups() * group_id_y();
-    let span = 8 * num_groups_y();
-    let group = linear / span;
-    let in_group = linear - group * span;
-    let rows_here = min(8, num_groups() - group * 8);
-    let row0 = (group * 8 + in_group % rows_here) * BM;
-    let col0 = in_group / rows_here * BN;
+    // Workgroups in groups of 8 row blocks (`group_order.rs`).
+    let row0 = grouped_row_block() * BM;
+    let col0 = grouped_col_block() * BN;
     for k0 in (0..k).step_by(BK) {
         tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
         tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
@@ -89,8 +85,8 @@ fn gemm_xwt_swiglu<W>(
 /// 64]`, a last block of fewer than 64 rows written out to 64 with zeros), from `xt` = `xᵀ`
 /// in that layout for `[m, k]` (`gemm.xwt_exact`'s activations: f32 products against the
 /// widened weights); `ones`: 64 values of 1.0. Grid: x = ceil(m / 64) row blocks, y =
-/// ceil(n / 64) column blocks, in groups of 8 row blocks.
-#[kernel(name = "gemm.xwt_exact_swiglu", version = 1, workgroup = 64, elem = [bf16, f16, f32])]
+/// ceil(n / 64) column blocks, in groups of 8 row blocks. v2: as `gemm_xwt_swiglu` v2.
+#[kernel(name = "gemm.xwt_exact_swiglu", version = 2, workgroup = 64, elem = [bf16, f16, f32])]
 fn gemm_xwt_exact_swiglu<W>(
     xt: &[f32; (m + 63) / 64 * k * 64],
     gate: &[W; n * k],
@@ -109,13 +105,8 @@ fn gemm_xwt_exact_swiglu<W>(
     let g = tile::<f32, BN, BM>();
     let u = tile::<f32, BN, BM>();
     let s = tile::<f32, BN, BM>();
-    let linear = group_id() + num_groups() * group_id_y();
-    let span = 8 * num_groups_y();
-    let group = linear / span;
-    let in_group = linear - group * span;
-    let rows_here = min(8, num_groups() - group * 8);
-    let row0 = (group * 8 + in_group % rows_here) * BM;
-    let col0 = in_group / rows_here * BN;
+    let row0 = grouped_row_block() * BM;
+    let col0 = grouped_col_block() * BN;
     for k0 in (0..k).step_by(BK) {
         tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
         tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);

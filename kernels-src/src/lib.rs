@@ -17,6 +17,8 @@ pub mod gemm_mlx;
 pub mod gemm_narrow;
 pub mod gemm_quant;
 pub mod gemm_swiglu;
+mod ggml_words;
+mod group_order;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod norm;

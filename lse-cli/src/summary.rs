@@ -225,7 +225,7 @@ mod tests {
     fn kernel_times_table_gives_shares_and_totals() {
         let times = [
             KernelTime {
-                kernel: "gemm.xwt_bf16.v8",
+                kernel: "gemm.xwt_bf16.v9",
                 launches: 3,
                 ms: 7.5,
             },
@@ -241,7 +241,7 @@ mod tests {
             lines[0],
             "kernel times on sm_90: 10.0 ms in 8 launches of 2 kernels"
         );
-        assert_eq!(lines[2], "  75.0%       7.500         3  gemm.xwt_bf16.v8");
+        assert_eq!(lines[2], "  75.0%       7.500         3  gemm.xwt_bf16.v9");
         assert_eq!(lines[3], "  25.0%       2.500         5  norm.rms.v1");
         // Nothing recorded: totals of zero, no rows, no division by zero.
         let empty = kernel_times_table(&[], "host-x86-64-v4");
@@ -259,13 +259,13 @@ mod tests {
         };
         let rows = [
             row(
-                "gemm.xwt_exact_bf16.v7",
+                "gemm.xwt_exact_bf16.v8",
                 "m=512 n=3584 k=1024 accumulate=0",
                 4,
                 6.0,
             ),
             row(
-                "gemm.xwt_exact_bf16.v7",
+                "gemm.xwt_exact_bf16.v8",
                 "m=512 n=16 k=1024 accumulate=0",
                 8,
                 3.0,
@@ -277,11 +277,11 @@ mod tests {
         assert_eq!(lines[0], "by scalar arguments, the 2 largest of 3:");
         assert_eq!(
             lines[2],
-            "  60.0%       6.000         4  gemm.xwt_exact_bf16.v7  m=512 n=3584 k=1024 accumulate=0"
+            "  60.0%       6.000         4  gemm.xwt_exact_bf16.v8  m=512 n=3584 k=1024 accumulate=0"
         );
         assert_eq!(
             lines[3],
-            "  30.0%       3.000         8  gemm.xwt_exact_bf16.v7  m=512 n=16 k=1024 accumulate=0"
+            "  30.0%       3.000         8  gemm.xwt_exact_bf16.v8  m=512 n=16 k=1024 accumulate=0"
         );
         assert_eq!(lines.len(), 4);
         let empty = launch_times_table(&[], LAUNCH_ROWS);

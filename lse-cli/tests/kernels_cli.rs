@@ -37,7 +37,7 @@ fn list_shows_each_kernel_with_registers_per_arch() {
     for id in [
         "logits.lse_pick.v1",
         "topk_pairs.v1",
-        "gemm.xwt_exact_bf16.v7",
+        "gemm.xwt_exact_bf16.v8",
         "lm_head.matvec_f32.v1",
     ] {
         let line = list_line(id);
@@ -120,11 +120,11 @@ fn the_gemm_shows_each_targets_matrix_instruction() {
         ("asm", "gfx1201", "v_wmma_f32_16x16x16_bf16"),
         ("ptx", "sm_90", "mma.sync.aligned.m16n8k16"),
     ] {
-        let (ok, out, err) = show("gemm.xwt_bf16.v8", emit, Some(arch));
+        let (ok, out, err) = show("gemm.xwt_bf16.v9", emit, Some(arch));
         assert!(ok, "{arch}: {err}");
         assert!(out.contains(want), "{arch}: no {want}");
     }
-    let (ok, _, err) = show("gemm.xwt_bf16.v8", "asm", Some("x86-64-v9"));
+    let (ok, _, err) = show("gemm.xwt_bf16.v9", "asm", Some("x86-64-v9"));
     assert!(!ok);
     assert!(
         err.contains("no host code for x86-64-v9") && err.contains("x86-64-v4-amx"),

@@ -13,7 +13,7 @@ use super::Device;
 /// One kernel's launches and their summed time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
-    /// The kernel id (`gemm.xwt_bf16.v8`).
+    /// The kernel id (`gemm.xwt_bf16.v9`).
     pub kernel: &'static str,
     pub launches: u64,
     /// Milliseconds, summed over the launches.
@@ -23,7 +23,7 @@ pub struct KernelTime {
 /// The launches of one kernel with one set of scalar arguments, and their summed time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchTime {
-    /// The kernel id (`gemm.xwt_bf16.v8`).
+    /// The kernel id (`gemm.xwt_bf16.v9`).
     pub kernel: &'static str,
     /// The scalar arguments, `name=value` in parameter order (`m=512 n=3584 k=1024`).
     pub scalars: String,

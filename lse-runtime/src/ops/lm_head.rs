@@ -1,5 +1,5 @@
 //! The LM head: many rows through the LOOM GEMM's f32-activation instances
-//! (`gemm.xwt_exact_bf16.v7`, `gemm.xwt_exact_f16.v7`, `gemm.xwt_exact_f32.v7`), one row through
+//! (`gemm.xwt_exact_bf16.v8`, `gemm.xwt_exact_f16.v8`, `gemm.xwt_exact_f32.v8`), one row through
 //! `lm_head.matvec_<ty>.v1` (ty = bf16, f16, f32). Both add the products of a logit in increasing
 //! `k`, one `fma` rounding each, from 0.
 

@@ -1,5 +1,5 @@
 //! The dense SwiGLU MLP, `y = (silu(x · gateᵀ) ⊙ (x · upᵀ)) · downᵀ`, with its element-wise
-//! step fused into the gate and up products (`gemm.xwt_swiglu.v1`, `gemm.xwt_exact_swiglu.v1`,
+//! step fused into the gate and up products (`gemm.xwt_swiglu.v2`, `gemm.xwt_exact_swiglu.v2`,
 //! `kernels-src/src/gemm_swiglu.rs`): they write `h` transposed, as the down product reads
 //! its activations, so `h` is neither stored in f32, read back by `ffn.swiglu` nor
 //! transposed by `gemm.transpose_x`. On the host the results are the unfused MLP's (three
