@@ -116,10 +116,21 @@ fn read_bytes(w: &[u32], words: &mut [u32], bytes: &mut [i32]) {
     bytes[i] = i8_at(w, i) + i8_at(w, i + 8);
 }
 
-/// A second kernel calling the file's `i8_at`.
+/// A procedure of this file: element `at` of `dst` and the one after it, each argument
+/// evaluated once (`v` reads `dst[at]` before the stores).
+#[loom::function]
+fn store_twice(dst: &mut [i32], at: u32, v: i32) {
+    dst[at] = v + 1;
+    dst[at + 1] = v;
+}
+
+/// A second kernel calling the file's `i8_at` and `store_twice`.
 #[loom::kernel(name = "test.fns_bytes", version = 1, workgroup = 16)]
 fn signed_bytes(w: &[u32], bytes: &mut [i32]) {
     bytes[local_id()] = i8_at(w, local_id());
+    if local_id() == 0 {
+        store_twice(bytes, 16, bytes[0]);
+    }
 }
 
 #[test]
@@ -147,9 +158,10 @@ fn functions_compute_what_their_bodies_say_at_each_call() {
             "bytes {i}"
         );
     }
-    let mut signed = vec![0i32; 16];
+    let mut signed = vec![0i32; 18];
     (signed_bytes::KERNEL.cpu)(&[raw(&mut w), raw(&mut signed)], &[], [1, 1, 1], 0, 1);
-    let want: Vec<i32> = le[..16].iter().map(|&b| b as i8 as i32).collect();
+    let mut want: Vec<i32> = le[..16].iter().map(|&b| b as i8 as i32).collect();
+    want.extend([want[0] + 1, want[0]]);
     assert_eq!(signed, want);
 }
 

@@ -47,7 +47,7 @@ impl Cx {
                         return err(left.span(), format!("cannot assign to constant `{name}`"))
                     }
                     Some(Binding::Value(_)) => {
-                        return err(left.span(), format!("cannot assign to `{name}`: a LOOM `fn`'s parameters and `let`s are values"))
+                        return err(left.span(), format!("cannot assign to `{name}`: a LOOM `fn`'s parameters are values"))
                     }
                     Some(Binding::Tile(_)) => {
                         return err(left.span(), format!("cannot assign to tile `{name}`; change it with the `tile_*` statements"))

@@ -287,7 +287,7 @@ mod tests {
         let msg = crate_of(&[("src/a.rs", &bad), ("src/k.rs", KERNEL)]).unwrap_err();
         assert_eq!(
             msg,
-            "src/a.rs:3:30: bad return type `f64`: expected f32, i32, u32, bool, bf16 or f16"
+            "src/a.rs:3:30: bad return type `f64`: expected f32, i32, u32, bool, bf16 or f16 (or none, for a procedure)"
         );
         let wrong = KERNEL.replace("low(w, 3)", "low(w, out[0])");
         let msg = crate_of(&[("src/a.rs", LOW), ("src/k.rs", &wrong)]).unwrap_err();

@@ -1,6 +1,7 @@
-//! LOOM functions: `fn name(a: T, b: &[T], ..) -> R { let ..; value }` items at the top
-//! level of a kernel body, or anywhere in the crate's source files under
-//! `#[loom::function]`, inlined at every call.
+//! LOOM functions and procedures: `fn name(a: T, b: &[T], ..) -> R { let ..; value }` and
+//! `fn name(a: T, b: &mut [T], t: Tile, ..) { statements }` items at the top level of a
+//! kernel body, or anywhere in the crate's source files under `#[loom::function]`, inlined at
+//! every call.
 //!
 //! A function computes one value from its arguments, so its body is `let` bindings and
 //! `const` items followed by the value; it cannot store, loop or synchronise. A call lowers
@@ -9,6 +10,11 @@
 //! shared array itself), so the IR holds the body as if written at the call: nothing of the
 //! function is left to any backend. LOOM expressions have no side effects, so a parameter
 //! used twice reads the same value twice; the backends share the repeated work.
+//!
+//! A procedure is called as a statement and its body is statements, lowered in place of
+//! the call; its tile parameters name the caller's tiles. A value argument that reads memory
+//! is first stored in a fresh local (the body may store where it read); the others are
+//! named like a function's (nothing in the body can change them).
 //!
 //! A body sees its parameters, its own bindings and the crate's functions; one declared
 //! in the kernel body also sees the kernel's top-level constants (its `const` items and the
@@ -22,22 +28,23 @@ use std::rc::Rc;
 use syn::spanned::Spanned;
 
 use super::builtins::is_builtin;
-use super::cx::{Binding, Cx};
-use super::syntax::{err, noted};
+use super::cx::{Binding, Cx, Site};
+use super::syntax::{err, noted, text};
 use super::types::{named_ty, ty_list, type_text};
-use crate::ir::{Param, Ty};
+use crate::ir::{Access, Block, Expr, ExprKind, Param, Stmt, Ty};
 
 /// Value types a function takes and returns.
 const VALUES: [Ty; 6] = [Ty::F32, Ty::I32, Ty::U32, Ty::Bool, Ty::Bf16, Ty::F16];
 /// Element types of a function's buffer parameters (a kernel's buffers and shared arrays).
 const ELEMS: [Ty; 5] = [Ty::F32, Ty::Bf16, Ty::F16, Ty::U32, Ty::I32];
 
-/// One declared function, its signature checked.
+/// One declared function or procedure, its signature checked.
 pub(super) struct LoomFn {
     item: syn::ItemFn,
     params: Vec<FnParam>,
-    ret: Ty,
-    /// Declared in the kernel body (else beside the kernels, `#[loom::function]`).
+    /// The value's type; `None` for a procedure.
+    ret: Option<Ty>,
+    /// Declared in the kernel body (else a crate function, `#[loom::function]`).
     local: bool,
 }
 
@@ -50,14 +57,17 @@ struct FnParam {
 enum ParamKind {
     /// A value of this type.
     Value(Ty),
-    /// A read-only buffer or shared array with this element type.
-    Buffer(Ty),
+    /// A buffer or shared array with this element type; writable (`&mut [T]`, procedures
+    /// only) when `true`.
+    Buffer(Ty, bool),
+    /// A tile of any shape and type (procedures only): the argument's.
+    Tile,
 }
 
 /// The functions a kernel may call, by name: `module`'s (the crate's `#[loom::function]`s,
 /// that attribute removed) and those declared at the top level of `body`. A file function
 /// whose signature is wrong is `None`: its error is reported at its declaration (by its
-/// attribute, or by `kernels_in_file`), and a call of it says so.
+/// attribute, or by `kernels_in_crate`), and a call of it says so.
 pub(super) fn collect(
     module: &[syn::ItemFn],
     body: &[syn::Stmt],
@@ -92,8 +102,9 @@ pub(super) fn collect(
     Ok(out)
 }
 
-/// Checks `f`'s signature: plain parameters of a value type or `&[T]`, and a value type
-/// returned.
+/// Checks `f`'s signature: plain parameters of a value type or `&[T]` and a value type
+/// returned (a function), or no return type, and `&mut [T]` and `Tile` parameters too (a
+/// procedure).
 fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
     let sig = &f.sig;
     let name = &sig.ident;
@@ -122,12 +133,28 @@ fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
             format!("`fn {name}` cannot be generic: a LOOM `fn` is instantiated with its kernel"),
         );
     }
+    let ret = match &sig.output {
+        syn::ReturnType::Default => None,
+        syn::ReturnType::Type(_, ty) => match named_ty(ty).filter(|t| VALUES.contains(t)) {
+            Some(t) => Some(t),
+            None => {
+                return err(
+                    ty.span(),
+                    format!(
+                        "bad return type `{}`: expected {} (or none, for a procedure)",
+                        type_text(ty),
+                        ty_list(&VALUES)
+                    ),
+                )
+            }
+        },
+    };
     let mut params: Vec<FnParam> = Vec::new();
     for arg in &sig.inputs {
         let syn::FnArg::Typed(pt) = arg else {
             return err(arg.span(), "a LOOM `fn` cannot take `self`");
         };
-        let p = param(pt)?;
+        let p = param(pt, ret.is_none())?;
         if params.iter().any(|q| q.name == p.name) {
             return err(
                 pt.pat.span(),
@@ -136,25 +163,6 @@ fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
         }
         params.push(p);
     }
-    let syn::ReturnType::Type(_, ret_ty) = &sig.output else {
-        return err(
-            sig.span(),
-            format!(
-                "`fn {name}` must return a value (`-> T`, T in {}): a LOOM `fn` computes one value",
-                ty_list(&VALUES)
-            ),
-        );
-    };
-    let Some(ret) = named_ty(ret_ty).filter(|t| VALUES.contains(t)) else {
-        return err(
-            ret_ty.span(),
-            format!(
-                "bad return type `{}`: expected {}",
-                type_text(ret_ty),
-                ty_list(&VALUES)
-            ),
-        );
-    };
     Ok(LoomFn {
         item: f.clone(),
         params,
@@ -169,7 +177,78 @@ pub fn check_function(f: &syn::ItemFn) -> syn::Result<()> {
     signature(f, false).map(|_| ())
 }
 
+/// One parameter; `procedure` allows `&mut [T]` and `Tile`.
+fn param(pt: &syn::PatType, procedure: bool) -> syn::Result<FnParam> {
+    if let Some(a) = pt.attrs.first() {
+        return err(a.span(), "attributes on parameters are not supported");
+    }
+    let name = match &*pt.pat {
+        syn::Pat::Ident(pi)
+            if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() =>
+        {
+            pi.ident.to_string()
+        }
+        other => {
+            return err(
+                other.span(),
+                "a parameter must be a plain name (no `mut`, `ref` or patterns)",
+            )
+        }
+    };
+    let bad =
+        || {
+            err(
+                pt.ty.span(),
+                format!(
+                "bad parameter type `{}`: expected a value type ({}), a buffer `&[T]` (T in {}){}",
+                type_text(&pt.ty),
+                ty_list(&VALUES),
+                ty_list(&ELEMS),
+                if procedure { ", `&mut [T]` or `Tile`" } else { "" }
+            ),
+            )
+        };
+    let only_procedures = |what: &str| {
+        err(
+            pt.ty.span(),
+            format!("a LOOM `fn` with a value cannot take {what}: that needs a procedure (a `fn` without `-> T`, called as a statement)"),
+        )
+    };
+    let kind = match &*pt.ty {
+        syn::Type::Reference(r) => {
+            let syn::Type::Slice(s) = &*r.elem else {
+                return bad();
+            };
+            let Some(t) = named_ty(&s.elem).filter(|t| ELEMS.contains(t)) else {
+                return bad();
+            };
+            if r.mutability.is_some() && !procedure {
+                return only_procedures("`&mut [T]` (it cannot write memory)");
+            }
+            ParamKind::Buffer(t, r.mutability.is_some())
+        }
+        syn::Type::Path(p) if p.qself.is_none() && p.path.is_ident("Tile") => {
+            if !procedure {
+                return only_procedures("a `Tile`");
+            }
+            ParamKind::Tile
+        }
+        ty => match named_ty(ty).filter(|t| VALUES.contains(t)) {
+            Some(t) => ParamKind::Value(t),
+            None => return bad(),
+        },
+    };
+    Ok(FnParam { name, kind })
+}
+
 impl Cx {
+    /// The procedure `name` as seen from the code being lowered, if there is one.
+    pub(super) fn procedure(&self, name: &str) -> Option<Rc<LoomFn>> {
+        let f = self.fns.get(name)?.as_ref()?;
+        let from_module = self.inlining.last().is_some_and(|g| !g.local);
+        (f.ret.is_none() && !(f.local && from_module)).then(|| f.clone())
+    }
+
     /// The function `name` as seen from the code being lowered (a body inlined from a
     /// `#[loom::function]` sees only the crate's functions), if there is one; an error at the
     /// call `c` for a file function whose declaration has errors.
@@ -188,69 +267,94 @@ impl Cx {
             );
         };
         let from_module = self.inlining.last().is_some_and(|g| !g.local);
-        Ok((!(f.local && from_module)).then(|| f.clone()))
+        if f.local && from_module {
+            return Ok(None);
+        }
+        Ok(Some(f.clone()))
     }
-}
 
-fn param(pt: &syn::PatType) -> syn::Result<FnParam> {
-    if let Some(a) = pt.attrs.first() {
-        return err(a.span(), "attributes on parameters are not supported");
-    }
-    let name = match &*pt.pat {
-        syn::Pat::Ident(pi)
-            if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() =>
-        {
-            pi.ident.to_string()
-        }
-        other => {
-            return err(
-                other.span(),
-                "a parameter must be a plain name (no `mut`, `ref` or patterns)",
-            )
-        }
-    };
-    let bad = || {
-        err(
-            pt.ty.span(),
-            format!(
-                "bad parameter type `{}`: expected a value type ({}) or a read-only buffer `&[T]` (T in {})",
-                type_text(&pt.ty),
-                ty_list(&VALUES),
-                ty_list(&ELEMS)
-            ),
-        )
-    };
-    let kind = match &*pt.ty {
-        syn::Type::Reference(r) => {
-            let syn::Type::Slice(s) = &*r.elem else {
-                return bad();
-            };
-            if r.mutability.is_some() {
-                return err(
-                    pt.ty.span(),
-                    "a LOOM `fn` cannot write memory: its buffer parameters are `&[T]`",
-                );
-            }
-            match named_ty(&s.elem).filter(|t| ELEMS.contains(t)) {
-                Some(t) => ParamKind::Buffer(t),
-                None => return bad(),
-            }
-        }
-        ty => match named_ty(ty).filter(|t| VALUES.contains(t)) {
-            Some(t) => ParamKind::Value(t),
-            None => return bad(),
-        },
-    };
-    Ok(FnParam { name, kind })
-}
-
-impl Cx {
     /// The value of a call of function `f`, inlined (see the module doc).
-    pub(super) fn call_fn(
+    pub(super) fn call_fn(&mut self, f: Rc<LoomFn>, c: &syn::ExprCall) -> syn::Result<Expr> {
+        let name = f.item.sig.ident.to_string();
+        let Some(ret) = f.ret else {
+            return err(
+                c.span(),
+                format!("`{name}` is a procedure (no `-> T`), not a value: call it as a statement, `{name}(..);`"),
+            );
+        };
+        self.check_call(&f, c)?;
+        let mut bound = HashMap::new();
+        for (p, arg) in f.params.iter().zip(&c.args) {
+            let what = format!("argument `{}` of `{name}`", p.name);
+            let b = match p.kind {
+                ParamKind::Value(ty) => Binding::Value(self.expr_of(arg, ty, &what)?),
+                ParamKind::Buffer(elem, mutable) => self.buffer_arg(arg, elem, mutable, &what)?,
+                ParamKind::Tile => unreachable!("functions with a value take no tiles"),
+            };
+            bound.insert(p.name.clone(), b);
+        }
+        self.called.insert(name.clone());
+        self.inlining.push(f.clone());
+        let saved = self.enter_fn(bound, f.local);
+        let r = self.fn_body(&f, ret, &name);
+        self.leave_fn(saved);
+        self.inlining.pop();
+        r.map_err(|e| call_error(e, &f, c))
+    }
+
+    /// A call of procedure `f` as a statement: each value argument that reads memory into a
+    /// fresh local (the body may store there), then the body's statements into `out` (see
+    /// the module doc).
+    pub(super) fn call_proc(
         &mut self,
         f: Rc<LoomFn>,
         c: &syn::ExprCall,
-    ) -> syn::Result<crate::ir::Expr> {
+        out: &mut Block,
+    ) -> syn::Result<()> {
+        let name = f.item.sig.ident.to_string();
+        self.check_call(&f, c)?;
+        let mut bound = HashMap::new();
+        for (p, arg) in f.params.iter().zip(&c.args) {
+            let what = format!("argument `{}` of `{name}`", p.name);
+            let b = match p.kind {
+                ParamKind::Value(ty) => {
+                    let value = self.expr_of(arg, ty, &what)?;
+                    if !reads_memory(&value) {
+                        bound.insert(p.name.clone(), Binding::Value(value));
+                        continue;
+                    }
+                    let var = self.new_local(&p.name, ty);
+                    self.flush_pending(out);
+                    let site = Site {
+                        span: arg.span(),
+                        text: text(arg),
+                    };
+                    self.emit(out, Stmt::Let { var, value }, site);
+                    Binding::Local {
+                        var,
+                        mutable: false,
+                    }
+                }
+                ParamKind::Buffer(elem, mutable) => self.buffer_arg(arg, elem, mutable, &what)?,
+                ParamKind::Tile => self.tile_binding(arg, &what)?,
+            };
+            bound.insert(p.name.clone(), b);
+        }
+        self.called.insert(name.clone());
+        self.inlining.push(f.clone());
+        let saved = self.enter_fn(bound, f.local);
+        let loops = std::mem::replace(&mut self.loop_depth, 0);
+        let top = std::mem::replace(&mut self.top_level, false);
+        let r = self.stmts(&f.item.block.stmts, out);
+        self.top_level = top;
+        self.loop_depth = loops;
+        self.leave_fn(saved);
+        self.inlining.pop();
+        r.map_err(|e| call_error(e, &f, c))
+    }
+
+    /// The checks of a call before its arguments: their number, and no recursion.
+    fn check_call(&self, f: &Rc<LoomFn>, c: &syn::ExprCall) -> syn::Result<()> {
         let name = f.item.sig.ident.to_string();
         if c.args.len() != f.params.len() {
             return err(
@@ -263,7 +367,7 @@ impl Cx {
                 ),
             );
         }
-        if let Some(at) = self.inlining.iter().position(|g| Rc::ptr_eq(g, &f)) {
+        if let Some(at) = self.inlining.iter().position(|g| Rc::ptr_eq(g, f)) {
             let through: Vec<String> = self.inlining[at + 1..]
                 .iter()
                 .map(|g| g.item.sig.ident.to_string())
@@ -279,39 +383,33 @@ impl Cx {
                 format!("`fn {name}` calls itself{via}: LOOM functions are inlined, so they cannot recurse"),
             );
         }
-        let mut bound = HashMap::new();
-        for (p, arg) in f.params.iter().zip(&c.args) {
-            let what = format!("argument `{}` of `{name}`", p.name);
-            let b = match p.kind {
-                ParamKind::Value(ty) => Binding::Value(self.expr_of(arg, ty, &what)?),
-                ParamKind::Buffer(elem) => self.buffer_arg(arg, elem, &what)?,
-            };
-            bound.insert(p.name.clone(), b);
-        }
-        self.called.insert(name.clone());
-        self.inlining.push(f.clone());
-        let saved = self.enter_fn(bound, f.local);
-        let r = self.fn_body(&f, &name);
-        self.leave_fn(saved);
-        self.inlining.pop();
-        r.map_err(|e| {
-            // A file function's tokens carry no position of their own in the proc macro:
-            // name the function.
-            let mut e = if f.local {
-                e
-            } else {
-                noted(e, &format!("in `#[loom::function]` `{name}`"))
-            };
-            e.combine(syn::Error::new(
-                c.span(),
-                format!("in this call of `{name}`"),
-            ));
-            e
-        })
+        Ok(())
     }
 
-    /// The binding a buffer argument passes: a buffer parameter or shared array of `elem`.
-    fn buffer_arg(&self, arg: &syn::Expr, elem: Ty, what: &str) -> syn::Result<Binding> {
+    /// The binding a tile argument passes.
+    fn tile_binding(&self, arg: &syn::Expr, what: &str) -> syn::Result<Binding> {
+        if let syn::Expr::Path(p) = super::syntax::strip(arg) {
+            if let Some(id) = p.path.get_ident() {
+                if let Some(b @ Binding::Tile(_)) = self.lookup(&id.to_string()) {
+                    return Ok(b.clone());
+                }
+            }
+        }
+        err(
+            arg.span(),
+            format!("{what} must name a tile, found `{}`", text(arg)),
+        )
+    }
+
+    /// The binding a buffer argument passes: a buffer parameter or shared array of `elem`,
+    /// a writable one (`&mut [T]` or shared) when `mutable`.
+    fn buffer_arg(
+        &self,
+        arg: &syn::Expr,
+        elem: Ty,
+        mutable: bool,
+        what: &str,
+    ) -> syn::Result<Binding> {
         let ident = match super::syntax::strip(arg) {
             syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
             _ => None,
@@ -319,7 +417,14 @@ impl Cx {
         let found = ident.and_then(|i| self.lookup(&i.to_string()));
         let got = match found {
             Some(b @ Binding::Param(id)) => match &self.params[*id as usize] {
-                Param::Buffer { elem: e, .. } if *e == elem => return Ok(b.clone()),
+                Param::Buffer {
+                    elem: e, access, ..
+                } if *e == elem && (!mutable || *access == Access::ReadWrite) => {
+                    return Ok(b.clone())
+                }
+                Param::Buffer { elem: e, .. } if *e == elem => {
+                    format!("the read-only buffer `{}`", text(arg))
+                }
                 Param::Buffer { elem: e, .. } => format!("a buffer of {}", e.rust_name()),
                 Param::Scalar { ty, .. } => format!("a {} scalar", ty.rust_name()),
             },
@@ -336,14 +441,16 @@ impl Cx {
         err(
             arg.span(),
             format!(
-                "{what} must name a buffer or shared array of {}, found {got}",
+                "{what} must name a {}buffer or shared array of {}, found {got}",
+                if mutable { "writable (`&mut`) " } else { "" },
                 elem.rust_name()
             ),
         )
     }
 
-    /// Lowers the body of `f` (its parameters bound): `let`s and `const`s, then the value.
-    fn fn_body(&mut self, f: &LoomFn, name: &str) -> syn::Result<crate::ir::Expr> {
+    /// Lowers the body of function `f` (its parameters bound): `let`s and `const`s, then the
+    /// value, of type `ret`.
+    fn fn_body(&mut self, f: &LoomFn, ret: Ty, name: &str) -> syn::Result<Expr> {
         let stmts = &f.item.block.stmts;
         let Some((syn::Stmt::Expr(value, None), init)) = stmts.split_last() else {
             return err(
@@ -363,7 +470,7 @@ impl Cx {
                 }
             }
         }
-        self.expr_of(value, f.ret, &format!("the value of `fn {name}`"))
+        self.expr_of(value, ret, &format!("the value of `fn {name}`"))
     }
 
     /// `let x = e;` or `let x: T = e;` in a function body: `x` names the value of `e`.
@@ -418,6 +525,35 @@ impl Cx {
             ),
         }
     }
+}
+
+/// Whether evaluating `e` reads a buffer or shared array (whose value a store may change).
+fn reads_memory(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Load { .. } | ExprKind::SharedLoad { .. } => true,
+        ExprKind::Const(_) | ExprKind::Var(_) | ExprKind::Param(_) | ExprKind::Builtin(_) => false,
+        ExprKind::Unary(_, a) | ExprKind::Cast(a) => reads_memory(a),
+        ExprKind::Binary(_, a, b) => reads_memory(a) || reads_memory(b),
+        ExprKind::Math(_, args) => args.iter().any(reads_memory),
+        ExprKind::Select(c, a, b) => reads_memory(c) || reads_memory(a) || reads_memory(b),
+    }
+}
+
+/// `e`, an error in the body of `f`, with the call `c` it was found through (and, for a
+/// crate function, whose tokens carry no position of their own in the proc macro, the
+/// function's name).
+fn call_error(e: syn::Error, f: &LoomFn, c: &syn::ExprCall) -> syn::Error {
+    let name = &f.item.sig.ident;
+    let mut e = if f.local {
+        e
+    } else {
+        noted(e, &format!("in `#[loom::function]` `{name}`"))
+    };
+    e.combine(syn::Error::new(
+        c.span(),
+        format!("in this call of `{name}`"),
+    ));
+    e
 }
 
 #[cfg(test)]
@@ -556,10 +692,17 @@ mod tests {
     #[test]
     fn signatures_are_checked_at_the_declaration() {
         for (sig, want) in [
-            ("fn f(a: u32) { a }", "`fn f` must return a value"),
+            (
+                "fn f(a: u32) { a }",
+                "`f` is a procedure (no `-> T`), not a value: call it as a statement",
+            ),
             ("fn f(a: u32) -> f64 { a }", "bad return type `f64`"),
             ("fn f<T>(a: u32) -> u32 { a }", "cannot be generic"),
-            ("fn f(a: &mut [f32]) -> u32 { 1 }", "cannot write memory"),
+            (
+                "fn f(a: &mut [f32]) -> u32 { 1 }",
+                "a LOOM `fn` with a value cannot take `&mut [T]` (it cannot write memory)",
+            ),
+            ("fn f(a: Tile) -> u32 { 1 }", "cannot take a `Tile`"),
             (
                 "fn f(a: &[f64]) -> u32 { 1 }",
                 "bad parameter type `&[f64]`",
@@ -645,6 +788,102 @@ mod tests {
         )));
         let msg = e("fn total(v: f32) -> f32 { reduce_sum(v) }\nlet r = if n > 0 { total(s) } else { 0.0 };");
         assert!(msg.contains("a branch of an `if` expression"), "{msg}");
+    }
+
+    #[test]
+    fn a_procedure_call_lowers_to_its_statements_with_memory_reads_let_bound() {
+        let with_proc = k("
+            fn store_scaled(dst: &mut [f32], at: u32, v: f32, len: u32) {
+                let t = v * 2.0;
+                if at < len {
+                    dst[at] = t + v;
+                }
+            }
+            for i in 0..4u32 {
+                store_scaled(out, i * 2, x[i], n);
+            }
+        ");
+        let inline = k("
+            for i in 0..4u32 {
+                let v = x[i];
+                let t = v * 2.0;
+                if i * 2 < n {
+                    out[i * 2] = t + v;
+                }
+            }
+        ");
+        assert_eq!(with_proc.body, inline.body);
+        assert_eq!(with_proc.locals, inline.locals);
+    }
+
+    #[test]
+    fn procedures_take_tiles_and_writable_buffers_and_check_them() {
+        let with_proc = k("
+            let a = tile::<f32, 16, 16>();
+            let acc = tile::<f32, 16, 16>();
+            fn step(acc: Tile, a: Tile, src: &[f32], at: u32) {
+                tile_load(a, src, at, 16, 16, 16);
+                tile_dot(acc, a, a);
+            }
+            tile_zero(acc);
+            step(acc, a, x, 0);
+            step(acc, a, x, 256);
+            tile_store(acc, out, 0, 16, 16, 16);
+        ");
+        let tile_stmts = with_proc
+            .body
+            .iter()
+            .filter(|s| matches!(s, Stmt::Tile(_)))
+            .count();
+        assert_eq!(tile_stmts, 6);
+        for (call, want) in [
+            ("step(acc, n, x, 0);", "argument `a` of `step` must name a tile, found `n`"),
+            (
+                "fill(x);",
+                "argument `dst` of `fill` must name a writable (`&mut`) buffer or shared array of f32, found the read-only buffer `x`",
+            ),
+            (
+                "let v = fill(out);",
+                "`fill` is a procedure (no `-> T`), not a value",
+            ),
+        ] {
+            let msg = e(&format!(
+                "let a = tile::<f32, 16, 16>();\nlet acc = tile::<f32, 16, 16>();\nfn step(acc: Tile, a: Tile, src: &[f32], at: u32) {{ tile_load(a, src, at, 16, 16, 16); tile_dot(acc, a, a); }}\nfn fill(dst: &mut [f32]) {{ dst[0] = 1.0; }}\nstep(acc, a, x, 0);\nfill(out);\n{call}"
+            ));
+            assert!(msg.contains(want), "{call}: {msg}");
+        }
+        let msg = e("fn twice(v: f32) -> f32 { v * 2.0 }\ntwice(s);");
+        assert!(msg.contains("has no effect"), "{msg}");
+    }
+
+    #[test]
+    fn a_procedure_body_keeps_the_kernel_rules() {
+        for (body, call, want) in [
+            (
+                "break;",
+                "for i in 0..n { p(i); }",
+                "`break` outside of a loop",
+            ),
+            (
+                "let t = shared::<f32>(4);",
+                "p(1);",
+                "is only allowed at the top level of the kernel body",
+            ),
+            ("barrier();", "if local_id() < 3 { p(1); }", "barrier"),
+            (
+                "fn q(v: u32) -> u32 { v }",
+                "p(1);",
+                "declared at the top level",
+            ),
+            ("let v = x[i];", "p(1);", "unknown variable `x`"),
+        ] {
+            let msg = e(&format!("fn p(i: u32) {{ {body} }}\n{call}"));
+            assert!(msg.contains(want), "{body} / {call}: {msg}");
+        }
+        for arg in ["1", "ids[0]"] {
+            let msg = e(&format!("fn p(i: u32) {{ i = 2; }}\np({arg});"));
+            assert!(msg.contains("cannot assign to `i`"), "{arg}: {msg}");
+        }
     }
 
     /// The kernels of a file whose `#[loom::function]`s are `functions`, and two kernels

@@ -120,6 +120,11 @@ impl Cx {
                 );
                 Ok(())
             }
+            E::Call(c) if call_name(e).is_some_and(|(n, _)| self.procedure(&n).is_some()) => {
+                let (name, _) = call_name(e).expect("matched above");
+                let f = self.procedure(&name).expect("matched above");
+                self.call_proc(f, c, out)
+            }
             E::Call(c)
                 if call_name(e)
                     .is_some_and(|(n, _)| super::tiles::TILE_STMTS.contains(&n.as_str())) =>
