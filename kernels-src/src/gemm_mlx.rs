@@ -24,10 +24,11 @@ use loom::kernel;
 
 /// `BITS`-bit values: a K step's 32 values are `32 / PER_WORD` words of `PER_WORD` values
 /// (4 bits: 4 words of 8; 8 bits: 8 words of 4). Until v2 the two widths were written out
-/// one by one.
+/// one by one. v3: the four row blocks through the crate's procedures (`row_blocks.rs`), as
+/// `gemm_quant` v3.
 #[kernel(
     name = "gemm.xwt",
-    version = 2,
+    version = 3,
     workgroup = 32,
     elem = [bf16, f16, f32],
     consts = [mlx4 = 4, mlx8 = 8]
@@ -70,16 +71,10 @@ fn gemm_xwt<W, const BITS: u32>(
     let row_words = k / PER_WORD;
     let groups = k / group;
     if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
+        load_rows(acc0, y, row0, col0, m, n);
+        load_rows(acc1, y, row1, col0, m, n);
+        load_rows(acc2, y, row2, col0, m, n);
+        load_rows(acc3, y, row3, col0, m, n);
     }
     for k0 in (0..k).step_by(BK) {
         let at = wrow * row_words + k0 / PER_WORD;
@@ -99,29 +94,13 @@ fn gemm_xwt<W, const BITS: u32>(
         tile_add(b, bias);
         tile_copy(rounded, b);
         tile_copy(b, rounded);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
+        dot_rows(acc0, a, b, x, row0, k0, m, k);
+        dot_rows(acc1, a, b, x, row1, k0, m, k);
+        dot_rows(acc2, a, b, x, row2, k0, m, k);
+        dot_rows(acc3, a, b, x, row3, k0, m, k);
     }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
+    store_rows(acc0, y, row0, col0, m, n);
+    store_rows(acc1, y, row1, col0, m, n);
+    store_rows(acc2, y, row2, col0, m, n);
+    store_rows(acc3, y, row3, col0, m, n);
 }

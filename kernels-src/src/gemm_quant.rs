@@ -34,10 +34,11 @@ use loom::kernel;
 
 /// `y = x · wᵀ` (+ `y`) for a weight in one of the block formats (see the module doc): one
 /// instance per format, named by it, with the format's elements per block `QK` and bytes
-/// per block `BYTES`.
+/// per block `BYTES`. v3: the four row blocks through the crate's procedures `load_rows`,
+/// `dot_rows` and `store_rows` (`row_blocks.rs`).
 #[kernel(
     name = "gemm.xwt",
-    version = 2,
+    version = 3,
     workgroup = 32,
     consts = [
         q8_0 = (32, 34),
@@ -78,16 +79,10 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
     // not stored, and every work-item takes the same path.
     let wrow = min(col0 + local_id(), n - 1);
     if accumulate == 1 {
-        tile_load(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-        if row1 < m {
-            tile_load(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-        }
-        if row2 < m {
-            tile_load(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-        }
-        if row3 < m {
-            tile_load(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-        }
+        load_rows(acc0, y, row0, col0, m, n);
+        load_rows(acc1, y, row1, col0, m, n);
+        load_rows(acc2, y, row2, col0, m, n);
+        load_rows(acc3, y, row3, col0, m, n);
     }
     for k0 in (0..k).step_by(BK) {
         // The byte where the block holding `k0` starts in weight row `wrow`.
@@ -252,29 +247,13 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             }
         }
         tile_load(b, wq, 0, BN, BK, BN);
-        tile_load(a, x, row0 * k + k0, k, m - row0, k - k0);
-        tile_dot(acc0, a, b);
-        if row1 < m {
-            tile_load(a, x, row1 * k + k0, k, m - row1, k - k0);
-            tile_dot(acc1, a, b);
-        }
-        if row2 < m {
-            tile_load(a, x, row2 * k + k0, k, m - row2, k - k0);
-            tile_dot(acc2, a, b);
-        }
-        if row3 < m {
-            tile_load(a, x, row3 * k + k0, k, m - row3, k - k0);
-            tile_dot(acc3, a, b);
-        }
+        dot_rows(acc0, a, b, x, row0, k0, m, k);
+        dot_rows(acc1, a, b, x, row1, k0, m, k);
+        dot_rows(acc2, a, b, x, row2, k0, m, k);
+        dot_rows(acc3, a, b, x, row3, k0, m, k);
     }
-    tile_store(acc0, y, row0 * n + col0, n, m - row0, n - col0);
-    if row1 < m {
-        tile_store(acc1, y, row1 * n + col0, n, m - row1, n - col0);
-    }
-    if row2 < m {
-        tile_store(acc2, y, row2 * n + col0, n, m - row2, n - col0);
-    }
-    if row3 < m {
-        tile_store(acc3, y, row3 * n + col0, n, m - row3, n - col0);
-    }
+    store_rows(acc0, y, row0, col0, m, n);
+    store_rows(acc1, y, row1, col0, m, n);
+    store_rows(acc2, y, row2, col0, m, n);
+    store_rows(acc3, y, row3, col0, m, n);
 }

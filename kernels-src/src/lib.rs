@@ -22,6 +22,7 @@ mod group_order;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod norm;
+mod row_blocks;
 pub mod topk_pairs;
 
 /// Lists every kernel module once: [`ALL`] gets their `KERNEL`s and [`BUILD_IR_HASHES`] the
