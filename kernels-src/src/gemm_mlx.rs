@@ -61,9 +61,6 @@ fn gemm_xwt<W, const BITS: u32>(
     let wq = shared::<f32>(BK * BN);
     let bq = shared::<f32>(BN);
     let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
     let col0 = group_id_y() * BN;
     // Rows past the weight's last dequantize the last row again: their columns of `y` are
     // not stored, and every work-item takes the same path.
@@ -71,10 +68,7 @@ fn gemm_xwt<W, const BITS: u32>(
     let row_words = k / PER_WORD;
     let groups = k / group;
     if accumulate == 1 {
-        load_rows(acc0, y, row0, col0, m, n);
-        load_rows(acc1, y, row1, col0, m, n);
-        load_rows(acc2, y, row2, col0, m, n);
-        load_rows(acc3, y, row3, col0, m, n);
+        load_rows4(acc0, acc1, acc2, acc3, y, row0, BM, col0, m, n);
     }
     for k0 in (0..k).step_by(BK) {
         let at = wrow * row_words + k0 / PER_WORD;
@@ -94,13 +88,7 @@ fn gemm_xwt<W, const BITS: u32>(
         tile_add(b, bias);
         tile_copy(rounded, b);
         tile_copy(b, rounded);
-        dot_rows(acc0, a, b, x, row0, k0, m, k);
-        dot_rows(acc1, a, b, x, row1, k0, m, k);
-        dot_rows(acc2, a, b, x, row2, k0, m, k);
-        dot_rows(acc3, a, b, x, row3, k0, m, k);
+        dot_rows4(acc0, acc1, acc2, acc3, a, b, x, row0, BM, k0, m, k);
     }
-    store_rows(acc0, y, row0, col0, m, n);
-    store_rows(acc1, y, row1, col0, m, n);
-    store_rows(acc2, y, row2, col0, m, n);
-    store_rows(acc3, y, row3, col0, m, n);
+    store_rows4(acc0, acc1, acc2, acc3, y, row0, BM, col0, m, n);
 }

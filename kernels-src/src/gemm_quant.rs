@@ -34,8 +34,8 @@ use loom::kernel;
 
 /// `y = x · wᵀ` (+ `y`) for a weight in one of the block formats (see the module doc): one
 /// instance per format, named by it, with the format's elements per block `QK` and bytes
-/// per block `BYTES`. v3: the four row blocks through the crate's procedures `load_rows`,
-/// `dot_rows` and `store_rows` (`row_blocks.rs`).
+/// per block `BYTES`. v3: the four row blocks through the crate's procedures `load_rows4`,
+/// `dot_rows4` and `store_rows4` (`row_blocks.rs`).
 #[kernel(
     name = "gemm.xwt",
     version = 3,
@@ -71,18 +71,12 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
     let acc3 = tile::<f32, BM, BN>();
     let wq = shared::<f32>(BK * BN);
     let row0 = group_id() * (4 * BM);
-    let row1 = row0 + BM;
-    let row2 = row1 + BM;
-    let row3 = row2 + BM;
     let col0 = group_id_y() * BN;
     // Rows past the weight's last dequantize the last row again: their columns of `y` are
     // not stored, and every work-item takes the same path.
     let wrow = min(col0 + local_id(), n - 1);
     if accumulate == 1 {
-        load_rows(acc0, y, row0, col0, m, n);
-        load_rows(acc1, y, row1, col0, m, n);
-        load_rows(acc2, y, row2, col0, m, n);
-        load_rows(acc3, y, row3, col0, m, n);
+        load_rows4(acc0, acc1, acc2, acc3, y, row0, BM, col0, m, n);
     }
     for k0 in (0..k).step_by(BK) {
         // The byte where the block holding `k0` starts in weight row `wrow`.
@@ -247,13 +241,7 @@ fn gemm_xwt<const QK: u32, const BYTES: u32>(
             }
         }
         tile_load(b, wq, 0, BN, BK, BN);
-        dot_rows(acc0, a, b, x, row0, k0, m, k);
-        dot_rows(acc1, a, b, x, row1, k0, m, k);
-        dot_rows(acc2, a, b, x, row2, k0, m, k);
-        dot_rows(acc3, a, b, x, row3, k0, m, k);
+        dot_rows4(acc0, acc1, acc2, acc3, a, b, x, row0, BM, k0, m, k);
     }
-    store_rows(acc0, y, row0, col0, m, n);
-    store_rows(acc1, y, row1, col0, m, n);
-    store_rows(acc2, y, row2, col0, m, n);
-    store_rows(acc3, y, row3, col0, m, n);
+    store_rows4(acc0, acc1, acc2, acc3, y, row0, BM, col0, m, n);
 }

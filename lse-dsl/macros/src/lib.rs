@@ -89,12 +89,17 @@ fn crate_functions() -> syn::Result<Vec<syn::ItemFn>> {
             })?;
         }
     }
-    if let Some(own) = proc_macro::Span::call_site().local_file() {
-        let canonical = |p: &std::path::Path| p.canonicalize().ok();
-        if !paths.iter().any(|p| canonical(p) == canonical(&own)) {
-            paths.push(own);
-        }
-    }
+    // The kernel's own file, where the compiler names one that can be found from here and
+    // it is not among those already listed.
+    let own = proc_macro::Span::call_site()
+        .local_file()
+        .and_then(|p| p.canonicalize().ok())
+        .filter(|own| {
+            !paths
+                .iter()
+                .any(|p| p.canonicalize().ok().as_ref() == Some(own))
+        });
+    paths.extend(own);
     let mut out: Vec<syn::ItemFn> = Vec::new();
     for path in paths {
         let fail = |what: String| {
