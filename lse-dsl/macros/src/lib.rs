@@ -18,6 +18,10 @@
 //! `fn k<const BM: u32>(..)` with `consts = [48, 16]` to one per value, `k_bm48` and `k_bm16`
 //! (or per labelled entry, `consts = [q8_0 = (32, 34)]` giving `k_q8_0`).
 //!
+//! `#[loom::function]` declares a LOOM function or procedure any kernel of the crate may
+//! call: it expands to nothing, and each kernel reads the crate's functions from its source
+//! files (`crate_functions`) and inlines those it calls.
+//!
 //! The LLVM artifacts (host code and AMDGPU code objects) come from the crate's build script,
 //! which writes them under `$OUT_DIR/loom/<fn_name>/`; the expansion embeds them with
 //! `include_bytes!`/`include_str!` by absolute path. A crate without that build script (no
@@ -73,7 +77,7 @@ fn expand(attr: TokenStream2, item_fn: &syn::ItemFn) -> syn::Result<TokenStream2
 
 /// The `#[loom::function]`s the kernel being expanded may call: those of its crate's `src/`
 /// files and of its own file (a proc macro sees only its own item, so it reads them from the
-/// files; a file without the text `function]` has none and is not parsed). Their spans are
+/// files; a file without the word `function` has none and is not parsed). Their spans are
 /// the attribute's: an error in one is reported at the kernel, naming the function, and at
 /// the call (the build script's error gives its line).
 fn crate_functions() -> syn::Result<Vec<syn::ItemFn>> {
@@ -109,7 +113,7 @@ fn crate_functions() -> syn::Result<Vec<syn::ItemFn>> {
             )
         };
         let src = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
-        if !src.contains("function]") {
+        if !src.contains("function") {
             continue;
         }
         let file = syn::parse_file(&src).map_err(|e| fail(e.to_string()))?;

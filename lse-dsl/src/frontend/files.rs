@@ -11,7 +11,8 @@ use syn::spanned::Spanned;
 use super::{check_function, parse_kernels_at};
 use crate::ir;
 
-/// Every `.rs` file under `dir` (recursively), sorted by path.
+/// Every `.rs` file under `dir` (recursively, not through links to directories, which may
+/// form a cycle), sorted by path.
 pub fn rust_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     walk_dir(dir, &mut out)?;
@@ -21,8 +22,9 @@ pub fn rust_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 fn walk_dir(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
             walk_dir(&path, out)?;
         } else if path.extension().is_some_and(|x| x == "rs") {
             out.push(path);
@@ -302,12 +304,13 @@ mod tests {
     }
 
     #[test]
-    fn rust_files_lists_a_tree_sorted() {
+    fn rust_files_lists_a_tree_sorted_without_following_directory_links() {
         let dir = std::env::temp_dir().join(format!("loom-files-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         for f in ["b.rs", "a.rs", "sub/c.rs", "notes.md"] {
             std::fs::write(dir.join(f), "").unwrap();
         }
+        std::os::unix::fs::symlink(&dir, dir.join("sub/loop")).unwrap();
         let found = rust_files(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let names: Vec<PathBuf> = found

@@ -57,9 +57,10 @@ struct FnParam {
 enum ParamKind {
     /// A value of this type.
     Value(Ty),
-    /// A buffer or shared array with this element type; writable (`&mut [T]`, procedures
-    /// only) when `true`.
-    Buffer(Ty, bool),
+    /// A buffer or shared array with this element type (`None`: the fn's type parameter,
+    /// the same for all such arguments of a call); writable (`&mut [T]`, procedures only)
+    /// when `true`.
+    Buffer(Option<Ty>, bool),
     /// A tile of any shape and type (procedures only): the argument's.
     Tile,
 }
@@ -107,7 +108,6 @@ pub(super) fn collect(
 /// procedure).
 fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
     let sig = &f.sig;
-    let name = &sig.ident;
     if let Some(a) = f.attrs.iter().find(|a| !a.path().is_ident("doc")) {
         return err(
             a.span(),
@@ -127,12 +127,7 @@ fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
             "a LOOM `fn` is a plain `fn` (no `const`, `async`, `unsafe`, `extern` or variadics)",
         );
     }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        return err(
-            sig.generics.span(),
-            format!("`fn {name}` cannot be generic: a LOOM `fn` is instantiated with its kernel"),
-        );
-    }
+    let generic = type_param(sig)?;
     let ret = match &sig.output {
         syn::ReturnType::Default => None,
         syn::ReturnType::Type(_, ty) => match named_ty(ty).filter(|t| VALUES.contains(t)) {
@@ -154,7 +149,7 @@ fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
         let syn::FnArg::Typed(pt) = arg else {
             return err(arg.span(), "a LOOM `fn` cannot take `self`");
         };
-        let p = param(pt, ret.is_none())?;
+        let p = param(pt, ret.is_none(), generic)?;
         if params.iter().any(|q| q.name == p.name) {
             return err(
                 pt.pat.span(),
@@ -162,6 +157,15 @@ fn signature(f: &syn::ItemFn, local: bool) -> syn::Result<LoomFn> {
             );
         }
         params.push(p);
+    }
+    let generic_buffer = params
+        .iter()
+        .any(|p| matches!(p.kind, ParamKind::Buffer(None, _)));
+    if let Some(t) = generic.filter(|_| !generic_buffer) {
+        return err(
+            t.span(),
+            format!("`{t}` is the element type of no buffer parameter, so no call could give it"),
+        );
     }
     Ok(LoomFn {
         item: f.clone(),
@@ -177,8 +181,43 @@ pub fn check_function(f: &syn::ItemFn) -> syn::Result<()> {
     signature(f, false).map(|_| ())
 }
 
-/// One parameter; `procedure` allows `&mut [T]` and `Tile`.
-fn param(pt: &syn::PatType, procedure: bool) -> syn::Result<FnParam> {
+/// The fn's one type parameter `T`, if it has one: the element type of its `&[T]`
+/// parameters, taken from the arguments at each call. No bounds, lifetimes, const
+/// parameters or `where` clauses.
+fn type_param(sig: &syn::Signature) -> syn::Result<Option<&syn::Ident>> {
+    let g = &sig.generics;
+    let bad = |span| {
+        err(
+            span,
+            format!(
+                "`fn {}` may have one type parameter, the element type of its buffers (`fn {}<T>(x: &[T], ..)`), without bounds; nothing else generic",
+                sig.ident, sig.ident
+            ),
+        )
+    };
+    if let Some(w) = &g.where_clause {
+        return bad(w.span());
+    }
+    let mut found = None;
+    for p in &g.params {
+        match p {
+            syn::GenericParam::Type(t)
+                if found.is_none()
+                    && t.bounds.is_empty()
+                    && t.default.is_none()
+                    && t.attrs.is_empty() =>
+            {
+                found = Some(&t.ident)
+            }
+            other => return bad(other.span()),
+        }
+    }
+    Ok(found)
+}
+
+/// One parameter; `procedure` allows `&mut [T]` and `Tile`, `generic` is the fn's type
+/// parameter.
+fn param(pt: &syn::PatType, procedure: bool, generic: Option<&syn::Ident>) -> syn::Result<FnParam> {
     if let Some(a) = pt.attrs.first() {
         return err(a.span(), "attributes on parameters are not supported");
     }
@@ -219,13 +258,18 @@ fn param(pt: &syn::PatType, procedure: bool) -> syn::Result<FnParam> {
             let syn::Type::Slice(s) = &*r.elem else {
                 return bad();
             };
-            let Some(t) = named_ty(&s.elem).filter(|t| ELEMS.contains(t)) else {
-                return bad();
+            let is_generic = match (&*s.elem, generic) {
+                (syn::Type::Path(p), Some(g)) => p.qself.is_none() && p.path.is_ident(g),
+                _ => false,
             };
+            let elem = named_ty(&s.elem).filter(|t| ELEMS.contains(t));
+            if elem.is_none() && !is_generic {
+                return bad();
+            }
             if r.mutability.is_some() && !procedure {
                 return only_procedures("`&mut [T]` (it cannot write memory)");
             }
-            ParamKind::Buffer(t, r.mutability.is_some())
+            ParamKind::Buffer(elem, r.mutability.is_some())
         }
         syn::Type::Path(p) if p.qself.is_none() && p.path.is_ident("Tile") => {
             if !procedure {
@@ -284,11 +328,14 @@ impl Cx {
         };
         self.check_call(&f, c)?;
         let mut bound = HashMap::new();
+        let mut generic = None;
         for (p, arg) in f.params.iter().zip(&c.args) {
             let what = format!("argument `{}` of `{name}`", p.name);
             let b = match p.kind {
                 ParamKind::Value(ty) => Binding::Value(self.expr_of(arg, ty, &what)?),
-                ParamKind::Buffer(elem, mutable) => self.buffer_arg(arg, elem, mutable, &what)?,
+                ParamKind::Buffer(elem, mutable) => {
+                    self.buffer_arg(arg, elem, mutable, &mut generic, &what)?
+                }
                 ParamKind::Tile => unreachable!("functions with a value take no tiles"),
             };
             bound.insert(p.name.clone(), b);
@@ -314,6 +361,7 @@ impl Cx {
         let name = f.item.sig.ident.to_string();
         self.check_call(&f, c)?;
         let mut bound = HashMap::new();
+        let mut generic = None;
         for (p, arg) in f.params.iter().zip(&c.args) {
             let what = format!("argument `{}` of `{name}`", p.name);
             let b = match p.kind {
@@ -335,7 +383,9 @@ impl Cx {
                         mutable: false,
                     }
                 }
-                ParamKind::Buffer(elem, mutable) => self.buffer_arg(arg, elem, mutable, &what)?,
+                ParamKind::Buffer(elem, mutable) => {
+                    self.buffer_arg(arg, elem, mutable, &mut generic, &what)?
+                }
                 ParamKind::Tile => self.tile_binding(arg, &what)?,
             };
             bound.insert(p.name.clone(), b);
@@ -401,51 +451,63 @@ impl Cx {
         )
     }
 
-    /// The binding a buffer argument passes: a buffer parameter or shared array of `elem`,
+    /// The binding a buffer argument passes: a buffer parameter or shared array of `elem`
+    /// (for `None`, the fn's type parameter: `generic`, which the first such argument sets),
     /// a writable one (`&mut [T]` or shared) when `mutable`.
     fn buffer_arg(
         &self,
         arg: &syn::Expr,
-        elem: Ty,
+        elem: Option<Ty>,
         mutable: bool,
+        generic: &mut Option<Ty>,
         what: &str,
     ) -> syn::Result<Binding> {
+        let want = elem.or(*generic);
+        let fail = |got: String| {
+            err(
+                arg.span(),
+                format!(
+                    "{what} must name a {}buffer or shared array of {}, found {got}",
+                    if mutable { "writable (`&mut`) " } else { "" },
+                    want.map_or("any element type", |t| t.rust_name())
+                ),
+            )
+        };
         let ident = match super::syntax::strip(arg) {
             syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
             _ => None,
         };
-        let found = ident.and_then(|i| self.lookup(&i.to_string()));
-        let got = match found {
+        let (b, found, writable, kind) = match ident.and_then(|i| self.lookup(&i.to_string())) {
             Some(b @ Binding::Param(id)) => match &self.params[*id as usize] {
-                Param::Buffer {
-                    elem: e, access, ..
-                } if *e == elem && (!mutable || *access == Access::ReadWrite) => {
-                    return Ok(b.clone())
+                Param::Buffer { elem, access, .. } => {
+                    (b.clone(), *elem, *access == Access::ReadWrite, "a buffer")
                 }
-                Param::Buffer { elem: e, .. } if *e == elem => {
-                    format!("the read-only buffer `{}`", text(arg))
-                }
-                Param::Buffer { elem: e, .. } => format!("a buffer of {}", e.rust_name()),
-                Param::Scalar { ty, .. } => format!("a {} scalar", ty.rust_name()),
+                Param::Scalar { ty, .. } => return fail(format!("a {} scalar", ty.rust_name())),
             },
-            Some(b @ Binding::Shared(id)) => match self.shared[*id as usize].elem {
-                e if e == elem => return Ok(b.clone()),
-                e => format!("a shared array of {}", e.rust_name()),
-            },
-            Some(_) => "a value".to_string(),
-            None => match ident {
-                Some(i) => format!("nothing named `{i}`"),
-                None => "an expression".to_string(),
-            },
-        };
-        err(
-            arg.span(),
-            format!(
-                "{what} must name a {}buffer or shared array of {}, found {got}",
-                if mutable { "writable (`&mut`) " } else { "" },
-                elem.rust_name()
+            Some(b @ Binding::Shared(id)) => (
+                b.clone(),
+                self.shared[*id as usize].elem,
+                true,
+                "a shared array",
             ),
-        )
+            Some(_) => return fail("a value".to_string()),
+            None => {
+                return fail(match ident {
+                    Some(i) => format!("nothing named `{i}`"),
+                    None => "an expression".to_string(),
+                })
+            }
+        };
+        if want.is_some_and(|w| w != found) {
+            return fail(format!("{kind} of {}", found.rust_name()));
+        }
+        if mutable && !writable {
+            return fail(format!("the read-only buffer `{}`", text(arg)));
+        }
+        if elem.is_none() {
+            *generic = Some(found);
+        }
+        Ok(b)
     }
 
     /// Lowers the body of function `f` (its parameters bound): `let`s and `const`s, then the
@@ -659,6 +721,26 @@ mod tests {
     }
 
     #[test]
+    fn a_type_parameter_takes_each_call_s_buffer_element_type() {
+        let with_fn = k("
+            fn first<T>(a: &[T], i: u32) -> f32 { to_f32(a[i]) }
+            fn copy<T>(dst: &mut [T], src: &[T]) { dst[0] = src[1]; }
+            out[0] = first(x, 1) + first(h, 2);
+            copy(hout, h);
+        ");
+        let inline = k("
+            out[0] = to_f32(x[1]) + to_f32(h[2]);
+            hout[0] = h[1];
+        ");
+        assert_eq!(with_fn.body, inline.body);
+        let msg = e("fn copy<T>(dst: &mut [T], src: &[T]) { dst[0] = src[1]; }\ncopy(hout, x);");
+        assert!(
+            msg.contains("argument `src` of `copy` must name a buffer or shared array of bf16, found a buffer of f32"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn a_body_sees_its_parameters_and_the_kernel_constants_only() {
         let msg = e("let t = 1u32;\nfn f(a: u32) -> u32 { a + t }\nlet r = f(1);");
         assert!(msg.contains("unknown variable `t`"), "{msg}");
@@ -697,7 +779,22 @@ mod tests {
                 "`f` is a procedure (no `-> T`), not a value: call it as a statement",
             ),
             ("fn f(a: u32) -> f64 { a }", "bad return type `f64`"),
-            ("fn f<T>(a: u32) -> u32 { a }", "cannot be generic"),
+            (
+                "fn f<T>(a: u32) -> u32 { a }",
+                "`T` is the element type of no buffer parameter",
+            ),
+            (
+                "fn f<T: Copy>(a: &[T]) -> u32 { 1 }",
+                "`fn f` may have one type parameter",
+            ),
+            (
+                "fn f<T, U>(a: &[T], b: &[U]) -> u32 { 1 }",
+                "`fn f` may have one type parameter",
+            ),
+            (
+                "fn f<const N: u32>(a: u32) -> u32 { a }",
+                "`fn f` may have one type parameter",
+            ),
             (
                 "fn f(a: &mut [f32]) -> u32 { 1 }",
                 "a LOOM `fn` with a value cannot take `&mut [T]` (it cannot write memory)",

@@ -10,7 +10,7 @@ use super::syntax::{compound_op, err, strip, unsupported_kind};
 use crate::ir::{Block, Stmt};
 
 impl Cx {
-    /// Lowers the kernel body; it may call `functions` (the file's `#[loom::function]`s) and
+    /// Lowers the kernel body; it may call `functions` (the crate's `#[loom::function]`s) and
     /// the functions it declares.
     pub(super) fn lower_body(
         &mut self,
