@@ -22,7 +22,8 @@
 //! of the whole `m`, 2 KiB apart at M = 512, the block's lines fell into few L1 sets and the
 //! reads missed; copying them into the pair layout cost 5 to 10%), for `gemm.xwt_exact` 64
 //! rows of 64 f32 values. Nothing is transposed, interleaved or copied inside the K loop, and
-//! `y` is written transposed once at the end. Each K loop is only the two loads and the dot,
+//! `y` is written transposed once at the end. Each K loop (the crate's procedures
+//! `dot_k_pairs` and `dot_k_f32`, `k_loops.rs`) is only the two loads and the dot,
 //! so where every step's blocks are whole the host runs it fused: each register block of the
 //! dot goes through the whole K with its accumulators in registers, in chunks of K whose
 //! `xᵀ` stays in L2 (`lse-codegen/src/host/tiles/fused.rs`); `gemm.xwt_exact`'s 16-bit
@@ -65,12 +66,7 @@ fn gemm_xwt<W>(
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
-    for k0 in (0..k).step_by(BK) {
-        // Block row0 / 64 of `xp` (BM is its block of rows), pair row k0 / 2 of it.
-        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
-        tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-        tile_dot(acc, a, b);
-    }
+    dot_k_pairs(acc, a, b, w, xp, row0, col0, n, k, BK);
     tile_store_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
 }
 
@@ -155,18 +151,9 @@ fn gemm_xwt_exact<W>(
             tile_load_t(acc1, y, row1 * n + col0, n, n - col0, m - row1);
         }
     }
-    for k0 in (0..k).step_by(BK) {
-        tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-        // Block row0 / 64 of `xt` (BM is its block of rows), row k0 of it.
-        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
-        tile_dot(acc0, a, b);
-    }
+    dot_k_f32(acc0, a, b, w, xt, row0, col0, n, k, BK);
     if row1 < m {
-        for k0 in (0..k).step_by(BK) {
-            tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-            tile_load(b, xt, row1 * k + k0 * BM, BM, k - k0, BM);
-            tile_dot(acc1, a, b);
-        }
+        dot_k_f32(acc1, a, b, w, xt, row1, col0, n, k, BK);
     }
     tile_store_t(acc0, y, row0 * n + col0, n, n - col0, m - row0);
     if row1 < m {

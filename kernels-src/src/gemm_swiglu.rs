@@ -19,7 +19,21 @@
 //! block has a tile of its own, since the host reads a tile that is also a copy's destination
 //! from its own storage rather than in place, and the K loops would not run fused.
 
-use loom::kernel;
+use loom::{function, kernel};
+
+/// `g` = `silu(g)` = `g · (1 / (1 + exp(-g)))` for a 64 x 64 tile, one tile statement per
+/// operation, with `u` and `s` (f32 tiles of its shape) as temporaries; `ones`: 64 values of
+/// 1.0.
+#[function]
+fn silu_tile(g: Tile, u: Tile, s: Tile, ones: &[f32]) {
+    tile_copy(u, g);
+    tile_scale(u, -1.0);
+    tile_exp(u);
+    tile_load(s, ones, 0, 0, 64, 64);
+    tile_add(u, s);
+    tile_div(s, u);
+    tile_mul(g, s);
+}
 
 /// `hp` = `hᵀ` in `W` (round to nearest even) in `gemm.transpose_x`'s layout for `[m, n]`
 /// (`[ceil(m / 64), ceil(n / 2), 64, 2]`, a last block of fewer than 64 rows written out to
@@ -50,25 +64,10 @@ fn gemm_xwt_swiglu<W>(
     // Workgroups in groups of 8 row blocks (`group_order.rs`).
     let row0 = grouped_row_block() * BM;
     let col0 = grouped_col_block() * BN;
-    for k0 in (0..k).step_by(BK) {
-        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
-        tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
-        tile_dot(g, a, b);
-    }
-    // g = silu(g) = g · (1 / (1 + exp(-g))).
-    tile_copy(u, g);
-    tile_scale(u, -1.0);
-    tile_exp(u);
-    tile_load(s, ones, 0, 0, BN, BM);
-    tile_add(u, s);
-    tile_div(s, u);
-    tile_mul(g, s);
+    dot_k_pairs(g, a, b, gate, xp, row0, col0, n, k, BK);
+    silu_tile(g, u, s, ones);
     tile_zero(u);
-    for k0 in (0..k).step_by(BK) {
-        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, BM);
-        tile_load(a, up, col0 * k + k0, k, n - col0, k - k0);
-        tile_dot(u, a, b);
-    }
+    dot_k_pairs(u, a, b, up, xp, row0, col0, n, k, BK);
     tile_mul(g, u);
     tile_copy(o, g);
     tile_store_pairs(
@@ -107,24 +106,10 @@ fn gemm_xwt_exact_swiglu<W>(
     let s = tile::<f32, BN, BM>();
     let row0 = grouped_row_block() * BM;
     let col0 = grouped_col_block() * BN;
-    for k0 in (0..k).step_by(BK) {
-        tile_load(a, gate, col0 * k + k0, k, n - col0, k - k0);
-        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
-        tile_dot(g, a, b);
-    }
-    tile_copy(u, g);
-    tile_scale(u, -1.0);
-    tile_exp(u);
-    tile_load(s, ones, 0, 0, BN, BM);
-    tile_add(u, s);
-    tile_div(s, u);
-    tile_mul(g, s);
+    dot_k_f32(g, a, b, gate, xt, row0, col0, n, k, BK);
+    silu_tile(g, u, s, ones);
     tile_zero(u);
-    for k0 in (0..k).step_by(BK) {
-        tile_load(a, up, col0 * k + k0, k, n - col0, k - k0);
-        tile_load(b, xt, row0 * k + k0 * BM, BM, k - k0, BM);
-        tile_dot(u, a, b);
-    }
+    dot_k_f32(u, a, b, up, xt, row0, col0, n, k, BK);
     tile_mul(g, u);
     tile_store(g, ht, row0 * n + col0 * BM, BM, n - col0, BM);
 }

@@ -19,6 +19,7 @@ pub mod gemm_quant;
 pub mod gemm_swiglu;
 mod ggml_words;
 mod group_order;
+mod k_loops;
 pub mod lm_head;
 pub mod lse_pick;
 pub mod norm;
