@@ -920,6 +920,22 @@ impl Expr {
     pub fn const_bool(v: bool) -> Expr {
         Expr::new(ExprKind::Const(v as u32), Ty::Bool)
     }
+
+    /// Whether `f` holds for this expression or any expression inside it.
+    pub fn any(&self, f: &impl Fn(&Expr) -> bool) -> bool {
+        f(self)
+            || match &self.kind {
+                ExprKind::Const(_)
+                | ExprKind::Var(_)
+                | ExprKind::Param(_)
+                | ExprKind::Builtin(_) => false,
+                ExprKind::Load { index, .. } | ExprKind::SharedLoad { index, .. } => index.any(f),
+                ExprKind::Unary(_, a) | ExprKind::Cast(a) => a.any(f),
+                ExprKind::Binary(_, a, b) => a.any(f) || b.any(f),
+                ExprKind::Math(_, args) => args.iter().any(|a| a.any(f)),
+                ExprKind::Select(c, a, b) => c.any(f) || a.any(f) || b.any(f),
+            }
+    }
 }
 
 /// `f` on every tile statement of `block`, nested ones included.

@@ -231,15 +231,7 @@ fn uses_vars_or_lid(e: &Expr) -> bool {
 }
 
 fn mentions_lid(e: &Expr) -> bool {
-    match &e.kind {
-        ExprKind::Builtin(Builtin::LocalId) => true,
-        ExprKind::Const(_) | ExprKind::Var(_) | ExprKind::Param(_) | ExprKind::Builtin(_) => false,
-        ExprKind::Load { index, .. } | ExprKind::SharedLoad { index, .. } => mentions_lid(index),
-        ExprKind::Unary(_, a) | ExprKind::Cast(a) => mentions_lid(a),
-        ExprKind::Binary(_, a, b) => mentions_lid(a) || mentions_lid(b),
-        ExprKind::Math(_, args) => args.iter().any(mentions_lid),
-        ExprKind::Select(c, a, b) => mentions_lid(c) || mentions_lid(a) || mentions_lid(b),
-    }
+    e.any(&|x| matches!(x.kind, ExprKind::Builtin(Builtin::LocalId)))
 }
 
 /// `<prefix><id>_<name>`: unique by id, readable by name.

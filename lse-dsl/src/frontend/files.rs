@@ -188,13 +188,22 @@ fn uncalled(functions: &[syn::ItemFn], kernels: &[&syn::ItemFn]) -> Option<usize
     for f in kernels {
         called_names(&f.block, &mut from_kernels);
     }
-    functions.iter().position(|f| {
+    // The names each function calls, gathered once.
+    let from_functions: Vec<Vec<String>> = functions
+        .iter()
+        .map(|f| {
+            let mut names = Vec::new();
+            called_names(&f.block, &mut names);
+            names
+        })
+        .collect();
+    functions.iter().enumerate().position(|(i, f)| {
         let name = f.sig.ident.to_string();
-        let mut from_others = Vec::new();
-        for g in functions.iter().filter(|g| g.sig.ident != f.sig.ident) {
-            called_names(&g.block, &mut from_others);
-        }
-        !from_kernels.contains(&name) && !from_others.contains(&name)
+        let by_other = from_functions
+            .iter()
+            .enumerate()
+            .any(|(j, names)| j != i && names.contains(&name));
+        !from_kernels.contains(&name) && !by_other
     })
 }
 

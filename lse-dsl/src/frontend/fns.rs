@@ -319,34 +319,15 @@ impl Cx {
 
     /// The value of a call of function `f`, inlined (see the module doc).
     pub(super) fn call_fn(&mut self, f: Rc<LoomFn>, c: &syn::ExprCall) -> syn::Result<Expr> {
-        let name = f.item.sig.ident.to_string();
         let Some(ret) = f.ret else {
+            let name = &f.item.sig.ident;
             return err(
                 c.span(),
                 format!("`{name}` is a procedure (no `-> T`), not a value: call it as a statement, `{name}(..);`"),
             );
         };
-        self.check_call(&f, c)?;
-        let mut bound = HashMap::new();
-        let mut generic = None;
-        for (p, arg) in f.params.iter().zip(&c.args) {
-            let what = format!("argument `{}` of `{name}`", p.name);
-            let b = match p.kind {
-                ParamKind::Value(ty) => Binding::Value(self.expr_of(arg, ty, &what)?),
-                ParamKind::Buffer(elem, mutable) => {
-                    self.buffer_arg(arg, elem, mutable, &mut generic, &what)?
-                }
-                ParamKind::Tile => unreachable!("functions with a value take no tiles"),
-            };
-            bound.insert(p.name.clone(), b);
-        }
-        self.called.insert(name.clone());
-        self.inlining.push(f.clone());
-        let saved = self.enter_fn(bound, f.local);
-        let r = self.fn_body(&f, ret, &name);
-        self.leave_fn(saved);
-        self.inlining.pop();
-        r.map_err(|e| call_error(e, &f, c))
+        let bound = self.bind_args(&f, c, None)?;
+        self.inlined(&f, c, bound, |cx| cx.fn_body(&f, ret))
     }
 
     /// A call of procedure `f` as a statement: each value argument that reads memory into a
@@ -358,8 +339,28 @@ impl Cx {
         c: &syn::ExprCall,
         out: &mut Block,
     ) -> syn::Result<()> {
-        let name = f.item.sig.ident.to_string();
-        self.check_call(&f, c)?;
+        let bound = self.bind_args(&f, c, Some(out))?;
+        self.inlined(&f, c, bound, |cx| {
+            let loops = std::mem::replace(&mut cx.loop_depth, 0);
+            let top = std::mem::replace(&mut cx.top_level, false);
+            let r = cx.stmts(&f.item.block.stmts, out);
+            cx.top_level = top;
+            cx.loop_depth = loops;
+            r
+        })
+    }
+
+    /// The parameters of `f` bound to the arguments of call `c`, after [`Cx::check_call`].
+    /// With `out` (a procedure's call), a value argument that reads memory is stored first
+    /// in a fresh local emitted there; other value arguments are named as they are.
+    fn bind_args(
+        &mut self,
+        f: &Rc<LoomFn>,
+        c: &syn::ExprCall,
+        mut out: Option<&mut Block>,
+    ) -> syn::Result<HashMap<String, Binding>> {
+        self.check_call(f, c)?;
+        let name = &f.item.sig.ident;
         let mut bound = HashMap::new();
         let mut generic = None;
         for (p, arg) in f.params.iter().zip(&c.args) {
@@ -367,20 +368,21 @@ impl Cx {
             let b = match p.kind {
                 ParamKind::Value(ty) => {
                     let value = self.expr_of(arg, ty, &what)?;
-                    if !reads_memory(&value) {
-                        bound.insert(p.name.clone(), Binding::Value(value));
-                        continue;
-                    }
-                    let var = self.new_local(&p.name, ty);
-                    self.flush_pending(out);
-                    let site = Site {
-                        span: arg.span(),
-                        text: text(arg),
-                    };
-                    self.emit(out, Stmt::Let { var, value }, site);
-                    Binding::Local {
-                        var,
-                        mutable: false,
+                    match out.as_deref_mut() {
+                        Some(out) if reads_memory(&value) => {
+                            let var = self.new_local(&p.name, ty);
+                            self.flush_pending(out);
+                            let site = Site {
+                                span: arg.span(),
+                                text: text(arg),
+                            };
+                            self.emit(out, Stmt::Let { var, value }, site);
+                            Binding::Local {
+                                var,
+                                mutable: false,
+                            }
+                        }
+                        _ => Binding::Value(value),
                     }
                 }
                 ParamKind::Buffer(elem, mutable) => {
@@ -390,17 +392,25 @@ impl Cx {
             };
             bound.insert(p.name.clone(), b);
         }
-        self.called.insert(name.clone());
+        Ok(bound)
+    }
+
+    /// Runs `body` with `f`'s parameters `bound`, in `f`'s scopes and on the inlining stack;
+    /// its errors get the call `c` ([`call_error`]).
+    fn inlined<T>(
+        &mut self,
+        f: &Rc<LoomFn>,
+        c: &syn::ExprCall,
+        bound: HashMap<String, Binding>,
+        body: impl FnOnce(&mut Cx) -> syn::Result<T>,
+    ) -> syn::Result<T> {
+        self.called.insert(f.item.sig.ident.to_string());
         self.inlining.push(f.clone());
         let saved = self.enter_fn(bound, f.local);
-        let loops = std::mem::replace(&mut self.loop_depth, 0);
-        let top = std::mem::replace(&mut self.top_level, false);
-        let r = self.stmts(&f.item.block.stmts, out);
-        self.top_level = top;
-        self.loop_depth = loops;
+        let r = body(self);
         self.leave_fn(saved);
         self.inlining.pop();
-        r.map_err(|e| call_error(e, &f, c))
+        r.map_err(|e| call_error(e, f, c))
     }
 
     /// The checks of a call before its arguments: their number, and no recursion.
@@ -512,7 +522,8 @@ impl Cx {
 
     /// Lowers the body of function `f` (its parameters bound): `let`s and `const`s, then the
     /// value, of type `ret`.
-    fn fn_body(&mut self, f: &LoomFn, ret: Ty, name: &str) -> syn::Result<Expr> {
+    fn fn_body(&mut self, f: &LoomFn, ret: Ty) -> syn::Result<Expr> {
+        let name = &f.item.sig.ident;
         let stmts = &f.item.block.stmts;
         let Some((syn::Stmt::Expr(value, None), init)) = stmts.split_last() else {
             return err(
@@ -591,14 +602,7 @@ impl Cx {
 
 /// Whether evaluating `e` reads a buffer or shared array (whose value a store may change).
 fn reads_memory(e: &Expr) -> bool {
-    match &e.kind {
-        ExprKind::Load { .. } | ExprKind::SharedLoad { .. } => true,
-        ExprKind::Const(_) | ExprKind::Var(_) | ExprKind::Param(_) | ExprKind::Builtin(_) => false,
-        ExprKind::Unary(_, a) | ExprKind::Cast(a) => reads_memory(a),
-        ExprKind::Binary(_, a, b) => reads_memory(a) || reads_memory(b),
-        ExprKind::Math(_, args) => args.iter().any(reads_memory),
-        ExprKind::Select(c, a, b) => reads_memory(c) || reads_memory(a) || reads_memory(b),
-    }
+    e.any(&|x| matches!(x.kind, ExprKind::Load { .. } | ExprKind::SharedLoad { .. }))
 }
 
 /// `e`, an error in the body of `f`, with the call `c` it was found through (and, for a
