@@ -11,7 +11,8 @@
 //! Both read the wide kernels' operands as they are: the weights in place, and a block of 16
 //! rows of `x` inside `gemm.transpose_x`'s (or `gemm.transpose_x_f32`'s) block of 64, whose
 //! rows past `m` the transpose wrote as zeros, so every window is whole where the wide
-//! kernel's is and the host runs the K loop fused the same way (`gemm.rs`). Each workgroup
+//! kernel's is and the host runs the K loop fused the same way (`gemm.rs`; both kernels'
+//! K loops are `k_loops.rs`'s, at the expert's weight and the block's 16 columns). Each workgroup
 //! computes a 64 x 16 block of `yᵀ = w · xᵀ` (64 weight rows, 16 rows of `x`); on the host
 //! its register blocks are 8 weight rows by the 16 columns. The products and their order per
 //! element are the wide kernels', so the results are too.
@@ -59,11 +60,7 @@ fn gemm_xwt_narrow<W>(
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
-    for k0 in (0..k).step_by(BK) {
-        tile_load_pairs(b, xp, xb + k0 * 64, 128, k - k0, BM);
-        tile_load(a, w, wb + col0 * k + k0, k, n - col0, k - k0);
-        tile_dot(acc, a, b);
-    }
+    dot_k_pairs_at(acc, a, b, w, wb, xp, xb, BM, col0, n, k, BK);
     tile_store_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
 }
 
@@ -97,10 +94,6 @@ fn gemm_xwt_exact_narrow<W>(
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }
-    for k0 in (0..k).step_by(BK) {
-        tile_load(a, w, wb + col0 * k + k0, k, n - col0, k - k0);
-        tile_load(b, xt, xb + k0 * 64, 64, k - k0, BM);
-        tile_dot(acc, a, b);
-    }
+    dot_k_f32_at(acc, a, b, w, wb, xt, xb, BM, col0, n, k, BK);
     tile_store_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
 }

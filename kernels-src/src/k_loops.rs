@@ -1,14 +1,39 @@
 //! LOOM procedures (`lse-dsl/LOOM.md`, "Functions") for the K loops of the GEMMs on
-//! transposed activations (`gemm.xwt`, `gemm.xwt_exact` and the two `gemm_swiglu` kernels):
-//! `acc += w[col0 .., ..] · xᵀ` for one block of 64 columns of `xᵀ` (64 rows of `x`, block
-//! `row0 / 64` of the transposed layout) over all of K in steps of `bk`. Each step is only
-//! the two loads and the dot, so the host runs the loop fused
-//! (`lse-codegen/src/host/tiles/fused.rs`).
+//! transposed activations (`gemm.xwt`, `gemm.xwt_exact`, the two `gemm_swiglu` kernels and
+//! the narrow ones of `gemm_narrow.rs`): `acc += w[wb + col0 * k ..] · xᵀ` for one block of
+//! `cols` columns of `xᵀ` (rows of `x`) starting at `xb` in the transposed layout, over all
+//! of K in steps of `bk`. `wb` is where the weight's `[n, k]` matrix starts in `w` (an
+//! expert's in a stacked tensor). Each step is only the two loads and the dot, so the host
+//! runs the loop fused (`lse-codegen/src/host/tiles/fused.rs`).
 
 use loom::function;
 
-/// The K loop on `xp` in `gemm.transpose_x`'s layout (each two K interleaved), the
-/// activations in the weight's type `T`.
+/// The K loop on `xp` in `gemm.transpose_x`'s layout (each two K interleaved, 64 rows of `x`
+/// in a block of `(k + 1) / 2 * 128` values), the activations in the weight's type `T`.
+#[function]
+fn dot_k_pairs_at<T>(
+    acc: Tile,
+    a: Tile,
+    b: Tile,
+    w: &[T],
+    wb: u32,
+    xp: &[T],
+    xb: u32,
+    cols: u32,
+    col0: u32,
+    n: u32,
+    k: u32,
+    bk: u32,
+) {
+    for k0 in (0..k).step_by(bk) {
+        tile_load_pairs(b, xp, xb + k0 * 64, 128, k - k0, cols);
+        tile_load(a, w, wb + col0 * k + k0, k, n - col0, k - k0);
+        tile_dot(acc, a, b);
+    }
+}
+
+/// `dot_k_pairs_at` for the block of 64 rows of `x` from `row0` (a multiple of 64) and a
+/// weight matrix at the start of `w`.
 #[function]
 fn dot_k_pairs<T>(
     acc: Tile,
@@ -22,15 +47,48 @@ fn dot_k_pairs<T>(
     k: u32,
     bk: u32,
 ) {
+    dot_k_pairs_at(
+        acc,
+        a,
+        b,
+        w,
+        0,
+        xp,
+        row0 * ((k + 1) / 2) * 2,
+        64,
+        col0,
+        n,
+        k,
+        bk,
+    );
+}
+
+/// The K loop on f32 `xt` in `gemm.transpose_x_f32`'s layout (64 values of K after another,
+/// 64 rows of `x` in a block of `k * 64` values), the weight of type `T` widened to f32.
+#[function]
+fn dot_k_f32_at<T>(
+    acc: Tile,
+    a: Tile,
+    b: Tile,
+    w: &[T],
+    wb: u32,
+    xt: &[f32],
+    xb: u32,
+    cols: u32,
+    col0: u32,
+    n: u32,
+    k: u32,
+    bk: u32,
+) {
     for k0 in (0..k).step_by(bk) {
-        tile_load_pairs(b, xp, row0 * ((k + 1) / 2) * 2 + k0 * 64, 128, k - k0, 64);
-        tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
+        tile_load(a, w, wb + col0 * k + k0, k, n - col0, k - k0);
+        tile_load(b, xt, xb + k0 * 64, 64, k - k0, cols);
         tile_dot(acc, a, b);
     }
 }
 
-/// The K loop on f32 `xt` in `gemm.transpose_x_f32`'s layout (64 values of K after another),
-/// the weight of type `T` widened to f32.
+/// `dot_k_f32_at` for the block of 64 rows of `x` from `row0` (a multiple of 64) and a
+/// weight matrix at the start of `w`.
 #[function]
 fn dot_k_f32<T>(
     acc: Tile,
@@ -44,9 +102,5 @@ fn dot_k_f32<T>(
     k: u32,
     bk: u32,
 ) {
-    for k0 in (0..k).step_by(bk) {
-        tile_load(a, w, col0 * k + k0, k, n - col0, k - k0);
-        tile_load(b, xt, row0 * k + k0 * 64, 64, k - k0, 64);
-        tile_dot(acc, a, b);
-    }
+    dot_k_f32_at(acc, a, b, w, 0, xt, row0 * k, 64, col0, n, k, bk);
 }
