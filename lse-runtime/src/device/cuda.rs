@@ -13,7 +13,7 @@ use libloading::Library;
 use lse_dsl::rt::{KernelDef, PtxModule};
 
 use super::gpu::{
-    no_code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, Ptr, Runtime,
+    code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, OpenError, Ptr, Runtime,
 };
 
 /// The sonames tried, in order.
@@ -124,17 +124,6 @@ impl Api {
     }
 }
 
-/// Why the CUDA device could not be opened.
-#[derive(Debug)]
-pub(super) enum OpenError {
-    /// No soname loaded, or a required symbol is missing.
-    NoRuntime(String),
-    /// Device `index` does not exist; `count` devices do.
-    NoDevice { count: u32 },
-    /// A driver call failed, or the device is too old.
-    Call(String),
-}
-
 /// The PTX architecture to JIT for a device of compute capability `major.minor`: `sm_90` from
 /// 9.0 on, `sm_80` from 8.0 on (PTX JIT-compiles forward to newer devices).
 pub(super) fn ptx_arch(major: i32, minor: i32) -> Result<&'static str, String> {
@@ -229,14 +218,7 @@ impl CudaDevice {
 
     /// The PTX of `kernel` for this device, or the error saying which archs were built.
     fn module<'k>(&self, kernel: &'k KernelDef) -> Result<&'k PtxModule, String> {
-        kernel
-            .ptx
-            .iter()
-            .find(|p| p.arch == self.arch)
-            .ok_or_else(|| {
-                let built: Vec<_> = kernel.ptx.iter().map(|p| p.arch).collect();
-                no_code_for_arch(kernel, "PTX", self.arch, &built)
-            })
+        code_for_arch(kernel, kernel.ptx, |p| p.arch, "PTX", self.arch)
     }
 }
 

@@ -60,22 +60,39 @@ pub(super) fn gpu_args(kernel: &KernelDef, bufs: &[PlacedBuf], scalars: &[u64]) 
     out
 }
 
-/// The error for a kernel with no `what` (code object, PTX) built for the device's `arch`.
-pub(super) fn no_code_for_arch(
+/// Why a GPU runtime's device could not be opened.
+#[derive(Debug)]
+pub(super) enum OpenError {
+    /// No soname loaded, or a required symbol is missing.
+    NoRuntime(String),
+    /// Device `index` does not exist; `count` devices do.
+    NoDevice { count: u32 },
+    /// A runtime call failed, or the device cannot run LOOM's code.
+    Call(String),
+}
+
+/// The code of `kernel` among `built` (its code objects or PTX modules) whose arch,
+/// `arch_of`, is the device's `arch`; else the error naming `what` (code object, PTX), the
+/// device's arch and the archs that were built.
+pub(super) fn code_for_arch<'k, T>(
     kernel: &KernelDef,
+    built: &'k [T],
+    arch_of: impl Fn(&T) -> &str,
     what: &str,
     arch: &str,
-    built: &[&str],
-) -> String {
-    let built = if built.is_empty() {
-        "none".to_string()
-    } else {
-        built.join(", ")
-    };
-    format!(
-        "{}: no {what} for device arch {arch} (built for: {built})",
-        kernel.id
-    )
+) -> Result<&'k T, String> {
+    built.iter().find(|c| arch_of(c) == arch).ok_or_else(|| {
+        let archs: Vec<&str> = built.iter().map(&arch_of).collect();
+        let archs = if archs.is_empty() {
+            "none".to_string()
+        } else {
+            archs.join(", ")
+        };
+        format!(
+            "{}: no {what} for device arch {arch} (built for: {archs})",
+            kernel.id
+        )
+    })
 }
 
 /// Opens the first of `sonames` that loads; on failure, the error lists every soname tried.
@@ -396,6 +413,21 @@ mod tests {
             open_library(&["libdoes-not-exist-a.so", "libdoes-not-exist-b.so.1"]).unwrap_err();
         assert!(err.contains("libdoes-not-exist-a.so"), "{err}");
         assert!(err.contains("libdoes-not-exist-b.so.1"), "{err}");
+    }
+
+    #[test]
+    fn code_is_found_by_arch_and_a_missing_arch_names_the_built_ones() {
+        let k = &lse_kernels::ALL[0];
+        let gfx942 = code_for_arch(k, k.gpu, |o| o.arch, "code object", "gfx942").unwrap();
+        assert_eq!(gfx942.arch, "gfx942");
+        let sm_90 = code_for_arch(k, k.ptx, |p| p.arch, "PTX", "sm_90").unwrap();
+        assert_eq!(sm_90.arch, "sm_90");
+        let e = code_for_arch(k, k.gpu, |o| o.arch, "code object", "gfx90a").unwrap_err();
+        assert!(e.starts_with(&format!("{}: no code object for device arch gfx90a", k.id)));
+        assert!(e.contains("gfx942") && e.contains("gfx1100"), "{e}");
+        let none: &[lse_dsl::rt::PtxModule] = &[];
+        let e = code_for_arch(k, none, |p| p.arch, "PTX", "sm_80").unwrap_err();
+        assert!(e.ends_with("(built for: none)"), "{e}");
     }
 
     #[test]

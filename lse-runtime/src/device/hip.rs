@@ -15,7 +15,7 @@ use lse_dsl::rt::{GpuObject, KernelDef};
 use serde::Deserialize;
 
 use super::gpu::{
-    no_code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, Ptr, Runtime,
+    code_for_arch, open_library, symbol, FnCache, KernargValue, LastTime, OpenError, Ptr, Runtime,
 };
 
 /// The sonames tried, in order.
@@ -114,17 +114,6 @@ impl Api {
     }
 }
 
-/// Why the HIP device could not be opened.
-#[derive(Debug)]
-pub(super) enum OpenError {
-    /// No soname loaded, or a required symbol is missing.
-    NoRuntime(String),
-    /// Device `index` does not exist; `count` devices do.
-    NoDevice { count: u32 },
-    /// A runtime call failed.
-    Call(String),
-}
-
 /// One opened HIP device.
 pub(super) struct HipDevice {
     api: Api,
@@ -196,14 +185,7 @@ impl HipDevice {
     /// The code object of `kernel` for this device, or the error saying which archs were
     /// built.
     fn object<'k>(&self, kernel: &'k KernelDef) -> Result<&'k GpuObject, String> {
-        kernel
-            .gpu
-            .iter()
-            .find(|o| o.arch == self.arch)
-            .ok_or_else(|| {
-                let built: Vec<_> = kernel.gpu.iter().map(|o| o.arch).collect();
-                no_code_for_arch(kernel, "code object", &self.arch, &built)
-            })
+        code_for_arch(kernel, kernel.gpu, |o| o.arch, "code object", &self.arch)
     }
 }
 

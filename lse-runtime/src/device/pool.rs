@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use lse_dsl::rt::{HostEntry, KernelDef};
 
-use super::cuda::{self, CudaDevice};
-use super::gpu::GpuDevice;
-use super::hip::{self, HipDevice};
+use super::cuda::CudaDevice;
+use super::gpu::{GpuDevice, OpenError};
+use super::hip::HipDevice;
 use super::kernel_times::KernelTimes;
 use super::scratch::ScratchPool;
 use super::select;
@@ -134,11 +134,11 @@ impl Device {
                 })
             }
             Pool::Hip(n) => {
-                let dev = HipDevice::open(n).map_err(|e| hip_error(pool, n, e))?;
+                let dev = HipDevice::open(n).map_err(|e| gpu_open_error(pool, "HIP", n, e))?;
                 Ok(Device::gpu(pool, GpuDevice::Hip(dev)))
             }
             Pool::Cuda(n) => {
-                let dev = CudaDevice::open(n).map_err(|e| cuda_error(pool, n, e))?;
+                let dev = CudaDevice::open(n).map_err(|e| gpu_open_error(pool, "CUDA", n, e))?;
                 Ok(Device::gpu(pool, GpuDevice::Cuda(dev)))
             }
         }
@@ -236,43 +236,28 @@ impl Device {
     }
 }
 
-fn open_error(pool: Pool, runtime: &'static str) -> impl Fn(String) -> DeviceOpenError {
-    move |detail| DeviceOpenError::NoGpuRuntime {
-        pool,
-        runtime,
-        detail,
-    }
-}
-
-fn hip_error(pool: Pool, index: u32, e: hip::OpenError) -> DeviceOpenError {
+/// The error for a GPU `runtime` ("HIP", "CUDA") that could not open device `index`.
+fn gpu_open_error(pool: Pool, runtime: &'static str, index: u32, e: OpenError) -> DeviceOpenError {
     match e {
-        hip::OpenError::NoRuntime(d) => open_error(pool, "HIP")(d),
-        hip::OpenError::NoDevice { count } => DeviceOpenError::NoSuchDevice {
+        OpenError::NoRuntime(detail) => DeviceOpenError::NoGpuRuntime {
             pool,
-            runtime: "HIP",
+            runtime,
+            detail,
+        },
+        OpenError::NoDevice { count } => DeviceOpenError::NoSuchDevice {
+            pool,
+            runtime,
             index,
             count,
         },
-        hip::OpenError::Call(message) => DeviceOpenError::Gpu { pool, message },
-    }
-}
-
-fn cuda_error(pool: Pool, index: u32, e: cuda::OpenError) -> DeviceOpenError {
-    match e {
-        cuda::OpenError::NoRuntime(d) => open_error(pool, "CUDA")(d),
-        cuda::OpenError::NoDevice { count } => DeviceOpenError::NoSuchDevice {
-            pool,
-            runtime: "CUDA",
-            index,
-            count,
-        },
-        cuda::OpenError::Call(message) => DeviceOpenError::Gpu { pool, message },
+        OpenError::Call(message) => DeviceOpenError::Gpu { pool, message },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::{cuda, hip};
 
     #[test]
     fn pool_names_parse_with_hrx_alias() {
