@@ -8,7 +8,20 @@
 //! ...` in increasing order, then one workgroup tree (`reduce_sum`) combines them; the loops
 //! run over uniform chunk counts so the host runs a chunk's work-items side by side.
 
-use loom::kernel;
+use loom::{function, kernel};
+
+/// `y = x · (r · w)` on this workgroup's row of `d` values (`x`, `y`: `[rows, d]`; `w`:
+/// `[d]`), each work-item on elements `lid, lid + 256, ...`.
+#[function]
+fn scale_row(y: &mut [f32], x: &[f32], w: &[f32], r: f32, d: u32) {
+    for c in 0..(d + group_size() - 1) / group_size() {
+        if c * group_size() + local_id() < d {
+            y[group_id() * d + c * group_size() + local_id()] = x
+                [group_id() * d + c * group_size() + local_id()]
+                * (r * w[c * group_size() + local_id()]);
+        }
+    }
+}
 
 /// `x`, `y`: `[rows, d]`; `w`: `[d]`. Grid: x = rows.
 #[kernel(name = "norm.rmsnorm", version = 1, workgroup = 256)]
@@ -27,13 +40,7 @@ fn rmsnorm(
         }
     }
     let r = 1.0 / (reduce_sum(ss) / d as f32 + eps).sqrt();
-    for c in 0..(d + group_size() - 1) / group_size() {
-        if c * group_size() + local_id() < d {
-            y[group_id() * d + c * group_size() + local_id()] = x
-                [group_id() * d + c * group_size() + local_id()]
-                * (r * w[c * group_size() + local_id()]);
-        }
-    }
+    scale_row(y, x, w, r, d);
 }
 
 /// The residual add fused with the next norm: `x += m`, then `y = rmsnorm(x)`.
@@ -57,11 +64,5 @@ fn add_rmsnorm(
         }
     }
     let r = 1.0 / (reduce_sum(ss) / d as f32 + eps).sqrt();
-    for c in 0..(d + group_size() - 1) / group_size() {
-        if c * group_size() + local_id() < d {
-            y[group_id() * d + c * group_size() + local_id()] = x
-                [group_id() * d + c * group_size() + local_id()]
-                * (r * w[c * group_size() + local_id()]);
-        }
-    }
+    scale_row(y, x, w, r, d);
 }
