@@ -236,6 +236,24 @@ impl HostPhases {
             .collect()
     }
 
+    /// The window tile `t` loads at step `i`, if the loop loads it.
+    pub(super) fn step_window(
+        &mut self,
+        e: &mut Emitter,
+        steps: &Steps,
+        t: usize,
+        i: &str,
+    ) -> Lowered<Option<WindowVals>> {
+        let windows = self.step_windows(e, steps, i)?;
+        Ok(steps
+            .dot
+            .loads
+            .iter()
+            .zip(windows)
+            .find(|((l, _), _)| *l == t)
+            .map(|(_, w)| w))
+    }
+
     /// Points the operands' views at step `i`'s windows (whole: [`Self::all_windows_whole`]).
     pub(super) fn point_step(&mut self, e: &mut Emitter, steps: &Steps, i: &str) -> Lowered<()> {
         let windows = self.step_windows(e, steps, i)?;
