@@ -37,7 +37,8 @@
 //!   when that cannot read memory or trap): without it a GEMM block's 64 rows, one or two
 //!   cache lines each per step, were 64 streams the hardware prefetcher does not follow, and
 //!   the loads waited on memory. The dot's register blocks prefetch into L1 the in-place rows
-//!   of the next row of blocks.
+//!   of the next row of blocks; in a fused K loop, blocks of one column vector (the few-row
+//!   GEMMs) their own rows four steps ahead instead ([`HostPhases::prefetch_steps_ahead`]).
 //! - `tile_dot` with bf16 operands on the levels with AVX512-BF16 stores its `b` operand in
 //!   the pair layout (VNNI: rows `2i` and `2i + 1` interleaved), which its load writes
 //!   directly (or reads in place, from a pairs window), and then:
