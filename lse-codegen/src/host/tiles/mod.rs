@@ -2275,9 +2275,10 @@ impl HostPhases {
     /// whose weight rows stream from memory once: prefetching the next block's rows at the
     /// current step, as the wider dots do ([`Self::prefetch_view_rows`]), put twice the rows
     /// in the same L1 sets (a weight row of K = 2048 bf16 is 4 KiB) and left each block's
-    /// first steps waiting on memory. On Zen 5 the MoE experts' f32-activation products ran
-    /// 12 to 14% faster this way, the bf16 ones about 5% (docs/measurements.md); the wider
-    /// GEMMs, whose weight rows come from L2, were no faster.
+    /// first steps waiting on memory. On Zen 5 the MoE experts' f32-activation products took
+    /// 13% less time this way (medians of 5 alternated runs), the bf16 ones about 5%
+    /// (docs/measurements.md); the wider GEMMs, whose weight rows come from L2, gained on
+    /// some shapes and lost on others, so they keep theirs.
     fn prefetch_steps_ahead(
         &mut self,
         e: &mut Emitter,
