@@ -8,8 +8,9 @@
 //! model's projections use), then GFLOP/s of `y = x · wᵀ` with bf16 weights for the
 //! Qwen3.5-0.8B prefill shapes at M = 512, the LM head (248,320 x 1024) at M = 128, 127 (a
 //! 512-token chunk's 255 scored rows are head calls of 128 and 127) and 256 and two of the
-//! prefill shapes at M = 8192 (a ctx-8192 pass), and a Qwen3.5-35B-A3B expert's gate (or
-//! up) and down products on 16 rows (`gemm.xwt_narrow`), on each host level, with activations rounded
+//! prefill shapes at M = 8192 (a ctx-8192 pass), Qwen3.5-35B-A3B's LM head (248,320 x 2048)
+//! at M = 128, and one of its experts' gate (or up) and down products on 16 rows
+//! (`gemm.xwt_narrow`; a call of 8 workgroups, so its launch weighs), on each host level, with activations rounded
 //! to bf16 and with f32 activations (`bf16 / f32` per cell), and each path's best level as a
 //! fraction of its peak (the bf16 path's of the f32 peak on a CPU without AVX512-BF16, where it
 //! runs on `vfmadd` too). Every figure is the best of at least 3 runs, more while they take
@@ -44,7 +45,7 @@ use rayon::prelude::*;
 use common::{best_within, random};
 
 /// (name, M, N, K).
-const SHAPES: [(&str, usize, usize, usize); 13] = [
+const SHAPES: [(&str, usize, usize, usize); 14] = [
     ("attn qkv+gate / deltanet qkvz", 512, 6144, 1024),
     ("deltanet in_proj_qkv", 512, 4096, 1024),
     ("attn o / q", 512, 2048, 1024),
@@ -54,6 +55,8 @@ const SHAPES: [(&str, usize, usize, usize); 13] = [
     ("lm head, M = 128", 128, 248_320, 1024),
     ("lm head, M = 127", 127, 248_320, 1024),
     ("lm head, M = 256", 256, 248_320, 1024),
+    // Qwen3.5-35B-A3B's head (hidden 2048), 40% of the MoE-shaped model's kernel time.
+    ("lm head, 35B-A3B, M = 128", 128, 248_320, 2048),
     ("qkvz, ctx 8192 in one pass", 8192, 6144, 1024),
     ("mlp down, ctx 8192", 8192, 1024, 3584),
     // One expert of Qwen3.5-35B-A3B on its average share of a pass of 512 tokens (512 x 8
