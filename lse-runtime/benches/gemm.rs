@@ -10,10 +10,10 @@
 //! 512-token chunk's 255 scored rows are head calls of 128 and 127) and 256 and two of the
 //! prefill shapes at M = 8192 (a ctx-8192 pass), Qwen3.5-35B-A3B's LM head (248,320 x 2048)
 //! at M = 128, and one of its experts' gate (or up) and down products on 16 rows
-//! (`gemm.xwt_narrow`; a call of 8 workgroups, so its launch weighs), on each host level, with activations rounded
-//! to bf16 and with f32 activations (`bf16 / f32` per cell), and each path's best level as a
-//! fraction of its peak (the bf16 path's of the f32 peak on a CPU without AVX512-BF16, where it
-//! runs on `vfmadd` too). Every figure is the best of at least 3 runs, more while they take
+//! (`gemm.xwt_narrow`; a call of 8 workgroups, so its launch weighs), on each host level,
+//! with activations rounded to bf16 and with f32 activations (`bf16 / f32` per cell), and
+//! each path's best level as a fraction of its peak (the bf16 path's of the f32 peak on a CPU
+//! without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best of at least 3 runs, more while they take
 //! under a second (peaks: half a second).
 //! With `LSE_BENCH_PYTHON` naming a Python that has torch (a venv outside the repository),
 //! each shape first runs `scripts/bench-torch-gemm.py` on it (PyTorch's bf16 `matmul`, the
