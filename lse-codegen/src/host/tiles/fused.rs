@@ -225,9 +225,7 @@ impl HostPhases {
         steps: &Steps,
         i: &str,
     ) -> Lowered<Vec<WindowVals>> {
-        let off = e.b.op(format!("mul nuw i32 {i}, {}", steps.dot.step));
-        let at = e.b.op(format!("add nuw i32 {}, {off}", steps.start));
-        e.write_var(steps.dot.var, &at)?;
+        set_step(e, steps, i)?;
         steps
             .dot
             .loads
@@ -236,7 +234,8 @@ impl HostPhases {
             .collect()
     }
 
-    /// The window tile `t` loads at step `i`, if the loop loads it.
+    /// The window tile `t` loads at step `i` (the loop variable set there), if the loop
+    /// loads it.
     pub(super) fn step_window(
         &mut self,
         e: &mut Emitter,
@@ -244,14 +243,12 @@ impl HostPhases {
         t: usize,
         i: &str,
     ) -> Lowered<Option<WindowVals>> {
-        let windows = self.step_windows(e, steps, i)?;
-        Ok(steps
-            .dot
-            .loads
-            .iter()
-            .zip(windows)
-            .find(|((l, _), _)| *l == t)
-            .map(|(_, w)| w))
+        let Some((_, from)) = steps.dot.loads.iter().find(|(l, _)| *l == t) else {
+            return Ok(None);
+        };
+        set_step(e, steps, i)?;
+        e.tile_window(from, &mut |e, x| self.uniform(e, x))
+            .map(Some)
     }
 
     /// Points the operands' views at step `i`'s windows (whole: [`Self::all_windows_whole`]).
@@ -262,4 +259,11 @@ impl HostPhases {
         }
         Ok(())
     }
+}
+
+/// Sets the loop variable of `steps`' loop to step `i`.
+fn set_step(e: &mut Emitter, steps: &Steps, i: &str) -> Lowered<()> {
+    let off = e.b.op(format!("mul nuw i32 {i}, {}", steps.dot.step));
+    let at = e.b.op(format!("add nuw i32 {}, {off}", steps.start));
+    e.write_var(steps.dot.var, &at)
 }
