@@ -1221,8 +1221,7 @@ impl HostPhases {
                 lines = 1;
             }
         }
-        // The line's last byte too: a line that starts inside a cache line ends in the next.
-        let touches: Vec<u32> = (0..span).step_by(64).chain([span - 1]).collect();
+        let touches: Vec<u32> = line_touches(span).collect();
         e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
         self.sequential_loop(e, lines, |_, e, line| {
             for &b in &touches {
@@ -2303,7 +2302,7 @@ impl HostPhases {
         e.b.declare("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
         for r in 0..mr {
             let line = e.b.op(format!("add nuw i32 {row0}, {r}"));
-            for b in (0..span).step_by(64).chain([span - 1]) {
+            for b in line_touches(span) {
                 let p = e.window_line_addr(&w, &line, b);
                 e.b.ins(format!(
                     "call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 {LOCALITY}, i32 1)"
@@ -2329,7 +2328,7 @@ impl HostPhases {
         for r in mr..2 * mr {
             let row = e.b.op(format!("add i64 {m0}, {r}"));
             let start = e.b.op(format!("mul i64 {row}, {row_bytes}"));
-            for b in (0..span).step_by(64).chain([span - 1]) {
+            for b in line_touches(span) {
                 let at = e.b.op(format!("add i64 {start}, {b}"));
                 let p = e.b.op(format!("getelementptr i8, ptr {base}, i64 {at}"));
                 e.b.ins(format!(
@@ -2454,4 +2453,10 @@ impl HostPhases {
             None => (2 * tile.decl.cols * tile.decl.elem.size_bytes()).to_string(),
         }
     }
+}
+
+/// The byte offsets a prefetch of `span` bytes from some address touches: one per 64 and the
+/// last byte (a run that starts inside a cache line ends in the next).
+fn line_touches(span: u32) -> impl Iterator<Item = u32> {
+    (0..span).step_by(64).chain([span - 1])
 }
