@@ -17,34 +17,65 @@ fn hidden_on(dev: &Device, path: &Path, tokens: &[u32]) -> Vec<f32> {
     gen.prefill(tokens, 7, 7).unwrap()
 }
 
+/// The largest and the mean absolute difference between `got` and `want`.
+fn distance(got: &[f32], want: &[f32]) -> (f32, f32) {
+    assert_eq!(got.len(), want.len());
+    let diffs = got.iter().zip(want).map(|(g, w)| (g - w).abs());
+    let max = diffs.clone().fold(0f32, f32::max);
+    (max, diffs.sum::<f32>() / got.len() as f32)
+}
+
 /// Each level's hidden states within `TOL` of the `cpu` device's, relative to their largest
-/// magnitude. The levels differ only in the GEMM's summation order: the bf16 products are
-/// exact in f32 everywhere, so each dot of K terms differs by at most about K 2^-24 of its
+/// magnitude, where the level keeps the generated Rust's summation order: the bf16 products
+/// are exact in f32 everywhere, so each dot of K terms differs by at most about K 2^-24 of its
 /// terms' magnitude (K <= 64 here: about 4e-6), carried through 4 layers and their norms.
-/// Observed: 4.8e-7 of 3.5 on the AVX512-BF16 level, 0 on the emulated AMX one (the SDM's
-/// order, one fused step per product in K order, is the generated Rust's), 0 on the others.
+/// Observed: 0 on every level of an AVX-512/AMX Xeon but native AMX, 4.8e-7 on Zen 5's
+/// AVX512-BF16 level, 0 on the emulated AMX one (the SDM's order, one rounding per product
+/// in K order, is the generated Rust's).
+///
+/// Native AMX sums a tile dot in its own order (on a Xeon, 2026-12-07: 43% of the elements
+/// of random 16 x 16 x 32 `tdpbf16ps` differ from the SDM's order, with the same error
+/// against an exact sum, 8.8e-8 of the terms' magnitudes, and no bias). Every GEMM's input is
+/// rounded to bf16 here, so an ulp of difference flips the rounding of a few activations,
+/// whose 2^-9 steps flip more in the next layers: the states then differ at the scale of the
+/// rounding itself. On that level the distance to the `cpu` device's states must stay under
+/// half of the rounding's own effect (the distance between the BF16 and the F32 conversion's
+/// states on the `cpu` device), for the largest and the mean difference. Observed there:
+/// 2.7e-2 and 1.6e-3, against 1.0e-1 and 1.1e-2 (0.27 and 0.15 of them); a wrong tile or a
+/// lost K step moves states by their own size.
 #[test]
 fn a_bf16_gguf_prefill_agrees_on_the_cpu_device_and_every_host_level() {
     const TOL: f32 = 1e-3;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gguf/dense_untied_bf16-bf16.gguf");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gguf");
+    let path = data.join("dense_untied_bf16-bf16.gguf");
     let cpu = Device::open(Pool::Cpu).unwrap();
     let vocab = HybridLM::load_on(&path, &cpu).unwrap().config().vocab_size as u32;
     let tokens: Vec<u32> = (0..29u32).map(|i| (i * 37 + 11) % vocab).collect();
     let want = hidden_on(&cpu, &path, &tokens);
     let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let unrounded = hidden_on(&cpu, &data.join("dense_untied_bf16-f32.gguf"), &tokens);
+    let rounding = distance(&unrounded, &want);
+    println!(
+        "rounding to bf16: max |dh| = {:e}, mean {:e}",
+        rounding.0, rounding.1
+    );
+    let native_amx = lse_amx_emu::install() == lse_amx_emu::Amx::Native;
     let hosts = lse_tests::diff::host_variants();
     for host in &hosts {
-        let got = hidden_on(host, &path, &tokens);
-        assert_eq!(got.len(), want.len());
-        let worst = got
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        let (worst, mean) = distance(&hidden_on(host, &path, &tokens), &want);
         println!(
-            "{}: max |dh| = {worst:e} of max |h| = {scale:e}",
+            "{}: max |dh| = {worst:e} of max |h| = {scale:e}, mean |dh| = {mean:e}",
             host.arch()
         );
-        assert!(worst <= TOL * scale, "{}: {worst:e}", host.arch());
+        if native_amx && host.arch() == "host-x86-64-v4-amx" {
+            assert!(
+                worst <= rounding.0 / 2.0 && mean <= rounding.1 / 2.0,
+                "{}: {worst:e}, mean {mean:e}",
+                host.arch()
+            );
+        } else {
+            assert!(worst <= TOL * scale, "{}: {worst:e}", host.arch());
+        }
     }
     println!(
         "levels: {:?}",
