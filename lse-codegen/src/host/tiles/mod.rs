@@ -1864,6 +1864,10 @@ impl HostPhases {
         // chain waited on the instruction's latency (the few-row GEMM, `gemm.xwt_narrow`,
         // ran 15% slower), and 12 or 16 weight rows 4 KiB apart (K = 2048) fell into one
         // set of the L1 cache (slower still).
+        // On the AMX level (Intel CPUs, whose two FMA ports also run the shifts and masks
+        // that widen `fma` blocks' bf16 weights) wider `fma` blocks take 5 rows: each vector
+        // of `b` loaded serves 5 rows (the f32-activation GEMM ran 5 to 11% faster on a
+        // 2-core Xeon than with 4; 6 rows spill, 7 x 3 and 8 x 2 ran slower).
         // A dot scaled per K group keeps two vectors per accumulator (the block's totals and
         // the group's sums): 4 rows x 32 columns (16 registers; 4 x 64 would spill, and with
         // 2 x 64 a C model of Q6_K's block ran 15 to 20% slower, each vector of `b` serving 2
@@ -1878,6 +1882,7 @@ impl HostPhases {
             (true, true, _) => (12, 2),
             (true, false, Micro::Dpbf16) => (6, 4),
             (true, false, Micro::Fma) if narrow => (8, 2),
+            (true, false, Micro::Fma) if self.amx => (5, 4),
             (true, false, _) => (4, 4),
             (false, _, _) => (6, 1),
         };
