@@ -1866,7 +1866,7 @@ impl HostPhases {
         // set of the L1 cache (slower still).
         // On the AMX level (Intel CPUs, whose two FMA ports also run the shifts and masks
         // that widen `fma` blocks' bf16 weights) wider `fma` blocks take 5 rows: each vector
-        // of `b` loaded serves 5 rows (the f32-activation GEMM ran 5 to 11% faster on a
+        // of `b` loaded serves 5 rows (the f32-activation GEMM ran 5 to 10% faster on a
         // 2-core Xeon than with 4; 6 rows spill, 7 x 3 and 8 x 2 ran slower).
         // A dot scaled per K group keeps two vectors per accumulator (the block's totals and
         // the group's sums): 4 rows x 32 columns (16 registers; 4 x 64 would spill, and with
