@@ -13,9 +13,9 @@
 //! rows past `m` the transpose wrote as zeros, so every window is whole where the wide
 //! kernel's is and the host runs the K loop fused the same way (`gemm.rs`; both kernels'
 //! K loops are `k_loops.rs`'s, at the expert's weight and the block's 16 columns). Each
-//! workgroup computes a 64 x 16 block of `yᵀ = w · xᵀ` (64 weight rows, 16 rows of `x`); on the host
-//! its register blocks are 8 weight rows by the 16 columns. The products and their order per
-//! element are the wide kernels', so the results are too.
+//! workgroup computes a 64 x 16 block of `yᵀ = w · xᵀ` (64 weight rows, 16 rows of `x`); on
+//! the host its register blocks are 8 weight rows by the 16 columns. The products and their
+//! order per element are the wide kernels', so the results are too.
 //!
 //! Block `b` of 16 rows (rows `16b..16b + 16` of `x` and `y`) multiplies the `[n, k]` matrix
 //! at `w[experts[b] * w_stride + w_offset..]`: an expert's rows of a stacked `[E, n, k]`

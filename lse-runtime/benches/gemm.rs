@@ -13,8 +13,8 @@
 //! (`gemm.xwt_narrow`; a call of 8 workgroups, so its launch weighs), on each host level,
 //! with activations rounded to bf16 and with f32 activations (`bf16 / f32` per cell), and
 //! each path's best level as a fraction of its peak (the bf16 path's of the f32 peak on a CPU
-//! without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best of at least 3 runs, more while they take
-//! under a second (peaks: half a second).
+//! without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best of at least
+//! 3 runs, more while they take under a second (peaks: half a second).
 //! With `LSE_BENCH_PYTHON` naming a Python that has torch (a venv outside the repository),
 //! each shape first runs `scripts/bench-torch-gemm.py` on it (PyTorch's bf16 `matmul`, the
 //! same threads) and its row ends with PyTorch's GFLOP/s and the ratio of the best LOOM bf16
