@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use clap::{Subcommand, ValueEnum};
 use lse_dsl::rt::KernelDef;
 
+use crate::stdout::{self, Stop};
+
 #[derive(Subcommand)]
 pub enum KernelsCommand {
     /// One line per kernel: id, IR hash, workgroup size, shared memory, targets (AMDGPU and
@@ -41,12 +43,9 @@ pub enum Emit {
     Ptx,
 }
 
-pub fn run(cmd: KernelsCommand) -> Result<(), String> {
+pub fn run(cmd: KernelsCommand) -> Result<(), Stop> {
     match cmd {
-        KernelsCommand::List => {
-            print!("{}", list());
-            Ok(())
-        }
+        KernelsCommand::List => stdout::print(&list()),
         KernelsCommand::Show { name, emit, arch } => {
             let kernel = lse_kernels::find(&name).ok_or_else(|| {
                 let known: Vec<&str> = lse_kernels::ALL.iter().map(|k| k.id).collect();
@@ -55,8 +54,7 @@ pub fn run(cmd: KernelsCommand) -> Result<(), String> {
                     known.join(", ")
                 )
             })?;
-            print!("{}", show(kernel, emit, arch.as_deref())?);
-            Ok(())
+            stdout::print(&show(kernel, emit, arch.as_deref())?)
         }
     }
 }

@@ -6,12 +6,14 @@ mod perplexity_cmd;
 mod progress_bar;
 mod report;
 mod signals;
+mod stdout;
 mod summary;
 mod synthetic_cmd;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use stdout::Stop;
 
 #[derive(Parser)]
 #[command(
@@ -45,14 +47,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Kernels(cmd) => kernels_cmd::run(cmd),
         Command::Perplexity(args) => perplexity_cmd::run(*args),
-        Command::Report(args) => report::run(args),
-        Command::SyntheticModel(args) => synthetic_cmd::run(args),
+        Command::Report(args) => report::run(args).map_err(Stop::Failed),
+        Command::SyntheticModel(args) => synthetic_cmd::run(args).map_err(Stop::Failed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("lse: {message}");
-            ExitCode::FAILURE
-        }
+        Err(stop) => stop.report(),
     }
 }

@@ -14,6 +14,7 @@ use lse_runtime::perplexity::{
 use lse_runtime::scoring::{self, Method};
 
 use crate::progress_bar::Bar;
+use crate::stdout::{self, Stop};
 use crate::summary::{kernel_times_table, launch_times_table, summary, LAUNCH_ROWS};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -294,7 +295,7 @@ fn request(args: &PerplexityArgs) -> Request {
     request
 }
 
-pub fn run(args: PerplexityArgs) -> Result<(), String> {
+pub fn run(args: PerplexityArgs) -> Result<(), Stop> {
     let Dialect::Loom = args.dialect;
     // Every check that needs neither the model nor the text comes first.
     check_roles(&args)?;
@@ -332,7 +333,7 @@ pub fn run(args: PerplexityArgs) -> Result<(), String> {
     match &args.output {
         Some(path) => scoring::atomic::write_atomic(path, format!("{json}\n").as_bytes())
             .map_err(|e| e.to_string())?,
-        None => println!("{json}"),
+        None => stdout::print(&format!("{json}\n"))?,
     }
     if !args.quiet {
         eprint!("{}", summary(&report));

@@ -131,3 +131,59 @@ fn the_gemm_shows_each_targets_matrix_instruction() {
         "{err}"
     );
 }
+
+/// Runs `lse` with `args` and its standard output a pipe whose reader has already closed:
+/// (exit status code, stderr).
+fn to_a_closed_reader(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_reader_that_closes_early_stops_lse_quietly_with_the_sigpipe_status() {
+    for args in [
+        &["kernels", "list"][..],
+        &[
+            "kernels",
+            "show",
+            "gemm.xwt_bf16",
+            "--emit",
+            "asm",
+            "--arch",
+            "x86-64-v4-amx",
+        ],
+    ] {
+        let (code, err) = to_a_closed_reader(args);
+        assert_eq!(code, Some(141), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_full_disk_behind_standard_output_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full (Linux)");
+    let out = Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(["kernels", "list"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("could not write to standard output") && !err.contains("panicked"),
+        "{err}"
+    );
+}

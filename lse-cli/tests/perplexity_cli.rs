@@ -457,6 +457,25 @@ fn output_file_is_written_whole() {
     );
 }
 
+#[test]
+fn a_report_on_stdout_to_a_closed_reader_stops_quietly_with_the_sigpipe_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = golden_text(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lse"))
+        .args(["perplexity", "--model", big_vocab_model().to_str().unwrap()])
+        .args(["--perplexity", text.to_str().unwrap(), "--quiet"])
+        .args(["--perplexity-ctx", "64", "--perplexity-chunks", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
 /// NLL of chunk 0 from transformers' log-probs in `golden.json`: `logprobs[t]` is the
 /// log-softmax after reading tokens 0..=t and `columns` names each column's token id, so the
 /// NLL of predicting `token_ids[p + 1]` at position p is `-logprobs[p][column of it]`.
