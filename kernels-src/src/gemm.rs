@@ -160,3 +160,71 @@ fn gemm_xwt_exact<W>(
         tile_store_t(acc1, y, row1 * n + col0, n, n - col0, m - row1);
     }
 }
+
+/// `x3`: f32 activations `x` `[m, k]` as three bf16 pieces that sum to them exactly, for
+/// `gemm.xwt_bf16x3`: `h = bf16(x)`, `d = bf16(x - h)`, `l = x - h - d` (each rounding to
+/// nearest even; both differences are exact in f32, and `l` has at most 8 significant bits,
+/// so it is exact in bf16 too). Layout `[ceil(m / 64), ceil(k / 128), 3, 64, 64, 2]`: per
+/// block of 64 rows of `x` and chunk of 128 K, the three pieces one after another, each in
+/// `gemm.transpose_x`'s pairs layout (`x[c][128 q + 2 i + j]`'s piece `p` at
+/// `x3[c / 64][q][p][i][c % 64][j]`); rows past `m` in the last block are written as zeros,
+/// and so is K past `k` in the 64 K of a workgroup (the half of a last chunk past them is
+/// not written: the products clip their windows to `k`). Grid: x = ceil(k / 64), y =
+/// ceil(m / 64).
+#[kernel(name = "gemm.transpose_x_bf16x3", version = 1, workgroup = 64, elem = [bf16])]
+fn transpose_x_bf16x3<W>(
+    x: &[f32; m * k],
+    x3: &mut [W; (m + 63) / 64 * ((k + 127) / 128) * 384 * 64],
+    m: u32,
+    k: u32,
+) {
+    let t = tile::<f32, 64, 64>();
+    let piece = tile::<W, 64, 64>();
+    let wide = tile::<f32, 64, 64>();
+    let k0 = group_id() * 64;
+    let m0 = group_id_y() * 64;
+    let at = m0 * ((k + 127) / 128) * 384 + k0 / 128 * 384 * 64 + k0 % 128 * 64;
+    tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
+    tile_copy(piece, t);
+    tile_store_pairs(piece, x3, at, 128, 64, 64);
+    tile_copy(wide, piece);
+    tile_sub(t, wide);
+    tile_copy(piece, t);
+    tile_store_pairs(piece, x3, at + 128 * 64, 128, 64, 64);
+    tile_copy(wide, piece);
+    tile_sub(t, wide);
+    tile_copy(piece, t);
+    tile_store_pairs(piece, x3, at + 2 * 128 * 64, 128, 64, 64);
+}
+
+/// `gemm_xwt` on f32 activations as three exact bf16 pieces (`x3`, `transpose_x_bf16x3`'s
+/// layout) against a bf16 weight: every product of a piece and a weight is exact in f32, so
+/// the sum is that of the f32 products `x · w`, in the dot's order (on the host's AMX level
+/// its tiles' own), at three times `gemm_xwt`'s dots. On a CPU with AMX, where `gemm_xwt`'s
+/// dots run at several times the rate of `gemm_xwt_exact`'s `fma` blocks, this is the faster
+/// way to f32 products (`--gemm-activations bf16x3`). A workgroup owns 64 x 64 of `y`, as in
+/// `gemm_xwt`, over K steps of 128 of the pieces. Grid as `gemm_xwt`'s.
+#[kernel(name = "gemm.xwt_bf16x3", version = 1, workgroup = 64, elem = [bf16])]
+fn gemm_xwt_bf16x3<W>(
+    x3: &[W; (m + 63) / 64 * ((k + 127) / 128) * 384 * 64],
+    w: &[W; n * k],
+    y: &mut [f32; m * n],
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 64;
+    const BK: u32 = 128;
+    let a = tile::<W, BN, BK>();
+    let b = tile::<W, BK, BM>();
+    let acc = tile::<f32, BN, BM>();
+    let row0 = grouped_row_block() * BM;
+    let col0 = grouped_col_block() * BN;
+    if accumulate == 1 {
+        tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
+    }
+    dot_k_bf16x3(acc, a, b, w, x3, row0, col0, n, k, BK);
+    tile_store_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
+}

@@ -113,3 +113,48 @@ fn gemm_xwt_exact_swiglu<W>(
     tile_mul(g, u);
     tile_store(g, ht, row0 * n + col0 * BM, BM, n - col0, BM);
 }
+
+/// `h3` = `h` as three exact bf16 pieces in `gemm.transpose_x_bf16x3`'s layout for `[m, n]`
+/// (the down product's activations under `--gemm-activations bf16x3`), from `x3` = `x` in
+/// that layout for `[m, k]`, against bf16 weights (`gemm.xwt_bf16x3`'s dots: each product
+/// exact); `ones`: 64 values of 1.0. Grid as `gemm_xwt_swiglu`'s.
+#[kernel(name = "gemm.xwt_bf16x3_swiglu", version = 1, workgroup = 64, elem = [bf16])]
+fn gemm_xwt_bf16x3_swiglu<W>(
+    x3: &[W; (m + 63) / 64 * ((k + 127) / 128) * 384 * 64],
+    gate: &[W; n * k],
+    up: &[W; n * k],
+    ones: &[f32; 64],
+    h3: &mut [W; (m + 63) / 64 * ((n + 127) / 128) * 384 * 64],
+    m: u32,
+    n: u32,
+    k: u32,
+) {
+    const BM: u32 = 64;
+    const BN: u32 = 64;
+    const BK: u32 = 32;
+    let a = tile::<W, BN, BK>();
+    let b = tile::<W, BK, BM>();
+    let g = tile::<f32, BN, BM>();
+    let u = tile::<f32, BN, BM>();
+    let s = tile::<f32, BN, BM>();
+    let o = tile::<W, BN, BM>();
+    let row0 = grouped_row_block() * BM;
+    let col0 = grouped_col_block() * BN;
+    dot_k_bf16x3(g, a, b, gate, x3, row0, col0, n, k, BK);
+    silu_tile(g, u, s, ones);
+    tile_zero(u);
+    dot_k_bf16x3(u, a, b, up, x3, row0, col0, n, k, BK);
+    tile_mul(g, u);
+    // The three pieces of `h`, each stored where `gemm.transpose_x_bf16x3` puts it.
+    let at = row0 * ((n + 127) / 128) * 384 + col0 / 128 * 384 * 64 + col0 % 128 * 64;
+    tile_copy(o, g);
+    tile_store_pairs(o, h3, at, 128, 64, 64);
+    tile_copy(s, o);
+    tile_sub(g, s);
+    tile_copy(o, g);
+    tile_store_pairs(o, h3, at + 128 * 64, 128, 64, 64);
+    tile_copy(s, o);
+    tile_sub(g, s);
+    tile_copy(o, g);
+    tile_store_pairs(o, h3, at + 2 * 128 * 64, 128, 64, 64);
+}

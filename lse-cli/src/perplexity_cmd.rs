@@ -40,6 +40,7 @@ pub enum KvDtypeArg {
 pub enum GemmActivationsArg {
     Reference,
     WeightDtype,
+    Bf16x3,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -257,6 +258,7 @@ fn settings(args: &PerplexityArgs) -> EngineSettings {
     settings.gemm_activations = match args.gemm_activations {
         GemmActivationsArg::Reference => GemmActivations::Reference,
         GemmActivationsArg::WeightDtype => GemmActivations::WeightDtype,
+        GemmActivationsArg::Bf16x3 => GemmActivations::Bf16x3,
     };
     settings.kv_len = args.kv_len;
     settings.flash_prefill = match args.flash_prefill_v2 {

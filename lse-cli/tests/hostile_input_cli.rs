@@ -557,7 +557,11 @@ fn argument_checks_come_before_the_model_and_the_text() {
 #[test]
 fn option_values_outside_their_set_are_usage_errors_listing_the_values() {
     for (option, value, values) in [
-        ("--gemm-activations", "bf16", "reference, weight-dtype"),
+        (
+            "--gemm-activations",
+            "bf16",
+            "reference, weight-dtype, bf16x3",
+        ),
         ("--kv-cache-dtype", "q8_0", "bf16, f16, f32"),
     ] {
         let out = lse(&[

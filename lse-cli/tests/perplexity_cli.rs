@@ -124,6 +124,31 @@ fn chunks_perplexity_matches_transformers_on_both_cpu_devices() {
     }
 }
 
+/// `--gemm-activations bf16x3` keeps transformers' f32 products (on an AMX CPU as three exact
+/// bf16 pieces per activation, elsewhere as the default), so the golden's perplexity holds
+/// as tightly as under the default, and the report says which products ran.
+#[test]
+fn bf16x3_activations_match_transformers_and_are_named_in_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = &golden()["chunks"];
+    let args = ["--perplexity-ctx", "64", "--kv-cache-dtype", "f32"];
+    let reference = perplexity(dir.path(), &args);
+    let r = perplexity(
+        dir.path(),
+        &[&args[..], &["--gemm-activations", "bf16x3"]].concat(),
+    );
+    assert_eq!(r["config"]["gemm_activations"], "bf16x3");
+    assert!(reference["config"].get("gemm_activations").is_none());
+    assert_eq!(r["scored_tokens"], want["scored_tokens"]);
+    assert_close(f(&r["mean_nll"]), f(&want["mean_nll"]), 2e-5, "bf16x3");
+    assert_close(
+        f(&r["mean_nll"]),
+        f(&reference["mean_nll"]),
+        1e-5,
+        "bf16x3 vs reference",
+    );
+}
+
 #[test]
 fn sliding_perplexity_matches_transformers() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,9 @@
 //! prefill shapes at M = 8192 (a ctx-8192 pass), Qwen3.5-35B-A3B's LM head (248,320 x 2048)
 //! at M = 128, and one of its experts' gate (or up) and down products on 16 rows
 //! (`gemm.xwt_narrow`; a call of 8 workgroups, so its launch weighs), on each host level,
-//! with activations rounded to bf16 and with f32 activations (`bf16 / f32` per cell), and
+//! with activations rounded to bf16 and with f32 activations (`bf16 / f32` per cell; on the
+//! AMX level also f32 activations as three bf16 pieces, `--gemm-activations bf16x3`:
+//! `bf16 / f32 / bf16x3`, and PyTorch's f32 `matmul` is its peer), and
 //! each path's best level as a fraction of its peak (the bf16 path's of the f32 peak on a CPU
 //! without AVX512-BF16, where it runs on `vfmadd` too). Every figure is the best of at least
 //! 3 runs, more while they take under a second (peaks: half a second).
@@ -244,11 +246,13 @@ fn amx_peak() -> Option<f64> {
 /// The Python `LSE_BENCH_PYTHON` names, which runs `scripts/bench-torch-gemm.py`.
 const TORCH_PYTHON: &str = "LSE_BENCH_PYTHON";
 
-/// PyTorch's GFLOP/s on one shape: `matmul` bf16 in and out, and f32 in and out as LSE's
-/// GEMM takes them (`x` rounded to bf16 and `y` widened inside the timed call).
+/// PyTorch's GFLOP/s on one shape: `matmul` bf16 in and out, f32 in and out as LSE's
+/// GEMM takes them (`x` rounded to bf16 and `y` widened inside the timed call), and f32 `x`
+/// by the weight widened to f32 (an SGEMM: the peer of the f32-activation paths).
 struct TorchRates {
     bf16: f64,
     f32: f64,
+    sgemm: Option<f64>,
 }
 
 /// One run of `scripts/bench-torch-gemm.py` by `python` on shape `m x n x k` with `threads`
@@ -281,7 +285,10 @@ fn torch_rates(
     let version = head.as_ref().and_then(|h| h["torch"].as_str());
     let rate = |key: &str| row.as_ref().and_then(|r| r[key].as_f64());
     match (version, rate("bf16"), rate("f32")) {
-        (Some(v), Some(bf16), Some(f32)) => Ok((v.to_string(), TorchRates { bf16, f32 })),
+        (Some(v), Some(bf16), Some(f32)) => {
+            let sgemm = rate("sgemm");
+            Ok((v.to_string(), TorchRates { bf16, f32, sgemm }))
+        }
         _ => Err(format!(
             "{script} printed no JSON rate (expected a version line and a shape line): {}",
             text.trim()
@@ -335,9 +342,16 @@ fn main() {
         "M",
         "N",
         "K",
-        names
+        levels
             .iter()
-            .map(|n| format!("{:>34}", format!("{n} (bf16 / f32)")))
+            .map(|d| {
+                let cells = if d.runs_amx() {
+                    "bf16 / f32 / bf16x3"
+                } else {
+                    "bf16 / f32"
+                };
+                format!("{:>34}", format!("{} ({cells})", d.arch()))
+            })
             .collect::<Vec<_>>()
             .join("")
     );
@@ -374,6 +388,7 @@ fn main() {
         };
         let mut best_exact = 0.0f64;
         let mut best_level = &levels[0];
+        let mut best_x3: Option<f64> = None;
         for dev in &levels {
             let g = run(dev, Activations::RoundedToWeight);
             let exact = run(dev, Activations::F32);
@@ -381,7 +396,14 @@ fn main() {
                 (best, best_level) = (g, dev);
             }
             best_exact = best_exact.max(exact);
-            row.push_str(&format!("{:>34}", format!("{g:.1} / {exact:.1}")));
+            let cell = if dev.runs_amx() {
+                let x3 = run(dev, Activations::Bf16x3);
+                best_x3 = Some(best_x3.unwrap_or(0.0).max(x3));
+                format!("{g:.1} / {exact:.1} / {x3:.1}")
+            } else {
+                format!("{g:.1} / {exact:.1}")
+            };
+            row.push_str(&format!("{cell:>34}"));
         }
         row.push_str("  GFLOP/s");
         // Without AVX512-BF16 the bf16 path runs on `vfmadd` too.
@@ -408,6 +430,15 @@ fn main() {
                 t.f32,
                 best / t.bf16
             ));
+            if let Some(sgemm) = t.sgemm {
+                row.push_str(&format!(
+                    "; PyTorch sgemm {sgemm:.1}, LOOM f32 / PyTorch sgemm {:.2}",
+                    best_exact / sgemm
+                ));
+                if let Some(x3) = best_x3 {
+                    row.push_str(&format!(", LOOM bf16x3 / PyTorch sgemm {:.2}", x3 / sgemm));
+                }
+            }
         }
         println!("{row}");
         if torch_rate.is_some() && rounds > 1 {

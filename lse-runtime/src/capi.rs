@@ -316,6 +316,10 @@ mod tests {
             s(r#"{"model":"m","gemm_activations":"weight-dtype"}"#),
             Ok(GemmActivations::WeightDtype)
         ));
+        assert!(matches!(
+            s(r#"{"model":"m","gemm_activations":"bf16x3"}"#),
+            Ok(GemmActivations::Bf16x3)
+        ));
         let Err(Failure(code, msg)) = s(r#"{"model":"m","gemm_activations":"bf16"}"#) else {
             panic!()
         };

@@ -188,20 +188,23 @@ fn gguf_conversions_of_the_golden_models_match_the_same_goldens() {
 
 /// `GemmActivations::WeightDtype` rounds the activations against 16-bit float weights only: a
 /// bf16 head meets them rounded, an f32 one (the tied f32 model's) keeps f32 products, and a
-/// GGUF file's rules are its own either way.
+/// GGUF file's rules are its own either way. `GemmActivations::Bf16x3` splits them against
+/// bf16 weights only, and leaves a GGUF file's rules alone too.
 #[test]
 fn weight_dtype_activations_round_against_16_bit_weights_only() {
     use lse_runtime::model::GemmActivations;
     let host = Device::open(Pool::Host).unwrap();
     let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf");
-    for (path, reference, rounded) in [
+    for (path, reference, rounded, split) in [
         (
             models_dir().join("dense_untied_bf16"),
             Activations::F32,
             Activations::RoundedToWeight,
+            Activations::Bf16x3,
         ),
         (
             models_dir().join("dense_tied_f32"),
+            Activations::F32,
             Activations::F32,
             Activations::F32,
         ),
@@ -209,9 +212,11 @@ fn weight_dtype_activations_round_against_16_bit_weights_only() {
             gguf.join("dense_untied_bf16-bf16.gguf"),
             Activations::RoundedToWeight,
             Activations::RoundedToWeight,
+            Activations::RoundedToWeight,
         ),
         (
             gguf.join("moe_fused-q8_0.gguf"),
+            Activations::Q8_0,
             Activations::Q8_0,
             Activations::Q8_0,
         ),
@@ -219,6 +224,7 @@ fn weight_dtype_activations_round_against_16_bit_weights_only() {
         for (act, want) in [
             (GemmActivations::Reference, reference),
             (GemmActivations::WeightDtype, rounded),
+            (GemmActivations::Bf16x3, split),
         ] {
             let m = HybridLM::load_with(&path, &host, act).unwrap();
             assert_eq!(m.head_act(), want, "{} {act:?}", path.display());

@@ -226,6 +226,16 @@ impl Device {
         kernel.host.iter().find(|v| v.cpu == cpu).map(|v| v.entry)
     }
 
+    /// Whether this device runs bf16 dots on AMX tiles: the host device at the AMX level
+    /// (`x86-64-v4-amx`, natively or through the emulator of `lse_dsl::rt::cpu_emulates`).
+    pub fn runs_amx(&self) -> bool {
+        self.pool == Pool::Host
+            && self
+                .bf16_dot_cpu
+                .or(self.host_cpu)
+                .is_some_and(|cpu| cpu.ends_with("-amx"))
+    }
+
     /// Whether `kernel` has code for this device (the `--no-cpu-fallback` check).
     pub fn has_kernel(&self, kernel: &KernelDef) -> bool {
         match self.pool {

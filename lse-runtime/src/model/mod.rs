@@ -126,6 +126,13 @@ pub enum GemmActivations {
     /// backend does: the products are exact, so the matrix instructions (`vdpbf16ps`, AMX)
     /// apply. A GGUF file already runs so; f32 and quantized weights keep their rule.
     WeightDtype,
+    /// Kept f32 against a bf16 weight, as under `Reference` for a Hugging Face or MLX
+    /// directory, but on a CPU with AMX split into three bf16 pieces that sum to each value
+    /// exactly, so each product is exact and the dots run on AMX tiles
+    /// ([`crate::ops::Activations::Bf16x3`]); the sums are in the tiles' order. Elsewhere the
+    /// same as `Reference`; weights that meet rounded or quantized activations (a GGUF file's)
+    /// keep their rule.
+    Bf16x3,
 }
 
 impl GemmActivations {
@@ -134,6 +141,7 @@ impl GemmActivations {
         match self {
             GemmActivations::Reference => "reference",
             GemmActivations::WeightDtype => "weight-dtype",
+            GemmActivations::Bf16x3 => "bf16x3",
         }
     }
 }
@@ -196,8 +204,10 @@ impl HybridLM {
             };
             (cfg, ws, TextTokenizer::load(dir)?, config_path)
         };
-        if act == GemmActivations::WeightDtype {
-            ws.round_activations_to_weight_dtype();
+        match act {
+            GemmActivations::Reference => {}
+            GemmActivations::WeightDtype => ws.round_activations_to_weight_dtype(),
+            GemmActivations::Bf16x3 => ws.split_activations_for_bf16_weights(),
         }
         Self::from_store(path, cfg, ws, tokenizer, &config_path, dev)
     }

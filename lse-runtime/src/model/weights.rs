@@ -485,6 +485,16 @@ impl WeightStore {
         }
     }
 
+    /// Makes every bf16 weight that meets f32 activations meet them as three exact bf16
+    /// pieces on AMX ([`Activations::Bf16x3`]); other weights keep their rule.
+    pub fn split_activations_for_bf16_weights(&mut self) {
+        for e in self.entries.values_mut() {
+            if matches!(e.dtype, Ok(Storage::Float(DType::BF16))) && e.act == Activations::F32 {
+                e.act = Activations::Bf16x3;
+            }
+        }
+    }
+
     /// How the attention's queries meet the KV cache: under llama.cpp's rounding (a GGUF
     /// file, or 16-bit weights meeting rounded activations) rounded to a bf16 cache's dtype,
     /// as its CPU flash attention does; else in f32, as transformers computes them.

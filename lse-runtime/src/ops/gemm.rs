@@ -14,8 +14,9 @@
 use half::{bf16, f16};
 use lse_kernels::act_quant::{q8_0, q8_k};
 use lse_kernels::gemm::{
-    gemm_xwt_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16, gemm_xwt_exact_f32, gemm_xwt_f16,
-    transpose_x_bf16, transpose_x_f16, transpose_x_f32,
+    gemm_xwt_bf16, gemm_xwt_bf16x3_bf16, gemm_xwt_exact_bf16, gemm_xwt_exact_f16,
+    gemm_xwt_exact_f32, gemm_xwt_f16, transpose_x_bf16, transpose_x_bf16x3_bf16, transpose_x_f16,
+    transpose_x_f32,
 };
 use lse_kernels::gemm_mlx::{
     gemm_xwt_mlx4_bf16, gemm_xwt_mlx4_f16, gemm_xwt_mlx4_f32, gemm_xwt_mlx8_bf16,
@@ -77,6 +78,13 @@ pub enum Activations {
     RoundedToWeight,
     /// Kept f32: each product `x · w` is rounded once, as an f32 SGEMM on the widened weight.
     F32,
+    /// Kept f32 in value, but against a bf16 weight on AMX (the host device's AMX level) split
+    /// into three bf16 pieces that sum to each value exactly (`gemm.transpose_x_bf16x3`), so
+    /// every product is exact, as `F32`'s are before rounding, and the dots run on AMX tiles
+    /// (`gemm.xwt_bf16x3`) at three times the bf16 GEMM's work; the sums are in the tiles'
+    /// order, so the bits differ from `F32`'s by rounding. Anywhere else, and for products of
+    /// at most 32 rows (the narrow kernels'), as `F32`.
+    Bf16x3,
     /// Each block of 32 values of a row replaced by what its llama.cpp Q8_0 (or Q8_1) form
     /// stands for (`act_quant.q8_0`), then kept f32: against a dequantized Q4_0, Q4_1, Q5_0,
     /// Q5_1 or Q8_0 weight of a GGUF checkpoint, as llama.cpp's CPU backend multiplies it.
@@ -107,6 +115,31 @@ pub fn gemm<'a>(
         return Ok(());
     }
     launch(dev, x, w, y, [m as u32, n as u32, k as u32], out, act)
+}
+
+/// [`gemm`] of f32 activations against a bf16 weight through the kernels
+/// [`Activations::Bf16x3`] takes on AMX (`gemm.transpose_x_bf16x3`, `gemm.xwt_bf16x3`), on any
+/// device and for any row count: each product exact, the sums in the device's dot order.
+/// The model takes it only where AMX runs it ([`Activations::Bf16x3`]); tests run its kernels
+/// everywhere.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bf16x3<'a>(
+    dev: &Device,
+    x: impl Into<DevSlice<'a, f32>>,
+    k: usize,
+    w: impl Into<DevSlice<'a, bf16>>,
+    n: usize,
+    y: impl Into<DevSliceMut<'a, f32>>,
+    out: GemmOut,
+) -> Result<(), OpError> {
+    let (x, w, y) = (x.into(), WeightView::Bf16(w.into()), y.into());
+    let m = check_shapes(x, k, w, n, &y)?;
+    if m == 0 {
+        return Ok(());
+    }
+    let [m, n, k] = [m, n, k].map(|v| v as u32);
+    let x3 = transpose(dev, x, XtType::Bf16x3, [m, k])?;
+    launch_transposed(dev, &x3, w, y, [m, n, k], out)
 }
 
 /// One product of [`gemm_same_x`]: `y (=|+=) x · wᵀ` with `w` `[n, k]`, as [`gemm`] takes it.
@@ -237,12 +270,14 @@ fn integer_route<'a>(
         .map(|i| (q.format, i))
 }
 
-/// The type `gemm.xwt` (bf16, f16) or `gemm.xwt_exact` (f32) takes `xᵀ` in.
+/// The type `gemm.xwt` (bf16, f16) or `gemm.xwt_exact` (f32) takes `xᵀ` in, or the three
+/// bf16 pieces `gemm.xwt_bf16x3` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum XtType {
     Bf16,
     F16,
     F32,
+    Bf16x3,
 }
 
 /// `xᵀ` rounded to [`XtType`] in `gemm.transpose_x`'s blocked pairs layout, or kept f32 in
@@ -252,25 +287,34 @@ pub(super) enum TransposedX<'d> {
     Bf16(Scratch<'d, bf16>),
     F16(Scratch<'d, f16>),
     F32(Scratch<'d, f32>),
+    /// `gemm.transpose_x_bf16x3`'s three pieces.
+    Bf16x3(Scratch<'d, bf16>),
 }
 
-/// The type `xᵀ` takes for a bf16, f16 or f32 weight `w` and `act`: the weight's for
-/// `gemm.xwt` (a 16-bit weight, activations rounded to it), else f32 for `gemm.xwt_exact`.
-pub(super) fn xt_type(w: WeightView<'_>, act: Activations) -> XtType {
+/// The type `xᵀ` takes for a bf16, f16 or f32 weight `w`, `act` and `m` rows of `x` on `dev`:
+/// the weight's for `gemm.xwt` (a 16-bit weight, activations rounded to it), the three bf16
+/// pieces for `gemm.xwt_bf16x3` ([`Activations::Bf16x3`] against a bf16 weight, past the
+/// narrow kernels' rows, on AMX), else f32 for `gemm.xwt_exact`.
+pub(super) fn xt_type(dev: &Device, w: WeightView<'_>, act: Activations, m: u32) -> XtType {
     match (w, act) {
         (WeightView::Bf16(_), Activations::RoundedToWeight) => XtType::Bf16,
         (WeightView::F16(_), Activations::RoundedToWeight) => XtType::F16,
+        (WeightView::Bf16(_), Activations::Bf16x3) if m > NARROW_MAX_M && dev.runs_amx() => {
+            XtType::Bf16x3
+        }
         _ => XtType::F32,
     }
 }
 
 /// Elements of `xᵀ` for `x` `[m, k]` in `ty`'s layout: blocks of 64 rows of `x` (a last
-/// one padded out to 64), each two K interleaved for the 16-bit types (an odd `k` padded).
+/// one padded out to 64), each two K interleaved for the 16-bit types (an odd `k` padded),
+/// in chunks of 128 K of three pieces each for [`XtType::Bf16x3`].
 pub(super) fn xt_len(ty: XtType, m: usize, k: usize) -> usize {
     let blocks = m.div_ceil(64);
     match ty {
         XtType::Bf16 | XtType::F16 => blocks * k.div_ceil(2) * 128,
         XtType::F32 => blocks * k * 64,
+        XtType::Bf16x3 => blocks * k.div_ceil(128) * 384 * 64,
     }
 }
 
@@ -286,6 +330,8 @@ pub(super) fn transpose<'d>(
     // written out to 64 with zeros (the products read whole blocks and the stores clip their
     // rows); the padding of an odd `k` is neither written nor read.
     let len = xt_len(ty, m as usize, k as usize);
+    // The kernels index `xᵀ` in u32 (three times `x` and more for the bf16x3 pieces).
+    to_u32("gemm", "the transposed activations' length", len)?;
     Ok(match ty {
         XtType::Bf16 => {
             let mut xt = dev.scratch::<bf16>(len)?;
@@ -326,6 +372,19 @@ pub(super) fn transpose<'d>(
             )?;
             TransposedX::F32(xt)
         }
+        XtType::Bf16x3 => {
+            let mut x3 = dev.scratch::<bf16>(len)?;
+            dev.launch(
+                grid,
+                transpose_x_bf16x3_bf16::Args {
+                    x,
+                    x3: x3.view_mut(),
+                    m,
+                    k,
+                },
+            )?;
+            TransposedX::Bf16x3(x3)
+        }
     })
 }
 
@@ -340,7 +399,7 @@ pub(super) fn launch_transposed(
     out: GemmOut,
 ) -> Result<(), OpError> {
     let accumulate = u32::from(out == GemmOut::Accumulate);
-    if m <= NARROW_MAX_M {
+    if m <= NARROW_MAX_M && !matches!(xt, TransposedX::Bf16x3(_)) {
         let experts = &ONE_WEIGHT[..(m as usize).div_ceil(NARROW_ROWS)];
         return launch_narrow(dev, xt, w, experts, y, [m, n, k], [0, 0], accumulate);
     }
@@ -378,6 +437,9 @@ pub(super) fn launch_transposed(
         }
         (TransposedX::F32(xt), WeightView::F32(w)) => {
             xwt!(gemm_xwt_exact_f32, xt: xt, w, EXACT_ROWS, EXACT_COLS)
+        }
+        (TransposedX::Bf16x3(x3), WeightView::Bf16(w)) => {
+            xwt!(gemm_xwt_bf16x3_bf16, x3: x3, w, XWT_ROWS, XWT_COLS)
         }
         _ => return Err(mismatch()),
     }
@@ -609,8 +671,9 @@ fn experts_products<'a>(
         Some(xq) => (xq.view(), Activations::F32),
         None => (x, act),
     };
-    let ty = xt_type(first.w, act);
-    if jobs.iter().any(|j| xt_type(j.w, act) != ty) {
+    // Blocks of at most 16 rows: never `gemm.xwt_bf16x3`'s pieces.
+    let ty = xt_type(dev, first.w, act, 0);
+    if jobs.iter().any(|j| xt_type(dev, j.w, act, 0) != ty) {
         return Err(mismatch());
     }
     let xt = transpose(dev, x, ty, [m as u32, k as u32])?;
@@ -663,7 +726,7 @@ pub fn quantize_activations<'a>(
     let block = match act {
         Activations::Q8_0 => 32,
         Activations::Q8K => 256,
-        Activations::RoundedToWeight | Activations::F32 => {
+        Activations::RoundedToWeight | Activations::F32 | Activations::Bf16x3 => {
             return Err(OpError::Invalid {
                 op: OP,
                 message: format!("{act:?} activations are not quantized"),
@@ -750,7 +813,7 @@ fn launch_sharing<'d>(
     }
     match w {
         WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_) => {
-            let ty = xt_type(w, act);
+            let ty = xt_type(dev, w, act, m);
             let xt = once_per(&mut shared.transposed, ty, || transpose(dev, x, ty, [m, k]))?;
             return launch_transposed(dev, xt, w, y, [m, n, k], out);
         }
@@ -841,6 +904,114 @@ mod tests {
         )
         .unwrap();
         y.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// `gemm.transpose_x_bf16x3`'s three pieces of each activation sum to it exactly on every
+    /// device, for values across f32's range (large, exact in bf16, halfway cases of the first
+    /// rounding) down to 2^-110; below, where the last piece falls under bf16's subnormal
+    /// step, to within 2^-133.
+    #[test]
+    fn bf16x3_pieces_sum_to_the_activations_exactly() {
+        let (m, k) = (70, 300);
+        let mut x = values(m * k, 21, 1.0);
+        let special = [
+            3.0e38,
+            -1.7e-38,
+            1.0e-40,
+            -2.5e-44,
+            1.0,
+            -0.0,
+            1.0 + 2f32.powi(-8),
+            1.0 - 2f32.powi(-24),
+            65504.0,
+            1.0 / 3.0,
+            -7.0e-3,
+        ];
+        for (i, v) in special.iter().enumerate() {
+            x[i * 97] = *v;
+        }
+        for (i, v) in x.iter_mut().enumerate().skip(1).step_by(5) {
+            *v *= 2f32.powi((i % 200) as i32 - 100);
+        }
+        for dev in cpu_side_devices() {
+            let x3 = transpose(&dev, DevSlice::from(&x[..]), XtType::Bf16x3, [70, 300]).unwrap();
+            let TransposedX::Bf16x3(x3) = x3 else {
+                panic!("not the pieces")
+            };
+            let mut pieces = vec![bf16::ZERO; x3.view().len()];
+            dev.download(x3.view(), &mut pieces).unwrap();
+            let x3 = pieces;
+            let chunks = k.div_ceil(128);
+            for r in 0..m {
+                for j in 0..k {
+                    let piece = |p: usize| {
+                        let at = (r / 64) * chunks * 384 * 64
+                            + (j / 128) * 384 * 64
+                            + p * 128 * 64
+                            + (j % 128 / 2) * 128
+                            + (r % 64) * 2
+                            + j % 2;
+                        x3[at].to_f64()
+                    };
+                    let sum = piece(0) + piece(1) + piece(2);
+                    let want = x[r * k + j] as f64;
+                    let tol = if want.abs() >= 2f64.powi(-110) {
+                        0.0
+                    } else {
+                        2f64.powi(-133)
+                    };
+                    assert!(
+                        (sum - want).abs() <= tol,
+                        "{}: x[{r}][{j}] = {want:e}, the pieces sum to {sum:e}",
+                        dev.arch()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Products of bf16x3 activations ([`gemm_bf16x3`]) are as accurate as the f32 path's on
+    /// every device: within four times its largest error against an f64 reference (three
+    /// times the terms, each sum rounded), where a piece dropped or rounded would be off by
+    /// 2^-16 or 2^-8 of the terms, tens of times more (a whole, fused shape; a ragged one;
+    /// one row).
+    #[test]
+    fn bf16x3_products_are_as_accurate_as_f32_ones() {
+        for (m, n, k) in [(70, 96, 1024), (37, 150, 300), (1, 40, 129)] {
+            let x = values(m * k, 31, 1.0);
+            let w: Vec<bf16> = values(n * k, 32, 0.1)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let exact: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let (r, c) = (i / n, i % n);
+                    (0..k)
+                        .map(|j| x[r * k + j] as f64 * w[c * k + j].to_f64())
+                        .sum()
+                })
+                .collect();
+            let worst = |y: &[f32]| {
+                y.iter()
+                    .zip(&exact)
+                    .map(|(a, b)| (*a as f64 - b).abs())
+                    .fold(0.0, f64::max)
+            };
+            for dev in cpu_side_devices() {
+                let mut y32 = vec![0.0f32; m * n];
+                let wv = WeightView::Bf16(DevSlice::from(&w[..]));
+                let over = GemmOut::Overwrite;
+                gemm(&dev, &x, k, wv, n, &mut y32, over, Activations::F32).unwrap();
+                let mut y3 = vec![0.0f32; m * n];
+                gemm_bf16x3(&dev, &x, k, &w[..], n, &mut y3, over).unwrap();
+                let (e32, e3) = (worst(&y32), worst(&y3));
+                assert!(
+                    e3 <= 4.0 * e32.max(1e-7),
+                    "{} {m}x{n}x{k}: bf16x3 off by {e3:e}, f32 by {e32:e}",
+                    dev.arch()
+                );
+            }
+        }
     }
 
     /// A product with activations rounded to a bf16 weight adds each K pair as `vdpbf16ps`

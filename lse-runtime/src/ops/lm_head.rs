@@ -160,7 +160,7 @@ fn run(
     }
     let dim32 = to_u32(OP, "dim", dim)?;
     // One row against a float weight: the matrix-vector kernel (a quantized one takes the GEMM).
-    if rows == 1 && act == Activations::F32 {
+    if rows == 1 && matches!(act, Activations::F32 | Activations::Bf16x3) {
         macro_rules! matvec {
             ($kernel:ident, $w:expr) => {{
                 let grid = [vocab32.div_ceil($kernel::KERNEL.workgroup_size), 1, 1];

@@ -43,8 +43,8 @@ pub use flashprefill::{
     MAX_BLOCK_SIZE,
 };
 pub use gemm::{
-    gemm, gemm_experts, gemm_experts_gathered, gemm_same_x, quantize_activations, Activations,
-    ExpertsJob, GemmJob, GemmOut, NARROW_ROWS,
+    gemm, gemm_bf16x3, gemm_experts, gemm_experts_gathered, gemm_same_x, quantize_activations,
+    Activations, ExpertsJob, GemmJob, GemmOut, NARROW_ROWS,
 };
 pub use gemm_int::{integer_gemm_activations, interleave, interleave_into, interleaved_len};
 pub use kv_write::{kv_write, KvCacheMut, KvRounding};

@@ -1,14 +1,14 @@
 //! The dense SwiGLU MLP, `y = (silu(x · gateᵀ) ⊙ (x · upᵀ)) · downᵀ`, with its element-wise
 //! step fused into the gate and up products (`gemm.xwt_swiglu.v2`, `gemm.xwt_exact_swiglu.v2`,
-//! `kernels-src/src/gemm_swiglu.rs`): they write `h` transposed, as the down product reads
+//! `gemm.xwt_bf16x3_swiglu.v1`, `kernels-src/src/gemm_swiglu.rs`): they write `h` transposed, as the down product reads
 //! its activations, so `h` is neither stored in f32, read back by `ffn.swiglu` nor
 //! transposed by `gemm.transpose_x`. On the host the results are the unfused MLP's (three
 //! [`gemm`](super::gemm) calls and [`swiglu`](super::swiglu)) bit for bit.
 
 use half::{bf16, f16};
 use lse_kernels::gemm_swiglu::{
-    gemm_xwt_exact_swiglu_bf16, gemm_xwt_exact_swiglu_f16, gemm_xwt_exact_swiglu_f32,
-    gemm_xwt_swiglu_bf16, gemm_xwt_swiglu_f16,
+    gemm_xwt_bf16x3_swiglu_bf16, gemm_xwt_exact_swiglu_bf16, gemm_xwt_exact_swiglu_f16,
+    gemm_xwt_exact_swiglu_f32, gemm_xwt_swiglu_bf16, gemm_xwt_swiglu_f16,
 };
 
 use super::gemm::{launch_transposed, transpose, xt_len, xt_type, TransposedX, XtType};
@@ -46,11 +46,14 @@ pub fn swiglu_mlp<'a>(
             WeightView::Bf16(_) | WeightView::F16(_) | WeightView::F32(_)
         )
     };
-    let ty = xt_type(gate, act);
-    let fused = matches!(act, Activations::RoundedToWeight | Activations::F32)
-        && [gate, up, down].into_iter().all(float)
+    let rows = u32::try_from(x.len() / k.max(1)).unwrap_or(u32::MAX);
+    let ty = xt_type(dev, gate, act, rows);
+    let fused = matches!(
+        act,
+        Activations::RoundedToWeight | Activations::F32 | Activations::Bf16x3
+    ) && [gate, up, down].into_iter().all(float)
         && std::mem::discriminant(&gate) == std::mem::discriminant(&up)
-        && xt_type(down, act) == ty;
+        && xt_type(dev, down, act, rows) == ty;
     if !fused {
         return Ok(false);
     }
@@ -145,6 +148,21 @@ fn gate_up_swiglu<'d>(
         (TransposedX::F32(xt), WeightView::F32(g), WeightView::F32(u)) => {
             exact!(gemm_xwt_exact_swiglu_f32, xt, g, u)
         }
+        (TransposedX::Bf16x3(x3), WeightView::Bf16(g), WeightView::Bf16(u)) => {
+            let mut h3 = dev.scratch::<bf16>(xt_len(XtType::Bf16x3, m as usize, n as usize))?;
+            let args = gemm_xwt_bf16x3_swiglu_bf16::Args {
+                x3: x3.view(),
+                gate: g,
+                up: u,
+                ones,
+                h3: h3.view_mut(),
+                m,
+                n,
+                k,
+            };
+            dev.launch(grid, args)?;
+            TransposedX::Bf16x3(h3)
+        }
         _ => {
             return Err(OpError::Invalid {
                 op: OP,
@@ -170,7 +188,9 @@ mod tests {
     impl Stored {
         fn new(v: Vec<f32>, ty: XtType) -> Self {
             match ty {
-                XtType::Bf16 => Stored::Bf16(v.into_iter().map(bf16::from_f32).collect()),
+                XtType::Bf16 | XtType::Bf16x3 => {
+                    Stored::Bf16(v.into_iter().map(bf16::from_f32).collect())
+                }
                 XtType::F16 => Stored::F16(v.into_iter().map(f16::from_f32).collect()),
                 XtType::F32 => Stored::F32(v),
             }
@@ -223,7 +243,8 @@ mod tests {
     /// On the generated Rust and every host level, the fused MLP gives the unfused one's
     /// bits: for ragged shapes (a last row block of 6 rows, odd widths, K and N below a
     /// tile, one row) and whole ones (where the host fuses the K loops), every weight type
-    /// met by rounded and by f32 activations.
+    /// met by rounded and by f32 activations, and bf16 weights by bf16x3 activations (on AMX
+    /// the pieces' kernels for the shapes past 32 rows).
     #[test]
     fn the_fused_mlp_gives_the_bits_of_the_products_and_swiglu_apart() {
         let shapes = [
@@ -239,6 +260,7 @@ mod tests {
             (XtType::F16, Activations::F32),
             (XtType::F32, Activations::F32),
             (XtType::F32, Activations::RoundedToWeight),
+            (XtType::Bf16, Activations::Bf16x3),
         ];
         for dev in cpu_side_devices() {
             for shape in shapes {

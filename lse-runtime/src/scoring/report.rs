@@ -404,12 +404,17 @@ mod tests {
     fn gemm_activations_appear_in_the_config_only_when_not_the_reference() {
         let mut r = sample(false, false);
         r.prefill_attention_density = None;
-        r.config.gemm_activations = Some(GemmActivations::WeightDtype);
-        let json = r.to_json().unwrap();
-        let v: Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v["config"]["gemm_activations"], "weight-dtype");
-        let back: PerplexityReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, r);
+        for (act, name) in [
+            (GemmActivations::WeightDtype, "weight-dtype"),
+            (GemmActivations::Bf16x3, "bf16x3"),
+        ] {
+            r.config.gemm_activations = Some(act);
+            let json = r.to_json().unwrap();
+            let v: Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["config"]["gemm_activations"], name);
+            let back: PerplexityReport = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, r);
+        }
         // A report of the brief's shape (no such field) reads back as the reference.
         r.config.gemm_activations = None;
         let json = r.to_json().unwrap();
@@ -423,8 +428,9 @@ mod tests {
         );
         let err = serde_json::from_str::<PerplexityReport>(&bad).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("unknown variant `fast`, expected `reference` or `weight-dtype`"),
+            err.to_string().contains(
+                "unknown variant `fast`, expected one of `reference`, `weight-dtype`, `bf16x3`"
+            ),
             "{err}"
         );
     }

@@ -1,17 +1,22 @@
 //! Differential cases of the LOOM GEMM (`gemm.xwt_<ty>`, and `gemm.xwt_narrow_<ty>` for at
 //! most 32 rows): every weight dtype, the 0.8B model's widths on a few rows, ragged shapes
-//! (m, n, k not multiples of any tile; m = 1; k = 1), overwrite and accumulate.
+//! (m, n, k not multiples of any tile; m = 1; k = 1), overwrite and accumulate; and bf16x3
+//! activations (f32 as three exact bf16 pieces), both as the model's products take them
+//! (`gemm.xwt_bf16x3` on AMX, the f32 path elsewhere) and through `gemm.xwt_bf16x3` on every
+//! device ([`ops::gemm_bf16x3`]).
 //!
 //! Tolerance (the numeric contract of `tile_dot`, LOOM.md): the reference sums the exact
 //! products of the operands the kernel multiplies (activations rounded to the weight's 16-bit
 //! type for bf16/f16 weights) in f64. Any order of f32 additions of `k` terms is within
 //! `k · 2^-24 · Σ|x_j w_j|` of it, and `Σ|x_j w_j| <= k · max|x| · max|w|`, so the case allows
-//! `abs = k² · 2^-24 · max|x| · max|w|` (plus one rounding of `y` for accumulate).
+//! `abs = k² · 2^-24 · max|x| · max|w|` (plus one rounding of `y` for accumulate). bf16x3
+//! activations add `3k` exact products whose magnitudes sum to at most `(1 + 2^-8)` times
+//! `Σ|x_j w_j|`, so their bound is three times that.
 //! Hosts whose dot keeps the reference's order (every level without AVX512-BF16, and the f16,
 //! f32 and f32-activation instances everywhere) agree with the generated Rust to the bit, and
 //! the cases whose every level does so are checked to the bit; the bf16 instance with rounded
 //! activations sums in its own order on the AVX512-BF16 and AMX levels and is held to the
-//! tolerance.
+//! tolerance, as bf16x3 activations are.
 
 use half::{bf16, f16};
 use lse_runtime::device::Device;
@@ -31,6 +36,8 @@ struct GemmCase {
     dtype: Dtype,
     out: GemmOut,
     act: Activations,
+    /// Through `gemm.xwt_bf16x3` on every device ([`ops::gemm_bf16x3`]), not as `act` routes.
+    pieces: bool,
 }
 
 impl GemmCase {
@@ -55,13 +62,26 @@ impl GemmCase {
 impl Case for GemmCase {
     fn name(&self) -> String {
         format!(
-            "gemm m={} n={} k={} {:?} {:?} {:?}",
-            self.m, self.n, self.k, self.dtype, self.out, self.act
+            "gemm m={} n={} k={} {:?} {:?} {:?}{}",
+            self.m,
+            self.n,
+            self.k,
+            self.dtype,
+            self.out,
+            self.act,
+            if self.pieces { " (gemm_bf16x3)" } else { "" }
         )
     }
 
     fn run(&self, dev: &Device) -> Vec<Out> {
         let (x, w, mut y) = self.inputs();
+        if self.pieces {
+            let Stored::Bf16(w) = w else {
+                panic!("gemm_bf16x3 takes a bf16 weight")
+            };
+            ops::gemm_bf16x3(dev, &x, self.k, &w[..], self.n, &mut y, self.out).unwrap();
+            return vec![Out::F32("y", y)];
+        }
         ops::gemm(
             dev,
             &x,
@@ -97,18 +117,24 @@ impl Case for GemmCase {
 
     fn tolerance(&self) -> Tol {
         let k = self.k as f32;
-        let bound = k * k * f32::EPSILON / 2.0 * X_SCALE * W_SCALE;
+        let pieces = if self.act == Activations::Bf16x3 || self.pieces {
+            3.0
+        } else {
+            1.0
+        };
+        let bound = pieces * k * k * f32::EPSILON / 2.0 * X_SCALE * W_SCALE;
         Tol {
             abs: bound + 4.0 * f32::EPSILON,
             rel: f32::EPSILON,
         }
     }
 
-    /// Only the bf16 dot with rounded activations leaves the reference's order (on the
-    /// AVX512-BF16 and AMX levels); every other instance must match the generated Rust
-    /// bit for bit on every level.
+    /// Only the bf16 dots leave the reference's order (on the AVX512-BF16 and AMX levels):
+    /// with rounded activations, and bf16x3's pieces (whose product also differs from the f32
+    /// path's that the generated Rust takes under `ops::gemm`); every other instance must
+    /// match the generated Rust bit for bit on every level.
     fn same_order(&self) -> bool {
-        self.dtype != Dtype::Bf16 || self.act == Activations::F32
+        self.dtype != Dtype::Bf16 || (self.act == Activations::F32 && !self.pieces)
     }
 }
 
@@ -144,6 +170,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 dtype,
                 out: GemmOut::Overwrite,
                 act: Activations::F32,
+                pieces: false,
             }));
         }
     }
@@ -179,6 +206,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 dtype,
                 out: GemmOut::Overwrite,
                 act: Activations::RoundedToWeight,
+                pieces: false,
             }));
         }
         for (m, n, k) in [
@@ -198,8 +226,40 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 dtype,
                 out: GemmOut::Accumulate,
                 act: Activations::RoundedToWeight,
+                pieces: false,
             }));
         }
+    }
+    // bf16x3: the pieces' kernels on every device on ragged shapes (m, n, k not multiples of
+    // a tile; m = 1; k = 1; a K past the last whole chunk of 128), the model's widths, whole
+    // shapes the host fuses (K over several chunks of 128), and accumulate; and the model's
+    // route, which takes them on AMX past 32 rows.
+    for (m, n, k, accumulate, pieces) in [
+        (37, 150, 300, false, true),
+        (1, 70, 33, false, true),
+        (3, 17, 1, false, true),
+        (100, 65, 200, true, true),
+        (64, 128, 384, false, true),
+        (130, 200, 1024, false, true),
+        (64, 1024, 3584, true, true),
+        (600, 130, 66, false, true),
+        (33, 64, 256, false, false),
+        (20, 130, 256, false, false),
+        (128, 192, 256, true, false),
+    ] {
+        out.push(Box::new(GemmCase {
+            m,
+            n,
+            k,
+            dtype: Dtype::Bf16,
+            out: if accumulate {
+                GemmOut::Accumulate
+            } else {
+                GemmOut::Overwrite
+            },
+            act: Activations::Bf16x3,
+            pieces,
+        }));
     }
     out
 }
