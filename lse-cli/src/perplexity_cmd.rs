@@ -75,7 +75,10 @@ pub struct PerplexityArgs {
     /// How activations meet 16-bit float weights in the matrix products: reference (as the
     /// checkpoint's reference computes: f32 for a Hugging Face or MLX directory, llama.cpp's
     /// rules for a GGUF file) or weight-dtype (rounded to a bf16/f16 weight's dtype, as
-    /// llama.cpp does: faster on CPUs with AVX512-BF16 or AMX). Under llama.cpp's rules the
+    /// llama.cpp does: faster on CPUs with AVX512-BF16 or AMX), or bf16x3 (f32 against bf16
+    /// weights as under reference, but on a CPU with AMX as three exact bf16 pieces whose
+    /// products run on AMX tiles: the f32 products at about twice the speed there, the sums
+    /// in the tiles' order; elsewhere the same as reference). Under llama.cpp's rules the
     /// attention's queries also meet a bf16 KV cache rounded to bf16.
     #[arg(long, value_enum, default_value = "reference")]
     gemm_activations: GemmActivationsArg,

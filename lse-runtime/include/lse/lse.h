@@ -26,7 +26,8 @@ typedef struct lse_engine lse_engine;
  *   "model" (string, required): Hugging Face model directory;
  *   "pool": "host" (default), "cpu", "hip:N" / "hrx:N", "cuda:N";
  *   "batch_size", "ubatch_size", "kv_len" (integers), "kv_cache_dtype": "bf16" | "f16" | "f32";
- *   "gemm_activations": "reference" (default) | "weight-dtype", as the CLI's --gemm-activations;
+ *   "gemm_activations": "reference" (default) | "weight-dtype" | "bf16x3", as the CLI's
+ *     --gemm-activations;
  *   "flash_prefill_v2": "on" | "off" | "auto"; "prefill_attention_scale" (number, alpha);
  *   "flashprefill_block_size", "flashprefill_sink_blocks", "flashprefill_window_blocks",
  *   "flashprefill_last_full_blocks", "flashprefill_min_budget", "flashprefill_min_kv_len"
