@@ -183,18 +183,8 @@ fn transpose_x_bf16x3<W>(
     let wide = tile::<f32, 64, 64>();
     let k0 = group_id() * 64;
     let m0 = group_id_y() * 64;
-    let at = m0 * ((k + 127) / 128) * 384 + k0 / 128 * 384 * 64 + k0 % 128 * 64;
     tile_load_t(t, x, m0 * k + k0, k, k - k0, m - m0);
-    tile_copy(piece, t);
-    tile_store_pairs(piece, x3, at, 128, 64, 64);
-    tile_copy(wide, piece);
-    tile_sub(t, wide);
-    tile_copy(piece, t);
-    tile_store_pairs(piece, x3, at + 128 * 64, 128, 64, 64);
-    tile_copy(wide, piece);
-    tile_sub(t, wide);
-    tile_copy(piece, t);
-    tile_store_pairs(piece, x3, at + 2 * 128 * 64, 128, 64, 64);
+    store_bf16x3(t, piece, wide, x3, m0, k0, k);
 }
 
 /// `gemm_xwt` on f32 activations as three exact bf16 pieces (`x3`, `transpose_x_bf16x3`'s

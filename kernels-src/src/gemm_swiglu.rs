@@ -145,16 +145,5 @@ fn gemm_xwt_bf16x3_swiglu<W>(
     tile_zero(u);
     dot_k_bf16x3(u, a, b, up, x3, row0, col0, n, k, BK);
     tile_mul(g, u);
-    // The three pieces of `h`, each stored where `gemm.transpose_x_bf16x3` puts it.
-    let at = row0 * ((n + 127) / 128) * 384 + col0 / 128 * 384 * 64 + col0 % 128 * 64;
-    tile_copy(o, g);
-    tile_store_pairs(o, h3, at, 128, 64, 64);
-    tile_copy(s, o);
-    tile_sub(g, s);
-    tile_copy(o, g);
-    tile_store_pairs(o, h3, at + 128 * 64, 128, 64, 64);
-    tile_copy(s, o);
-    tile_sub(g, s);
-    tile_copy(o, g);
-    tile_store_pairs(o, h3, at + 2 * 128 * 64, 128, 64, 64);
+    store_bf16x3(g, o, s, h3, row0, col0, n);
 }

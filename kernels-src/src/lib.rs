@@ -8,6 +8,7 @@ use lse_dsl::rt::KernelDef;
 
 pub mod act_quant;
 pub mod attention;
+mod bf16x3;
 pub mod deltanet;
 pub mod embedding;
 pub mod ffn;

@@ -391,7 +391,7 @@ fn bad_inputs_are_refused_naming_file_and_field() {
     assert!(
         err.contains("act.json")
             && err.contains("`config.gemm_activations`")
-            && err.contains("expected `reference` or `weight-dtype`"),
+            && err.contains("expected one of `reference`, `weight-dtype`, `bf16x3`"),
         "{err}"
     );
 
