@@ -193,7 +193,11 @@ fn transpose_x_bf16x3<W>(
 /// its tiles' own), at three times `gemm_xwt`'s dots. On a CPU with AMX, where `gemm_xwt`'s
 /// dots run at several times the rate of `gemm_xwt_exact`'s `fma` blocks, this is the faster
 /// way to f32 products (`--gemm-activations bf16x3`). A workgroup owns 64 x 64 of `y`, as in
-/// `gemm_xwt`, over K steps of 128 of the pieces. Grid as `gemm_xwt`'s.
+/// `gemm_xwt`, over K steps of 128 of the pieces. Grid as `gemm_xwt`'s, but in groups of one
+/// row block (`group_order.rs`): a run of workgroups keeps one block of 64 rows' pieces (384
+/// KiB at K = 1024, 1.3 MiB at K = 3584) in L2 while the weight streams, where groups of 8
+/// blocks' pieces (3 MiB) came from L3 (on a 2-core AMX Xeon 1.2 to 1.5 times the GFLOP/s on
+/// the 0.8B shapes at M = 512 and 8192; the LM head's two row blocks, the same).
 #[kernel(name = "gemm.xwt_bf16x3", version = 1, workgroup = 64, elem = [bf16])]
 fn gemm_xwt_bf16x3<W>(
     x3: &[W; (m + 63) / 64 * ((k + 127) / 128) * 384 * 64],
@@ -210,8 +214,8 @@ fn gemm_xwt_bf16x3<W>(
     let a = tile::<W, BN, BK>();
     let b = tile::<W, BK, BM>();
     let acc = tile::<f32, BN, BM>();
-    let row0 = grouped_row_block() * BM;
-    let col0 = grouped_col_block() * BN;
+    let row0 = grouped_row_block_in(1) * BM;
+    let col0 = grouped_col_block_in(1) * BN;
     if accumulate == 1 {
         tile_load_t(acc, y, row0 * n + col0, n, n - col0, m - row0);
     }

@@ -117,7 +117,8 @@ fn gemm_xwt_exact_swiglu<W>(
 /// `h3` = `h` as three exact bf16 pieces in `gemm.transpose_x_bf16x3`'s layout for `[m, n]`
 /// (the down product's activations under `--gemm-activations bf16x3`), from `x3` = `x` in
 /// that layout for `[m, k]`, against bf16 weights (`gemm.xwt_bf16x3`'s dots: each product
-/// exact); `ones`: 64 values of 1.0. Grid as `gemm_xwt_swiglu`'s.
+/// exact); `ones`: 64 values of 1.0. Grid as `gemm_xwt_swiglu`'s, in groups of one row block
+/// as `gemm.xwt_bf16x3`'s.
 #[kernel(name = "gemm.xwt_bf16x3_swiglu", version = 1, workgroup = 64, elem = [bf16])]
 fn gemm_xwt_bf16x3_swiglu<W>(
     x3: &[W; (m + 63) / 64 * ((k + 127) / 128) * 384 * 64],
@@ -138,8 +139,8 @@ fn gemm_xwt_bf16x3_swiglu<W>(
     let u = tile::<f32, BN, BM>();
     let s = tile::<f32, BN, BM>();
     let o = tile::<W, BN, BM>();
-    let row0 = grouped_row_block() * BM;
-    let col0 = grouped_col_block() * BN;
+    let row0 = grouped_row_block_in(1) * BM;
+    let col0 = grouped_col_block_in(1) * BN;
     dot_k_bf16x3(g, a, b, gate, x3, row0, col0, n, k, BK);
     silu_tile(g, u, s, ones);
     tile_zero(u);

@@ -1,10 +1,10 @@
-//! LOOM procedures (`lse-dsl/LOOM.md`, "Functions") for the K loops of the GEMMs on
-//! transposed activations (`gemm.xwt`, `gemm.xwt_exact`, `gemm.xwt_bf16x3`, the three
-//! `gemm_swiglu` kernels and the narrow ones of `gemm_narrow.rs`): `acc += w[wb + col0 * k ..] · xᵀ` for one block of
-//! `cols` columns of `xᵀ` (rows of `x`) starting at `xb` in the transposed layout, over all
-//! of K in steps of `bk`. `wb` is where the weight's `[n, k]` matrix starts in `w` (an
-//! expert's in a stacked tensor). Each step is only the two loads and the dot, so the host
-//! runs the loop fused (`lse-codegen/src/host/tiles/fused.rs`).
+//! LOOM procedures (`lse-dsl/LOOM.md`, "Functions") for the K loops of the GEMMs on transposed
+//! activations (`gemm.xwt`, `gemm.xwt_exact`, `gemm.xwt_bf16x3`, the three `gemm_swiglu` kernels
+//! and the narrow ones of `gemm_narrow.rs`): `acc += w[wb + col0 * k ..] · xᵀ` for one block of
+//! `cols` columns of `xᵀ` (rows of `x`) starting at `xb` in the transposed layout, over all of K in
+//! steps of `bk`. `wb` is where the weight's `[n, k]` matrix starts in `w` (an expert's in a
+//! stacked tensor). Each step is only the two loads and the dot, so the host runs the loop fused
+//! (`lse-codegen/src/host/tiles/fused.rs`).
 
 use loom::function;
 
