@@ -105,50 +105,13 @@ fn dot_k_f32<T>(
     dot_k_f32_at(acc, a, b, w, 0, xt, row0 * k, 64, col0, n, k, bk);
 }
 
-/// The K loop on `x3` in `gemm.transpose_x_bf16x3`'s layout: f32 activations as three bf16
-/// pieces that sum to them exactly, each piece of each chunk of 128 K stored as `xp` stores
-/// its K (`[ceil(m / 64), ceil(k / 128), 3, 64, 64, 2]`), so the loop runs over three times
-/// the chunks' K and step `k3` meets the weight's K from `k3 / 384 * 128 + k3 % 128`: each
-/// weight block meets the three pieces of its activations in turn, every product exact.
-/// `bk` divides 128. `T` is bf16 (the pieces are bf16 by construction).
-#[function]
-fn dot_k_bf16x3_at<T>(
-    acc: Tile,
-    a: Tile,
-    b: Tile,
-    w: &[T],
-    wb: u32,
-    x3: &[T],
-    xb: u32,
-    cols: u32,
-    col0: u32,
-    n: u32,
-    k: u32,
-    bk: u32,
-) {
-    for k3 in (0..(k + 127) / 128 * 384).step_by(bk) {
-        tile_load_pairs(
-            b,
-            x3,
-            xb + k3 * 64,
-            128,
-            k - min(k, k3 / 384 * 128 + k3 % 128),
-            cols,
-        );
-        tile_load(
-            a,
-            w,
-            wb + col0 * k + (k3 / 384 * 128 + k3 % 128),
-            k,
-            n - col0,
-            k - min(k, k3 / 384 * 128 + k3 % 128),
-        );
-        tile_dot(acc, a, b);
-    }
-}
-
-/// `dot_k_bf16x3_at` for the block of 64 rows of `x` from `row0` (a multiple of 64) and a
-/// weight matrix at the start of `w`.
+/// The K loop on `x3` in `gemm.transpose_x_bf16x3`'s layout for the block of 64 rows of `x`
+/// from `row0` (a multiple of 64), against a weight matrix at the start of `w`: f32
+/// activations as three bf16 pieces that sum to them exactly, each piece of each chunk of 128
+/// K stored as `xp` stores its K (`[ceil(m / 64), ceil(k / 128), 3, 64, 64, 2]`), so the loop
+/// runs over three times the chunks' K and step `k3` meets the weight's K from `k3 / 384 * 128
+/// + k3 % 128`: each weight block meets the three pieces of its activations in turn, every
+/// product exact. `bk` divides 128. `T` is bf16 (the pieces are bf16 by construction).
 #[function]
 fn dot_k_bf16x3<T>(
     acc: Tile,
@@ -162,18 +125,23 @@ fn dot_k_bf16x3<T>(
     k: u32,
     bk: u32,
 ) {
-    dot_k_bf16x3_at(
-        acc,
-        a,
-        b,
-        w,
-        0,
-        x3,
-        row0 * ((k + 127) / 128) * 384,
-        64,
-        col0,
-        n,
-        k,
-        bk,
-    );
+    for k3 in (0..(k + 127) / 128 * 384).step_by(bk) {
+        tile_load_pairs(
+            b,
+            x3,
+            row0 * ((k + 127) / 128) * 384 + k3 * 64,
+            128,
+            k - min(k, k3 / 384 * 128 + k3 % 128),
+            64,
+        );
+        tile_load(
+            a,
+            w,
+            col0 * k + (k3 / 384 * 128 + k3 % 128),
+            k,
+            n - col0,
+            k - min(k, k3 / 384 * 128 + k3 % 128),
+        );
+        tile_dot(acc, a, b);
+    }
 }
