@@ -476,21 +476,22 @@ impl WeightStore {
     /// CPU backend does against such weights); f32 and quantized weights keep their rule.
     pub fn round_activations_to_weight_dtype(&mut self) {
         self.rounds_like_llama_cpp = true;
-        for e in self.entries.values_mut() {
-            if matches!(e.dtype, Ok(Storage::Float(DType::BF16 | DType::F16)))
-                && e.act == Activations::F32
-            {
-                e.act = Activations::RoundedToWeight;
-            }
-        }
+        self.retarget_f32_activations(&[DType::BF16, DType::F16], Activations::RoundedToWeight);
     }
 
     /// Makes every bf16 weight that meets f32 activations meet them as three exact bf16
     /// pieces on AMX ([`Activations::Bf16x3`]); other weights keep their rule.
     pub fn split_activations_for_bf16_weights(&mut self) {
+        self.retarget_f32_activations(&[DType::BF16], Activations::Bf16x3);
+    }
+
+    /// Makes every float weight stored as one of `dtypes` that meets f32 activations meet
+    /// them as `act` instead.
+    fn retarget_f32_activations(&mut self, dtypes: &[DType], act: Activations) {
         for e in self.entries.values_mut() {
-            if matches!(e.dtype, Ok(Storage::Float(DType::BF16))) && e.act == Activations::F32 {
-                e.act = Activations::Bf16x3;
+            let stored = matches!(e.dtype, Ok(Storage::Float(d)) if dtypes.contains(&d));
+            if stored && e.act == Activations::F32 {
+                e.act = act;
             }
         }
     }

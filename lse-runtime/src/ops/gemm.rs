@@ -122,7 +122,6 @@ pub fn gemm<'a>(
 /// device and for any row count: each product exact, the sums in the device's dot order.
 /// The model takes it only where AMX runs it ([`Activations::Bf16x3`]); tests run its kernels
 /// everywhere.
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_bf16x3<'a>(
     dev: &Device,
     x: impl Into<DevSlice<'a, f32>>,
@@ -934,7 +933,13 @@ mod tests {
             *v *= 2f32.powi((i % 200) as i32 - 100);
         }
         for dev in cpu_side_devices() {
-            let x3 = transpose(&dev, DevSlice::from(&x[..]), XtType::Bf16x3, [70, 300]).unwrap();
+            let x3 = transpose(
+                &dev,
+                DevSlice::from(&x[..]),
+                XtType::Bf16x3,
+                [m as u32, k as u32],
+            )
+            .unwrap();
             let TransposedX::Bf16x3(x3) = x3 else {
                 panic!("not the pieces")
             };
